@@ -1,0 +1,596 @@
+"""The paper's benchmark (Table 2 and its figures), run from the command line::
+
+    python -m core.bench --dataset school --runs 10 --json out.json --plots figs/ [--seed 0]
+           [--data-dir DIR] [--models STL,ELLA-Rand] [--no-tune]
+    python -m core.bench --speed --json speed.json --plots figs/
+
+Protocol (the paper's, with the decisions it leaves open written down):
+
+* **Split**: in every run each task is split at random 50/50 into a training and a test half
+  (``floor(n/2)`` training rows, as ELLA v1.0's demo does).
+* **Order**: tasks are presented one at a time. ``-Rand`` models (and STL) see one random
+  permutation per run, shared between them. ``ELLA-Info`` picks each next task itself among
+  the remaining ones with :meth:`core.ella.ELLA.select_next` (InfoMax on their training
+  halves). ``FCL3-OneByOne`` sees the tasks cluster by cluster: on Disjoint the true clusters;
+  on the real data sets, where no clusters are known, the clusters found by k-means
+  (``ONEBYONE_CLUSTERS`` clusters, on the unit-normalised STL task vectors learned from the
+  training halves, bias excluded); the cluster order and the order inside each cluster are
+  random.
+* **Hyper-parameters** are chosen on the *training halves only*: each training half is split
+  again 70/30 (fit/validation) at random; every grid point of :data:`GRIDS` is learned on the
+  fit parts in the model's own order and scored on the validation parts; the best one is
+  refitted on the whole training halves and scored once on the test halves. The single-task
+  ridge ``mu`` is tuned on STL and then shared by every model (they all use the same
+  single-task fit); each other model tunes at most two parameters of its own. ELLA-Info uses
+  ELLA-Rand's choice, FCL3-OneByOne FCL3-Rand's (their order depends on the model).
+  ``--no-tune`` uses :data:`DEFAULTS`.
+* **Metric**: RMSE in the data set's own units (regression) or AUC in % (classification),
+  averaged over tasks (tasks whose test half lacks a class are skipped for AUC), then
+  mean ± standard error over runs. On Disjoint the standardised RMSE (RMSE divided by the
+  standard deviation of all targets of the data set) is reported too.
+* **Timing**: wall-clock time of every ``learn`` call of the final fits (median and max).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from .base import LifelongLearner
+from .data import DATASETS, Dataset, load_dataset
+from .ella import ELLA
+from .metrics import auc, mean_se, rmse
+from .stl import STL
+
+try:  # the FCL3 family lives in core/fcl3.py
+    from .fcl3 import CL3, FCL3, FCL3WithoutDecoder
+except ImportError:  # pragma: no cover - only while fcl3.py does not exist
+    FCL3 = CL3 = FCL3WithoutDecoder = None
+
+# --------------------------------------------------------------------------- settings
+#: Hyper-parameter grids, tuned per run on validation splits of the training halves.
+#: "STL" tunes the shared single-task ridge ``mu``; the others tune at most two parameters.
+GRIDS: dict[str, dict[str, list]] = {
+    "STL": {"mu": [1e-3, 1e-2, 1e-1, 1.0]},
+    "ELLA": {"n_components": [2, 3, 5], "code_l1": [float(np.exp(-12)), 1e-2]},
+    "FCL3": {"lambda2": [0.1, 0.5, 2.0], "gamma": [0.2, 0.5, 1.0]},
+    "CL3": {"lambda2": [0.1, 0.5, 2.0], "gamma": [0.2, 0.5, 1.0]},
+    "FCL3-woDecoder": {"lambda2": [0.1, 0.5, 2.0], "gamma": [0.2, 0.5, 1.0]},
+}
+#: Settings used with ``--no-tune`` (and as the base every grid point modifies).
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "STL": {"mu": 1e-2},
+    "ELLA": {"n_components": 2},
+    "FCL3": {},
+    "CL3": {},
+    "FCL3-woDecoder": {},
+}
+#: Model name -> (family, order). ``order`` is "rand", "info" or "onebyone".
+MODELS: dict[str, tuple[str, str]] = {
+    "STL": ("STL", "rand"),
+    "ELLA-Rand": ("ELLA", "rand"),
+    "ELLA-Info": ("ELLA", "info"),
+    "CL3-Rand": ("CL3", "rand"),
+    "FCL3-Rand": ("FCL3", "rand"),
+    "FCL3-woDecoder-Rand": ("FCL3-woDecoder", "rand"),
+    "FCL3-OneByOne": ("FCL3", "onebyone"),
+}
+#: Models that reuse another model's tuned hyper-parameters.
+SHARES_TUNING = {"ELLA-Info": "ELLA-Rand", "FCL3-OneByOne": "FCL3-Rand"}
+FCL3_FAMILIES = ("FCL3", "CL3", "FCL3-woDecoder")
+ONEBYONE_CLUSTERS = 3
+VALIDATION_FRACTION = 0.3
+
+
+def _family_class(family: str):
+    classes = {"STL": STL, "ELLA": ELLA, "FCL3": FCL3, "CL3": CL3, "FCL3-woDecoder": FCL3WithoutDecoder}
+    cls = classes[family]
+    if cls is None:
+        raise RuntimeError(f"model family {family} is not available (core/fcl3.py could not be imported)")
+    return cls
+
+
+def available_models() -> list[str]:
+    return [m for m, (fam, _) in MODELS.items() if fam not in FCL3_FAMILIES or FCL3 is not None]
+
+
+def build(family: str, kind: str, params: dict[str, Any], seed: int) -> LifelongLearner:
+    return _family_class(family)(kind=kind, random_state=int(seed), **params)
+
+
+def _grid_points(grid: dict[str, list]) -> list[dict[str, Any]]:
+    points: list[dict[str, Any]] = [{}]
+    for name, values in grid.items():
+        points = [{**p, name: v} for p in points for v in values]
+    return points
+
+
+# --------------------------------------------------------------------------- protocol pieces
+Split = dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def split_tasks(ds: Dataset, rng: np.random.Generator, fraction_first: float = 0.5) -> tuple[Split, Split]:
+    """Random per-task split: ``floor(n * fraction_first)`` rows go to the first part."""
+    first, second = {}, {}
+    for tid, (X, y) in zip(ds.task_ids, ds.tasks):
+        perm = rng.permutation(len(y))
+        n1 = int(math.floor(len(y) * fraction_first))
+        first[tid] = (X[perm[:n1]], y[perm[:n1]])
+        second[tid] = (X[perm[n1:]], y[perm[n1:]])
+    return first, second
+
+
+def split_validation(train: Split, rng: np.random.Generator) -> tuple[Split, Split]:
+    fit, val = {}, {}
+    for tid, (X, y) in train.items():
+        perm = rng.permutation(len(y))
+        n_val = max(1, int(round(len(y) * VALIDATION_FRACTION)))
+        fit[tid] = (X[perm[n_val:]], y[perm[n_val:]])
+        val[tid] = (X[perm[:n_val]], y[perm[:n_val]])
+    return fit, val
+
+
+def onebyone_order(ds: Dataset, train: Split, rng: np.random.Generator, mu: float) -> list[str]:
+    """Cluster-by-cluster order: true clusters if known, else k-means on STL task vectors."""
+    ids = list(ds.task_ids)
+    if ds.clusters is not None:
+        labels = np.asarray(ds.clusters)
+    else:
+        from scipy.cluster.vq import kmeans2
+
+        stl = STL(kind=ds.kind, mu=mu)
+        for tid in ids:
+            stl.learn(tid, *train[tid])
+        V = np.array([stl.theta(t)[:-1] for t in ids])
+        V = V / np.maximum(np.linalg.norm(V, axis=1, keepdims=True), 1e-12)
+        k = min(ONEBYONE_CLUSTERS, len(ids))
+        _, labels = kmeans2(V, k, seed=int(rng.integers(2**31)), minit="++")
+    order: list[str] = []
+    for c in rng.permutation(np.unique(labels)):
+        members = [t for t, l in zip(ids, labels) if l == c]
+        order.extend(members[i] for i in rng.permutation(len(members)))
+    return order
+
+
+def task_score(model: LifelongLearner, kind: str, tid: str, X: np.ndarray, y: np.ndarray) -> float:
+    if kind == "regression":
+        return rmse(y, model.predict(tid, X))
+    return 100.0 * auc(y, model.decision_function(tid, X))
+
+
+def mean_score(model: LifelongLearner, kind: str, sets: Split, ids=None) -> float:
+    ids = list(sets) if ids is None else ids
+    vals = [task_score(model, kind, t, *sets[t]) for t in ids]
+    return float(np.nanmean(vals)) if np.any(np.isfinite(vals)) else float("nan")
+
+
+def run_stream(
+    model: LifelongLearner, train: Split, order: str | list[str], kind: str,
+    test: Split | None = None, curve: bool = False,
+) -> dict[str, Any]:
+    """Feed the tasks one at a time; ``order="info"`` lets an ELLA model pick them (InfoMax)."""
+    remaining = list(train)
+    results, times, curve_vals, used = [], [], [], []
+    while remaining:
+        if order == "info":
+            tid = model.select_next({t: train[t] for t in remaining})
+        else:
+            tid = order[len(used)]
+        remaining.remove(tid)
+        t0 = time.perf_counter()
+        results.append(model.learn(tid, *train[tid]))
+        times.append(1000.0 * (time.perf_counter() - t0))
+        used.append(tid)
+        if curve and test is not None:
+            curve_vals.append(mean_score(model, kind, test, used))
+    return {"results": results, "update_ms": times, "curve": curve_vals, "order": used}
+
+
+def better(a: float, b: float, kind: str) -> bool:
+    if not np.isfinite(a):
+        return False
+    if not np.isfinite(b):
+        return True
+    return a < b if kind == "regression" else a > b
+
+
+def tune(
+    family: str, order_kind: str, kind: str, fit: Split, val: Split, order: str | list[str],
+    base: dict[str, Any], seed: int, grid: dict[str, list],
+) -> tuple[dict[str, Any], list]:
+    best, best_score, table = None, float("nan"), []
+    for point in _grid_points(grid):
+        params = {**base, **point}
+        model = build(family, kind, params, seed)
+        run_stream(model, fit, order, kind)
+        score = mean_score(model, kind, val)
+        table.append((point, score))
+        if best is None or better(score, best_score, kind):
+            best, best_score = params, score
+    return best, table
+
+
+# --------------------------------------------------------------------------- one benchmark
+def run_benchmark(
+    dataset: str, runs: int = 10, seed: int = 0, models: list[str] | None = None, tune_params: bool = True,
+    data_dir: str | None = None, grids: dict[str, dict[str, list]] | None = None, progress: bool = True,
+) -> dict[str, Any]:
+    """Run the protocol; returns the JSON-able summary plus ``_raw`` data for the plots."""
+    grids = GRIDS if grids is None else grids
+    ds = load_dataset(dataset, data_dir, random_state=seed)
+    kind = ds.kind
+    models = available_models() if models is None else list(models)
+    for m in models:
+        if m not in MODELS:
+            raise ValueError(f"unknown model {m!r}; choose from {list(MODELS)}")
+        if m not in available_models():
+            raise ValueError(f"model {m!r} is not available (core/fcl3.py could not be imported)")
+    y_std = float(np.std(np.concatenate([y for _, y in ds.tasks])))
+    per_model: dict[str, dict[str, Any]] = {m: {"scores": [], "std_scores": [], "update_ms": [], "params": [],
+                                               "curves": [], "reps": [], "rep_tasks": [], "orders": []}
+                                           for m in models}
+    raw: dict[str, Any] = {"first_run": {}}
+    try:
+        from tqdm import tqdm
+        bar = tqdm(total=runs * len(models), desc=f"{dataset}", file=sys.stderr, disable=not progress)
+    except ImportError:  # pragma: no cover
+        bar = None
+    for r in range(runs):
+        rng = np.random.default_rng([seed, r])
+        run_seed = seed + r
+        train, test = split_tasks(ds, rng)
+        fit, val = split_validation(train, rng)
+        rand_order = [ds.task_ids[i] for i in rng.permutation(ds.n_tasks)]
+        order_rng = np.random.default_rng([seed, r, 1])
+        chosen: dict[str, dict[str, Any]] = {}
+        # the shared single-task ridge: tuned on STL (whether or not STL is reported)
+        mu_base = dict(DEFAULTS["STL"])
+        if tune_params:
+            mu_base, _ = tune("STL", "rand", kind, fit, val, rand_order, mu_base, run_seed, grids["STL"])
+        shared = {"mu": mu_base["mu"]}
+        onebyone = None
+        for name in models:
+            family, order_kind = MODELS[name]
+            if order_kind == "rand":
+                order: str | list[str] = rand_order
+            elif order_kind == "info":
+                order = "info"
+            else:
+                if onebyone is None:
+                    onebyone = onebyone_order(ds, train, order_rng, shared["mu"])
+                order = onebyone
+            base = {**DEFAULTS[family], **shared}
+            if family == "STL":
+                params = dict(shared)
+            elif not tune_params:
+                params = base
+            elif name in SHARES_TUNING and SHARES_TUNING[name] in chosen:
+                params = chosen[SHARES_TUNING[name]]
+            else:
+                if order_kind == "onebyone":
+                    val_order = [t for t in order]
+                else:
+                    val_order = order
+                params, _ = tune(family, order_kind, kind, fit, val, val_order, base, run_seed, grids[family])
+            chosen[name] = params
+            model = build(family, kind, params, run_seed)
+            out = run_stream(model, train, order, kind, test=test, curve=True)
+            score = mean_score(model, kind, test)
+            rec = per_model[name]
+            rec["scores"].append(score)
+            if kind == "regression":
+                rec["std_scores"].append(float(np.mean([task_score(model, kind, t, *test[t]) for t in test]) / y_std))
+            rec["update_ms"].extend(out["update_ms"])
+            rec["params"].append({k: (float(v) if isinstance(v, (float, np.floating)) else v) for k, v in params.items()})
+            rec["curves"].append(out["curve"])
+            rec["orders"].append(out["order"])
+            if family in FCL3_FAMILIES:
+                rec["reps"].append(int(out["results"][-1].n_representatives))
+                rec["rep_tasks"].append(list(model.representatives))
+            if r == 0:
+                raw["first_run"][name] = {"results": out["results"], "order": out["order"],
+                                          "theta": {t: model.theta(t) for t in ds.task_ids}}
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix_str(f"run {r + 1}/{runs} {name} {score:.3f}")
+    if bar is not None:
+        bar.close()
+    summary: dict[str, Any] = {
+        "dataset": dataset, "metric": "rmse" if kind == "regression" else "auc", "runs": runs, "seed": seed,
+        "tuned": tune_params, "n_tasks": ds.n_tasks, "n_features": ds.n_features, "models": {},
+    }
+    if dataset == "disjoint":
+        summary["disjoint"] = {**ds.info, "target_std": y_std}
+    for name in models:
+        rec = per_model[name]
+        mean, se = mean_se(rec["scores"])
+        entry: dict[str, Any] = {
+            "mean": mean, "se": se, "per_run": rec["scores"],
+            "update_ms_median": float(np.median(rec["update_ms"])), "update_ms_max": float(np.max(rec["update_ms"])),
+            "params": rec["params"],
+        }
+        if dataset == "disjoint":
+            m2, s2 = mean_se(rec["std_scores"])
+            entry["rmse_standardized"] = {"mean": m2, "se": s2, "per_run": rec["std_scores"]}
+        if rec["reps"]:
+            entry["n_representatives"] = {"mean": float(np.mean(rec["reps"])), "per_run": rec["reps"]}
+            entry["representatives"] = rec["rep_tasks"]
+            if ds.clusters is not None:
+                cl = dict(zip(ds.task_ids, ds.clusters.tolist()))
+                entry["representative_clusters"] = [[cl[t] for t in reps] for reps in rec["rep_tasks"]]
+                entry["clusters_covered"] = [len(set(cl[t] for t in reps)) for reps in rec["rep_tasks"]]
+        summary["models"][name] = entry
+    summary["_raw"] = {**raw, "curves": {m: per_model[m]["curves"] for m in models}, "dataset": ds}
+    return summary
+
+
+# --------------------------------------------------------------------------- output
+def _json_clean(obj):
+    if isinstance(obj, dict):
+        return {str(k): _json_clean(v) for k, v in obj.items() if not str(k).startswith("_")}
+    if isinstance(obj, (list, tuple)):
+        return [_json_clean(v) for v in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if np.isfinite(obj) else None
+    if isinstance(obj, np.ndarray):
+        return _json_clean(obj.tolist())
+    return obj
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    metric = summary["metric"]
+    head = "RMSE" if metric == "rmse" else "AUC %"
+    lines = [f"{summary['dataset']}: {summary['runs']} run(s), mean ± s.e. ({'tuned on validation' if summary['tuned'] else 'defaults'})"]
+    extra = summary["dataset"] == "disjoint"
+    cols = f"{'model':<22}{head:>20}" + (f"{'std. RMSE':>20}" if extra else "") + f"{'update ms med/max':>22}{'reps':>8}"
+    lines += [cols, "-" * len(cols)]
+    for name, e in summary["models"].items():
+        se = e["se"]
+        se_txt = "nan" if se is None or not np.isfinite(se) else f"{se:.3f}"
+        row = f"{name:<22}{e['mean']:>12.3f} ± {se_txt:<5}"
+        if extra:
+            s = e["rmse_standardized"]
+            s_se = "nan" if s["se"] is None or not np.isfinite(s["se"]) else f"{s['se']:.3f}"
+            row += f"{s['mean']:>12.3f} ± {s_se:<5}"
+        row += f"{e['update_ms_median']:>12.2f} / {e['update_ms_max']:<7.1f}"
+        row += f"{e['n_representatives']['mean']:>8.1f}" if "n_representatives" in e else f"{'':>8}"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def write_plots(summary: dict[str, Any], out_dir: str) -> list[str]:
+    """Error vs tasks learned, Z^t heat-maps of the FCL3 models, Disjoint correlation matrices."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(out_dir, exist_ok=True)
+    raw = summary["_raw"]
+    ds: Dataset = raw["dataset"]
+    name = summary["dataset"]
+    ylabel = "mean test RMSE over learned tasks" if summary["metric"] == "rmse" else "mean test AUC % over learned tasks"
+    written = []
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for model, curves in raw["curves"].items():
+        arr = np.array(curves, dtype=float)
+        x = np.arange(1, arr.shape[1] + 1)
+        m = np.nanmean(arr, axis=0)
+        ax.plot(x, m, label=model, lw=1.6)
+        if arr.shape[0] > 1:
+            se = np.nanstd(arr, axis=0, ddof=1) / np.sqrt(arr.shape[0])
+            ax.fill_between(x, m - se, m + se, alpha=0.15)
+    ax.set_xlabel("number of tasks learned")
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{name}: error vs number of tasks learned ({summary['runs']} run(s))")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = os.path.join(out_dir, f"{name}_learned_tasks.png")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    written.append(path)
+
+    cl = dict(zip(ds.task_ids, ds.clusters.tolist())) if ds.clusters is not None else None
+    for model, first in raw["first_run"].items():
+        results = first["results"]
+        if not results or results[-1].assignment is None:
+            continue
+        reps: list[str] = []
+        for res in results:
+            for t in res.assignment_tasks:
+                if t not in reps:
+                    reps.append(t)
+            if res.new_representative and res.task_id not in reps:
+                reps.append(res.task_id)
+        H = np.full((len(results), len(reps) + 1), np.nan)
+        for i, res in enumerate(results):
+            for t, z in zip(res.assignment_tasks, res.assignment[:-1]):
+                H[i, reps.index(t)] = z
+            H[i, -1] = res.assignment[-1]
+        fig, ax = plt.subplots(figsize=(max(4.0, 0.5 * len(reps) + 3), max(4.0, 0.12 * len(results) + 1.5)))
+        im = ax.imshow(H, aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
+        for i, res in enumerate(results):
+            if res.new_representative:
+                ax.plot(reps.index(res.task_id), i, marker="*", color="red", ms=9, mec="white")
+        labels = [f"{t}" + (f"\n(c{cl[t]})" if cl else "") for t in reps] + ["outlier"]
+        ax.set_xticks(range(len(reps) + 1))
+        ax.set_xticklabels(labels, rotation=90 if len(reps) > 8 else 0, fontsize=7)
+        step = max(1, len(results) // 30)
+        ax.set_yticks(range(0, len(results), step))
+        ax.set_yticklabels([results[i].task_id + (f" c{cl[results[i].task_id]}" if cl else "")
+                            for i in range(0, len(results), step)], fontsize=6)
+        ax.set_xlabel("representative task (columns in order of appearance) + outlier slot")
+        ax.set_ylabel("task, in arrival order")
+        ax.set_title(f"{name} {model}: assignment Z^t (run 1; * = became a representative)", fontsize=9)
+        fig.colorbar(im, ax=ax, label="z")
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"{name}_{model}_assignment.png")
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+
+    if ds.true_weights is not None:
+        ids = list(ds.task_ids)
+        mats = [("Ground truth", np.corrcoef(ds.true_weights))]
+        for model, first in raw["first_run"].items():
+            V = np.array([first["theta"][t][:-1] for t in ids])
+            mats.append((model, np.corrcoef(V)))
+        n = len(mats)
+        cols = min(4, n)
+        rows = int(math.ceil(n / cols))
+        fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 3.2 * rows), squeeze=False)
+        for ax in axes.ravel():
+            ax.axis("off")
+        for ax, (title, C) in zip(axes.ravel(), mats):
+            ax.axis("on")
+            ax.imshow(np.abs(C), cmap="Greys", vmin=0, vmax=1, interpolation="nearest")
+            ax.set_title(title, fontsize=9)
+            ax.set_xticks([])
+            ax.set_yticks([])
+        fig.suptitle("Disjoint: |correlation| of task weight vectors (tasks ordered by true cluster; run 1)", fontsize=10)
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"{name}_correlation.png")
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+# --------------------------------------------------------------------------- speed
+SPEED_CONFIGS = [  # (n_features, n_components, n_tasks)
+    (28, 5, 150),
+    (28, 20, 150),
+    (128, 20, 60),
+]
+
+
+def speed_benchmark(configs=SPEED_CONFIGS, n_samples: int = 50, seed: int = 0, models=None,
+                    progress: bool = True) -> dict[str, Any]:
+    """Time single updates vs the number of tasks already learned on synthetic clustered data."""
+    models = [m for m in (models or ["FCL3-Rand", "ELLA-Rand"]) if m in available_models()]
+    out: dict[str, Any] = {"n_samples_per_task": n_samples, "configs": []}
+    for d, p, T in configs:
+        rng = np.random.default_rng([seed, d, p])
+        centers = rng.normal(size=(4, d))
+        tasks = []
+        for t in range(T):
+            w = centers[t % 4] + 0.3 * rng.normal(size=d)
+            X = rng.normal(size=(n_samples, d))
+            tasks.append((X, X @ w + rng.normal(size=n_samples)))
+        cfg: dict[str, Any] = {"n_features": d, "n_components": p, "n_tasks": T, "models": {}}
+        for name in models:
+            family, _ = MODELS[name]
+            model = build(family, "regression", {"n_components": p}, seed)
+            times = []
+            it = range(T)
+            if progress:
+                from tqdm import tqdm
+                it = tqdm(it, desc=f"speed d={d} p={p} {name}", file=sys.stderr)
+            for t in it:
+                t0 = time.perf_counter()
+                model.learn(f"t{t}", *tasks[t])
+                times.append(1000.0 * (time.perf_counter() - t0))
+            times_a = np.array(times)
+            q = max(1, T // 5)
+            entry = {"update_ms_median": float(np.median(times_a)), "update_ms_max": float(times_a.max()),
+                     "median_first_fifth": float(np.median(times_a[:q])),
+                     "median_last_fifth": float(np.median(times_a[-q:])), "update_ms": times}
+            res = getattr(model, "representatives", None)
+            if res is not None:
+                entry["n_representatives"] = len(res)
+            cfg["models"][name] = entry
+        out["configs"].append(cfg)
+    return out
+
+
+def format_speed(speed: dict[str, Any]) -> str:
+    lines = [f"{'d':>5}{'p':>4}{'tasks':>7}  {'model':<12}{'median ms':>11}{'max ms':>10}{'first 1/5':>11}{'last 1/5':>10}{'K':>5}"]
+    for cfg in speed["configs"]:
+        for name, e in cfg["models"].items():
+            lines.append(f"{cfg['n_features']:>5}{cfg['n_components']:>4}{cfg['n_tasks']:>7}  {name:<12}"
+                         f"{e['update_ms_median']:>11.2f}{e['update_ms_max']:>10.1f}{e['median_first_fifth']:>11.2f}"
+                         f"{e['median_last_fifth']:>10.2f}{e.get('n_representatives', ''):>5}")
+    return "\n".join(lines)
+
+
+def plot_speed(speed: dict[str, Any], out_dir: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(out_dir, exist_ok=True)
+    n = len(speed["configs"])
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False)
+    for ax, cfg in zip(axes[0], speed["configs"]):
+        for name, e in cfg["models"].items():
+            ax.plot(np.arange(len(e["update_ms"])), e["update_ms"], label=name, lw=1)
+        ax.set_yscale("log")
+        ax.set_xlabel("tasks already learned")
+        ax.set_ylabel("update time (ms)")
+        ax.set_title(f"d={cfg['n_features']}, p={cfg['n_components']}", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = os.path.join(out_dir, "speed.png")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+# --------------------------------------------------------------------------- CLI
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m core.bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dataset", choices=DATASETS)
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", dest="json_out")
+    ap.add_argument("--data-dir")
+    ap.add_argument("--plots")
+    ap.add_argument("--models", help="comma-separated subset of: " + ", ".join(MODELS))
+    ap.add_argument("--no-tune", action="store_true", help="use DEFAULTS instead of validation tuning")
+    ap.add_argument("--speed", action="store_true", help="time single updates (FCL3-Rand, ELLA-Rand)")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = ap.parse_args(argv)
+    if not args.dataset and not args.speed:
+        ap.error("give --dataset and/or --speed")
+    models = [m.strip() for m in args.models.split(",")] if args.models else None
+    output: dict[str, Any] = {}
+    if args.dataset:
+        try:
+            summary = run_benchmark(args.dataset, args.runs, args.seed, models, not args.no_tune, args.data_dir,
+                                    progress=not args.quiet)
+        except (FileNotFoundError, ValueError, RuntimeError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(format_table(summary))
+        if args.plots:
+            for p in write_plots(summary, args.plots):
+                print(f"wrote {p}", file=sys.stderr)
+        output = summary
+    if args.speed:
+        speed = speed_benchmark(models=models, seed=args.seed, progress=not args.quiet)
+        print(format_speed(speed))
+        if args.plots:
+            print(f"wrote {plot_speed(speed, args.plots)}", file=sys.stderr)
+        output = {**output, "speed": speed} if output else {"speed": speed}
+    if args.json_out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
+        with open(args.json_out, "w") as fh:
+            json.dump(_json_clean(output), fh, indent=1)
+        print(f"wrote {args.json_out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
