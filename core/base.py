@@ -1,0 +1,290 @@
+"""The online-learner API every model in :mod:`core` implements.
+
+Modelled on scikit-learn and River: hyper-parameters are explicit ``__init__`` arguments
+stored unchanged, ``__init__`` does no work, learned attributes end in ``_``. One object holds
+the whole model; :meth:`LifelongLearner.learn` takes one labelled batch of one task (new or
+already seen) and returns an :class:`UpdateResult`; :meth:`predict` works for every learned
+task; :meth:`get_state` / :func:`load_state` export and restore the model exactly as named
+numpy arrays plus JSON-able settings (never pickle).
+
+An update is transactional: learned arrays are replaced, never mutated in place, so a batch
+that fails half-way (bad input, a solver error) is rolled back by restoring references.
+"""
+from __future__ import annotations
+
+import copy
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from .losses import KINDS, fit_single_task, sigmoid
+from .preprocessing import InputError, Scaler, UnknownTaskError, as_matrix, as_targets, label_convention
+
+#: Bumped whenever the meaning or names of exported arrays change.
+STATE_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """What one update did. Learners without codes or clusters leave those fields ``None``."""
+
+    task_id: str
+    n_samples: int
+    new_task: bool
+    code: np.ndarray | None = None
+    assignment: np.ndarray | None = None
+    assignment_tasks: tuple[str, ...] = ()
+    outlier_probability: float | None = None
+    new_representative: bool = False
+    n_representatives: int = 0
+
+
+@dataclass
+class TaskRecord:
+    """Everything the learner keeps about one task; arrays are replaced, never mutated."""
+
+    X: np.ndarray  # raw rows, as sent
+    y: np.ndarray  # targets; for classification 0/1 whatever convention was sent
+    labels: str = "none"  # "01", "pm1" or "unknown" (only positives seen) for classification
+    w: np.ndarray | None = None  # single-task fit (scaled space, bias last)
+    omega: np.ndarray | None = None  # half-Hessian at w
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)  # learner-specific (code, Z, ...)
+    meta: dict[str, Any] = field(default_factory=dict)  # learner-specific JSON-able values
+
+
+@dataclass
+class ModelState:
+    """A learner's complete state: JSON-able settings and named arrays, split per task.
+
+    ``arrays`` holds the global learned arrays; ``tasks[task_id]`` holds one task's arrays
+    and JSON-able ``meta``. A store may persist tasks separately and rewrite only the task an
+    update touched (the :class:`UpdateResult` names it) plus the global part.
+    """
+
+    estimator: str
+    params: dict[str, Any]
+    meta: dict[str, Any]
+    arrays: dict[str, np.ndarray]
+    tasks: dict[str, dict[str, Any]]
+    format_version: int = STATE_FORMAT_VERSION
+
+
+_REGISTRY: dict[str, type["LifelongLearner"]] = {}
+
+
+class LifelongLearner:
+    """Base class: input checks, task bookkeeping, scaling, prediction, state export.
+
+    Subclasses implement :meth:`_update` (learn the task whose record was just extended)
+    and :meth:`_theta` (the task's current parameters), and list their global learned
+    attributes in ``_state_attrs``.
+    """
+
+    _state_attrs: ClassVar[tuple[str, ...]] = ()  # global learned arrays
+    _meta_attrs: ClassVar[tuple[str, ...]] = ()  # global learned JSON-able values
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _REGISTRY[cls.__name__] = cls
+
+    def __init__(self, kind: str = "regression", mu: float = 1e-2, standardize: bool = True, random_state: int = 0):
+        self.kind = kind
+        self.mu = mu
+        self.standardize = standardize
+        self.random_state = random_state
+
+    # ----------------------------------------------------------------- parameters
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        names = []
+        for klass in cls.__mro__:
+            if klass is object:
+                continue
+            sig = inspect.signature(klass.__init__)
+            for name, p in sig.parameters.items():
+                if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and name not in names:
+                    names.append(name)
+        return names
+
+    def get_params(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def _check_params(self) -> None:
+        if self.kind not in KINDS:
+            raise InputError(f"kind must be one of {KINDS}, got {self.kind!r}")
+        if not (np.isfinite(self.mu) and self.mu >= 0):
+            raise InputError(f"mu must be a finite number >= 0, got {self.mu!r}")
+
+    # ----------------------------------------------------------------- learned state
+    @property
+    def is_fitted(self) -> bool:
+        return getattr(self, "scaler_", None) is not None
+
+    def _init_learned(self, n_features: int) -> None:
+        """Called once, on the first batch; subclasses extend it to create their arrays."""
+        self.n_features_in_ = n_features
+        self.tasks_: dict[str, TaskRecord] = {}
+
+    @property
+    def task_ids(self) -> list[str]:
+        return list(getattr(self, "tasks_", {}).keys())
+
+    def _record(self, task_id: str) -> TaskRecord:
+        tasks = getattr(self, "tasks_", {})
+        if task_id not in tasks:
+            raise UnknownTaskError(f"unknown task {task_id!r}: the model has not learned it")
+        return tasks[task_id]
+
+    # ----------------------------------------------------------------- learning
+    def learn(self, task_id: str, X, y) -> UpdateResult:
+        """Learn one labelled batch of task ``task_id`` (appended if the task is known).
+
+        Raises :class:`InputError` for a bad batch, leaving the model exactly as it was.
+        """
+        self._check_params()
+        if not isinstance(task_id, str) or not task_id:
+            raise InputError("task_id must be a non-empty string")
+        n_features = getattr(self, "n_features_in_", None)
+        X = as_matrix(X, n_features)
+        y = as_targets(y, X.shape[0], self.kind)
+        known = task_id in getattr(self, "tasks_", {})
+        previous = self.tasks_[task_id] if known else None
+        labels = "none"
+        if self.kind == "classification":
+            labels = label_convention(y, previous.labels if previous else "unknown")
+        snapshot = self._snapshot()
+        try:
+            if not self.is_fitted:
+                self._init_learned(X.shape[1])
+                y01 = (y == 1.0).astype(float) if self.kind == "classification" else y
+                self.scaler_ = Scaler.fit(X, y01, self.kind, self.standardize)
+            y_store = (y == 1.0).astype(float) if self.kind == "classification" else y.copy()
+            if previous is None:
+                record = TaskRecord(X=X.copy(), y=y_store, labels=labels)
+            else:
+                record = TaskRecord(
+                    X=np.vstack([previous.X, X]), y=np.concatenate([previous.y, y_store]), labels=labels,
+                    w=previous.w, omega=previous.omega, arrays=dict(previous.arrays), meta=dict(previous.meta),
+                )
+            record.w, record.omega = self._single_task(record)
+            result = self._update(task_id, record, previous)
+        except BaseException:
+            self._restore(snapshot)
+            raise
+        return result
+
+    def _single_task(self, record: TaskRecord) -> tuple[np.ndarray, np.ndarray]:
+        Xd = self.scaler_.design(record.X)
+        target = record.y if self.kind == "classification" else self.scaler_.target(record.y)
+        return fit_single_task(self.kind, Xd, target, self.mu)
+
+    def _update(self, task_id: str, record: TaskRecord, previous: TaskRecord | None) -> UpdateResult:
+        raise NotImplementedError
+
+    def _snapshot(self) -> dict[str, Any]:
+        attrs = ("n_features_in_", "scaler_", "tasks_") + self._state_attrs + self._meta_attrs
+        snap = {a: getattr(self, a) for a in attrs if hasattr(self, a)}
+        if "tasks_" in snap:
+            snap["tasks_"] = dict(snap["tasks_"])
+        return snap
+
+    def _restore(self, snapshot: dict[str, Any]) -> None:
+        attrs = ("n_features_in_", "scaler_", "tasks_") + self._state_attrs + self._meta_attrs
+        for a in attrs:
+            if a in snapshot:
+                setattr(self, a, snapshot[a])
+            elif hasattr(self, a):
+                delattr(self, a)
+
+    # ----------------------------------------------------------------- prediction
+    def _theta(self, task_id: str) -> np.ndarray:
+        raise NotImplementedError
+
+    def theta(self, task_id: str) -> np.ndarray:
+        """Task parameters in the scaled space (bias last); for FCL3/ELLA ``theta_t = D s_t``."""
+        self._record(task_id)
+        return self._theta(task_id)
+
+    def decision_function(self, task_id: str, X) -> np.ndarray:
+        record = self._record(task_id)
+        X = as_matrix(X, self.n_features_in_)
+        score = self.scaler_.design(X) @ self._theta(task_id)
+        del record
+        return score
+
+    def predict(self, task_id: str, X) -> np.ndarray:
+        """Regression values, or class labels in the convention the task's labels came in."""
+        score = self.decision_function(task_id, X)
+        if self.kind == "regression":
+            return self.scaler_.untarget(score)
+        positive = score >= 0.0
+        negative = -1.0 if self._record(task_id).labels == "pm1" else 0.0
+        return np.where(positive, 1.0, negative)
+
+    def predict_proba(self, task_id: str, X) -> np.ndarray:
+        """Probability of the positive class (classification only)."""
+        if self.kind != "classification":
+            raise InputError("predict_proba is only defined for classification models")
+        return sigmoid(self.decision_function(task_id, X))
+
+    # ----------------------------------------------------------------- state
+    def task_state(self, task_id: str) -> dict[str, Any]:
+        """One task's exported state (arrays and JSON-able meta)."""
+        r = self._record(task_id)
+        arrays = {"X": r.X, "y": r.y, "w": r.w, "omega": r.omega}
+        arrays.update({f"arr_{k}": v for k, v in r.arrays.items()})
+        return {"arrays": {k: np.array(v, copy=True) for k, v in arrays.items()},
+                "meta": {"labels": r.labels, **copy.deepcopy(r.meta)}}
+
+    def get_state(self) -> ModelState:
+        """The whole model as named arrays plus JSON-able settings; see :func:`load_state`."""
+        meta: dict[str, Any] = {"fitted": self.is_fitted}
+        arrays: dict[str, np.ndarray] = {}
+        tasks: dict[str, dict[str, Any]] = {}
+        if self.is_fitted:
+            meta["n_features"] = int(self.n_features_in_)
+            meta["task_order"] = self.task_ids
+            meta.update({a.rstrip("_"): copy.deepcopy(getattr(self, a)) for a in self._meta_attrs})
+            arrays.update({f"scaler_{k}": v.copy() for k, v in self.scaler_.to_arrays().items()})
+            for attr in self._state_attrs:
+                arrays[attr.rstrip("_")] = np.array(getattr(self, attr), copy=True)
+            tasks = {tid: self.task_state(tid) for tid in self.task_ids}
+        return ModelState(type(self).__name__, copy.deepcopy(self.get_params()), meta, arrays, tasks)
+
+    @classmethod
+    def _from_state(cls, state: ModelState) -> "LifelongLearner":
+        model = cls(**state.params)
+        if not state.meta.get("fitted"):
+            return model
+        model._init_learned(int(state.meta["n_features"]))
+        model.scaler_ = Scaler.from_arrays({k[len("scaler_"):]: v for k, v in state.arrays.items() if k.startswith("scaler_")})
+        for attr in model._state_attrs:
+            setattr(model, attr, np.array(state.arrays[attr.rstrip("_")], copy=True))
+        for attr in model._meta_attrs:
+            setattr(model, attr, copy.deepcopy(state.meta[attr.rstrip("_")]))
+        order = state.meta["task_order"]
+        if set(order) != set(state.tasks):
+            raise ValueError("state is inconsistent: task_order does not list exactly the stored tasks")
+        for tid in order:
+            t = state.tasks[tid]
+            a = {k: np.array(v, copy=True) for k, v in t["arrays"].items()}
+            meta = dict(t["meta"])
+            labels = meta.pop("labels")
+            model.tasks_[tid] = TaskRecord(
+                X=a.pop("X"), y=a.pop("y"), labels=labels, w=a.pop("w"), omega=a.pop("omega"),
+                arrays={k[len("arr_"):]: v for k, v in a.items()}, meta=meta,
+            )
+        return model
+
+
+def load_state(state: ModelState) -> LifelongLearner:
+    """Rebuild a learner from :meth:`LifelongLearner.get_state` output, bit for bit."""
+    if state.format_version != STATE_FORMAT_VERSION:
+        raise ValueError(
+            f"state format {state.format_version} is not supported (this version reads {STATE_FORMAT_VERSION})"
+        )
+    if state.estimator not in _REGISTRY:
+        raise ValueError(f"unknown estimator {state.estimator!r}")
+    return _REGISTRY[state.estimator]._from_state(state)

@@ -1,0 +1,382 @@
+"""FCL3 — Flexible Clustered Lifelong Learning (Sun, Cong, Wang, Zhong, Fu), online.
+
+Per task ``t`` (the paper's Algorithm 2), with ``w_t, Omega_t`` from the shared single-task
+fit (:mod:`core.losses`):
+
+1. ``Omega_k^t``: half-Hessian of task ``t``'s objective at each representative's model
+   ``D s_k`` (equal to ``Omega_t`` for squared loss).
+2. Alternate (Algorithm 1) until ``s`` and ``Z`` stop moving:
+
+   * ``s`` step (FISTA)::
+
+         min_s ||w_t - D s||^2_{Omega_t} + c_enc ||s - phi(L w_t)||^2 + l1 ||s||_1
+               + lambda2 * sum_k z_k ||D s_k - D s||^2_{Omega_k^t}
+
+   * ``Z`` step (ADMM, :func:`core.solvers.admm_assignment`) over the simplex of ``K + 1``
+     entries, the last being the outlier slot ``e``.
+
+3. Update the statistics ``A, b`` (decoder) and ``M, C`` (encoder) and re-solve ``D`` and
+   ``L`` (exact minimisers of their ridge-regularised objectives, with the paper's unit-ball
+   constraints on the columns of ``D`` and rows of ``L``).
+4. If the outlier slot holds the largest entry of ``Z``, ``s_t`` joins the model knowledge
+   library ``S``. Every task predicts with ``theta_t = D s_t``, so old tasks move with ``D``.
+
+Decisions on the points the paper leaves open (each covered by a test):
+
+* **phi**: ``"identity"`` (default) or ``"tanh"``; ``phi^{-1} = arctanh`` is applied to codes
+  clipped to ``(-1 + 1e-6, 1 - 1e-6)`` so it is defined on every code the l1 prox returns
+  (zeros and negatives included).
+* **Scale-free weights**: the encoder weight and ``lambda1`` are multiplied by the task's
+  Hessian scale ``mean(diag(Omega_t))``, so the encoder term cannot swamp the loss term when
+  the Hessian is small (logistic loss with rare positives). ``lambda2`` already multiplies
+  terms measured in ``Omega``.
+* **Z costs and d0**: both are made dimensionless by the task's own *null distance*
+  ``ref = ||w_t||^2_{Omega_t}`` (how much worse than ``w_t`` the zero model is):
+  ``c_k = ||D s_k - D s_t||^2_{Omega_k^t} / ref`` and
+  ``d0 = -gamma log( min_k dist_k / (ref + sum_k dist_k) )``. Putting ``ref`` in the
+  denominator fixes the paper's ``d0 = 0`` at ``K = 1`` (which would open a cluster for every
+  second task) and the ``sum dist = 0`` case; ``min dist`` is floored at 1e-300 (a task equal
+  to a representative gets a huge ``d0``, never a NaN).
+* **Z problem**: on the simplex ``||Z||_1 = 1`` so the paper's objective is linear in ``Z``;
+  we add ``(rho / 2) ||Z||^2`` (``assignment_ridge``), making ``Z`` a well-defined soft
+  assignment ``Proj_simplex(-lambda2 costs / rho)``; see :func:`core.solvers.admm_assignment`.
+* **Taylor first-order term**: like the paper, the term ``<grad L(D s_k), D(s_t - s_k)>`` is
+  dropped: the expansion is taken as if each representative were a stationary point of the
+  new task's loss, which keeps the ``s`` step a quadratic.
+* **Initialisation**: ``D`` starts as seeded Gaussian columns of norm ``max_norm``; as in
+  ELLA v1.0 each of the first ``n_components`` tasks puts its normalised ``w_t`` into the next
+  column before it is encoded. The encoder term is off until ``L`` has been fitted to at
+  least one task (for the first task ``L`` holds no knowledge). The first task is the first
+  representative.
+* **Ridges**: every solve adds ``ridge`` (decoder) or ``encoder_ridge`` (encoder) times the
+  identity, since ``A`` and ``C`` are singular while few tasks are seen.
+* **More data for a known task**: its earlier contribution to ``A, b, M, C`` is removed (its
+  codes, assignment, the representative codes and Hessians it used are stored with it), the
+  task is re-learned on all its data, and ``T`` is not incremented. It is not compared with
+  itself; a representative stays one with its code in ``S`` replaced.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.linalg
+import scipy.optimize
+
+from .base import LifelongLearner, TaskRecord, UpdateResult
+from .losses import half_hessian
+from .preprocessing import InputError
+from .solvers import admm_assignment, fista_quadratic_l1, solve_ridge_ball
+
+_TINY = 1e-300
+_ATANH_CLIP = 1.0 - 1e-6
+
+
+def phi_forward(name: str, v: np.ndarray) -> np.ndarray:
+    return v if name == "identity" else np.tanh(v)
+
+
+def phi_inverse(name: str, s: np.ndarray) -> np.ndarray:
+    if name == "identity":
+        return s
+    return np.arctanh(np.clip(s, -_ATANH_CLIP, _ATANH_CLIP))
+
+
+def solve_rows_in_ball(G: np.ndarray, R: np.ndarray, max_norm: float | None) -> np.ndarray:
+    """Minimise ``sum_i l_i' G l_i - 2 r_i' l_i`` over the rows ``l_i`` of ``L`` with
+    ``||l_i|| <= max_norm``; ``G`` symmetric positive definite, ``R`` holds the ``r_i``.
+
+    Each row is a trust-region subproblem solved exactly: ``l_i = (G + nu I)^-1 r_i`` with the
+    smallest ``nu >= 0`` that satisfies the norm bound (root-found with ``brentq`` in the
+    eigenbasis of ``G``).
+    """
+    evals, Q = scipy.linalg.eigh(G)
+    Rt = R @ Q  # rows in the eigenbasis
+    L = Rt / evals
+    if max_norm is None:
+        return L @ Q.T
+    for i in range(R.shape[0]):
+        if np.linalg.norm(L[i]) <= max_norm:
+            continue
+        r = Rt[i]
+
+        def excess(nu, r=r):
+            return np.linalg.norm(r / (evals + nu)) - max_norm
+
+        hi = np.linalg.norm(r) / max_norm
+        nu = scipy.optimize.brentq(excess, 0.0, hi, xtol=1e-14, rtol=1e-14)
+        L[i] = r / (evals + nu)
+    return L @ Q.T
+
+
+class FCL3(LifelongLearner):
+    """Flexible Clustered Lifelong Learning, one task batch at a time.
+
+    Parameters
+    ----------
+    kind : ``"regression"`` (squared loss) or ``"classification"`` (logistic loss, labels
+        ``{0, 1}`` or ``{-1, 1}``).
+    n_components : size ``p`` of the code / number of columns of ``D``.
+    mu : single-task ridge (shared with every comparator, see :mod:`core.losses`).
+    lambda1 : l1 weight on codes, relative to the task's Hessian scale.
+    lambda2 : weight of the representative (cluster) term.
+    alpha : l1 weight on ``Z`` (the paper's; constant on the simplex, kept for fidelity).
+    gamma : scale of the outlier distance ``d0``; larger opens fewer representatives.
+    encoder_weight : weight of ``||s - phi(L w)||^2`` relative to the Hessian scale
+        (the paper's weight is 1; 0 removes the autoencoder).
+    assignment_ridge : ``rho`` of the ``Z`` step; smaller gives harder assignments.
+    phi : ``"identity"`` or ``"tanh"``.
+    ridge, encoder_ridge : ridges of the ``D`` and ``L`` solves.
+    max_norm : bound on the norms of the columns of ``D`` and rows of ``L`` (``None``: none).
+    joint : alternate ``s`` and ``Z`` (FCL3); ``False`` assigns first from ``w_t`` and then
+        learns ``s`` once (the two-phase CL3).
+    max_outer_iter, tol : stopping rule of the ``s``/``Z`` alternation.
+    standardize : scale features (and regression targets) with first-batch statistics.
+    random_state : seed of the initial ``D``.
+    """
+
+    _state_attrs = ("D_", "L_", "A_", "b_", "M_", "C_", "S_")
+    _meta_attrs = ("representatives_", "n_learned_", "n_seeded_columns_")
+
+    def __init__(
+        self, kind: str = "regression", n_components: int = 5, mu: float = 1e-2,
+        lambda1: float = 1e-3, lambda2: float = 0.5, alpha: float = 1e-3, gamma: float = 0.5,
+        encoder_weight: float = 0.1, assignment_ridge: float = 0.1, phi: str = "identity",
+        ridge: float = 1e-3, encoder_ridge: float = 1e-3, max_norm: float | None = None,
+        joint: bool = True, max_outer_iter: int = 20, tol: float = 1e-6,
+        standardize: bool = True, random_state: int = 0,
+    ):
+        super().__init__(kind=kind, mu=mu, standardize=standardize, random_state=random_state)
+        self.n_components = n_components
+        self.lambda1 = lambda1
+        self.lambda2 = lambda2
+        self.alpha = alpha
+        self.gamma = gamma
+        self.encoder_weight = encoder_weight
+        self.assignment_ridge = assignment_ridge
+        self.phi = phi
+        self.ridge = ridge
+        self.encoder_ridge = encoder_ridge
+        self.max_norm = max_norm
+        self.joint = joint
+        self.max_outer_iter = max_outer_iter
+        self.tol = tol
+
+    # ------------------------------------------------------------------ checks
+    def _check_params(self) -> None:
+        super()._check_params()
+        if not (isinstance(self.n_components, (int, np.integer)) and self.n_components >= 1):
+            raise InputError(f"n_components must be an integer >= 1, got {self.n_components!r}")
+        for name in ("lambda1", "lambda2", "alpha", "gamma", "encoder_weight"):
+            value = getattr(self, name)
+            if not (np.isfinite(value) and value >= 0):
+                raise InputError(f"{name} must be a finite number >= 0, got {value!r}")
+        for name in ("assignment_ridge", "ridge", "encoder_ridge"):
+            value = getattr(self, name)
+            if not (np.isfinite(value) and value > 0):
+                raise InputError(f"{name} must be a finite number > 0, got {value!r}")
+        if self.max_norm is not None and not (np.isfinite(self.max_norm) and self.max_norm > 0):
+            raise InputError(f"max_norm must be > 0 or None, got {self.max_norm!r}")
+        if self.phi not in ("identity", "tanh"):
+            raise InputError(f"phi must be 'identity' or 'tanh', got {self.phi!r}")
+
+    # ------------------------------------------------------------------ state
+    def _init_learned(self, n_features: int) -> None:
+        super()._init_learned(n_features)
+        d, p = n_features + 1, self.n_components
+        rng = np.random.default_rng(self.random_state)
+        D = rng.standard_normal((d, p))
+        self.D_ = D / np.linalg.norm(D, axis=0) * (self.max_norm or 1.0)
+        self.L_ = np.zeros((p, d))
+        self.A_ = np.zeros((d * p, d * p))
+        self.b_ = np.zeros(d * p)
+        self.M_ = np.zeros((p, d))
+        self.C_ = np.zeros((d, d))
+        self.S_ = np.zeros((0, p))
+        self.representatives_: list[str] = []
+        self.n_learned_ = 0
+        self.n_seeded_columns_ = 0
+
+    # ------------------------------------------------------------------ pieces
+    def _rep_hessians(self, record: TaskRecord, rep_codes: np.ndarray, D: np.ndarray) -> list[np.ndarray]:
+        """``Omega_k^t`` for each representative: task t's half-Hessian at ``D s_k``."""
+        if self.kind == "regression":
+            return [record.omega] * len(rep_codes)
+        Xd = self.scaler_.design(record.X)
+        return [half_hessian(self.kind, Xd, D @ s_k, self.mu) for s_k in rep_codes]
+
+    def _contribution(self, s, w, omega, Z, rep_codes, rep_omegas):
+        """A task's terms in ``A, b, M, C`` (column-major ``vec`` of ``D``)."""
+        K = len(rep_codes)
+        if self.kind == "regression":
+            Spp = np.outer(s, s)
+            for k in range(K):
+                delta = rep_codes[k] - s
+                Spp = Spp + self.lambda2 * Z[k] * np.outer(delta, delta)
+            dA = np.kron(Spp, omega)
+        else:
+            dA = np.kron(np.outer(s, s), omega)
+            for k in range(K):
+                if Z[k] > 0.0:
+                    delta = rep_codes[k] - s
+                    dA = dA + self.lambda2 * Z[k] * np.kron(np.outer(delta, delta), rep_omegas[k])
+        db = np.outer(omega @ w, s).reshape(-1, order="F")
+        dM = np.outer(phi_inverse(self.phi, s), w)
+        dC = np.outer(w, w)
+        return dA, db, dM, dC
+
+    def _stored_contribution(self, record: TaskRecord):
+        a = record.arrays
+        rep_omegas = a.get("rep_omegas")
+        if self.kind == "regression":
+            rep_omegas = [record.omega] * len(a["rep_codes"])
+        return self._contribution(a["code"], record.w, record.omega, a["assignment"], a["rep_codes"], rep_omegas)
+
+    def _assignment_costs(self, s_model, ref, rep_models, rep_omegas):
+        """Dimensionless costs ``[c_1..c_K, d0]`` of the Z step (see module docstring)."""
+        dist = np.array([(m - s_model) @ om @ (m - s_model) for m, om in zip(rep_models, rep_omegas)])
+        ratio = max(float(dist.min()), _TINY) / (ref + float(dist.sum()))
+        d0 = -self.gamma * np.log(ratio)
+        return np.append(dist / ref, d0)
+
+    def _solve_code(self, D, L, w, omega, rep_codes, rep_omegas, scale, use_encoder):
+        """Alternate the ``s`` (FISTA) and ``Z`` (ADMM) steps for one task (Algorithm 1)."""
+        K, p = len(rep_codes), D.shape[1]
+        c_enc = self.encoder_weight * scale if use_encoder else 0.0
+        l1 = self.lambda1 * scale
+        target = phi_forward(self.phi, L @ w) if use_encoder else np.zeros(p)
+        DtOD = D.T @ omega @ D
+        H0 = DtOD + c_enc * np.eye(p)
+        g0 = D.T @ omega @ w + c_enc * target
+        rep_H = [D.T @ om @ D for om in rep_omegas]
+        rep_g = [H @ s_k for H, s_k in zip(rep_H, rep_codes)]
+        rep_models = [D @ s_k for s_k in rep_codes]
+        ref = max(float(w @ omega @ w), _TINY)
+
+        def s_step(Z, s0):
+            H, g = H0.copy(), g0.copy()
+            for k in range(K):
+                H += self.lambda2 * Z[k] * rep_H[k]
+                g += self.lambda2 * Z[k] * rep_g[k]
+            return fista_quadratic_l1(H, g, l1, x0=s0)
+
+        def z_step(model, Z0):
+            costs = self._assignment_costs(model, ref, rep_models, rep_omegas)
+            return admm_assignment(costs, self.lambda2, self.alpha, self.assignment_ridge, z0=Z0)
+
+        if K == 0:
+            Z = np.ones(1)
+            return s_step(Z, None), Z
+        if not self.joint:  # CL3: assign from the single-task model, then learn s once
+            Z = z_step(w, None)
+            return s_step(Z, None), Z
+        Z = np.full(K + 1, 1.0 / (K + 1))
+        s = s_step(Z, None)
+        for _ in range(self.max_outer_iter):
+            Z_new = z_step(D @ s, Z)
+            s_new = s_step(Z_new, s)
+            done = (np.linalg.norm(s_new - s) <= self.tol * (1 + np.linalg.norm(s_new))
+                    and np.linalg.norm(Z_new - Z) <= self.tol)
+            s, Z = s_new, Z_new
+            if done:
+                break
+        return s, Z
+
+    # ------------------------------------------------------------------ update
+    def _update(self, task_id: str, record: TaskRecord, previous: TaskRecord | None) -> UpdateResult:
+        d, p = self.D_.shape
+        w, omega = record.w, record.omega
+        A, b, M, C = self.A_, self.b_, self.M_, self.C_
+        D = self.D_
+        if previous is not None:  # remove the earlier contribution: no double counting
+            dA, db, dM, dC = self._stored_contribution(previous)
+            A, b, M, C = A - dA, b - db, M - dM, C - dC
+            n_learned = self.n_learned_
+        else:
+            n_learned = self.n_learned_ + 1
+        use_encoder = bool(np.any(C != 0.0))  # L holds knowledge only once fitted to a task
+        seeded = self.n_seeded_columns_
+        if previous is None and seeded < p and np.linalg.norm(w) > 1e-12:
+            D = D.copy()
+            D[:, seeded] = w / np.linalg.norm(w) * (self.max_norm or 1.0)
+            seeded += 1
+
+        was_rep = task_id in self.representatives_
+        rep_ids = [r for r in self.representatives_ if r != task_id]
+        rep_codes = np.array([self.S_[self.representatives_.index(r)] for r in rep_ids]).reshape(-1, p)
+        rep_omegas = self._rep_hessians(record, rep_codes, D)
+        scale = float(np.mean(np.diag(omega)))
+        s, Z = self._solve_code(D, self.L_, w, omega, rep_codes, rep_omegas, scale, use_encoder)
+
+        dA, db, dM, dC = self._contribution(s, w, omega, Z, rep_codes, rep_omegas)
+        A, b, M, C = A + dA, b + db, M + dM, C + dC
+        T = n_learned
+        D_new = solve_ridge_ball(A / T + self.ridge * np.eye(d * p), b / T, (d, p), self.max_norm, axis=0)
+        L_new = solve_rows_in_ball(C / T + self.encoder_ridge * np.eye(d), M / T, self.max_norm)
+
+        representatives, S = list(self.representatives_), self.S_
+        new_rep = False
+        if was_rep:
+            S = S.copy()
+            S[representatives.index(task_id)] = s
+        elif int(np.argmax(Z)) == len(Z) - 1:
+            representatives.append(task_id)
+            S = np.vstack([S, s])
+            new_rep = True
+
+        record.arrays = {"code": s, "assignment": Z, "rep_codes": rep_codes}
+        if self.kind == "classification":
+            record.arrays["rep_omegas"] = np.array(rep_omegas).reshape(-1, d, d)
+        record.meta = {"assignment_tasks": rep_ids}
+        # commit: every attribute replaced at once, after all the work succeeded
+        self.A_, self.b_, self.M_, self.C_ = A, b, M, C
+        self.D_, self.L_, self.S_ = D_new, L_new, S
+        self.representatives_, self.n_learned_, self.n_seeded_columns_ = representatives, n_learned, seeded
+        self.tasks_ = {**self.tasks_, task_id: record}
+        return UpdateResult(
+            task_id=task_id, n_samples=int(record.X.shape[0]), new_task=previous is None,
+            code=s.copy(), assignment=Z.copy(), assignment_tasks=tuple(rep_ids),
+            outlier_probability=float(Z[-1]), new_representative=new_rep,
+            n_representatives=len(representatives),
+        )
+
+    def _theta(self, task_id: str) -> np.ndarray:
+        return self.D_ @ self.tasks_[task_id].arrays["code"]
+
+    @property
+    def representatives(self) -> list[str]:
+        """Task ids whose codes form the model knowledge library ``S``, in order of arrival."""
+        return list(getattr(self, "representatives_", []))
+
+
+class FCL3WithoutDecoder(FCL3):
+    """The paper's ``Ours_woDecoder`` ablation: FCL3 without the autoencoder term."""
+
+    def __init__(
+        self, kind: str = "regression", n_components: int = 5, mu: float = 1e-2,
+        lambda1: float = 1e-3, lambda2: float = 0.5, alpha: float = 1e-3, gamma: float = 0.5,
+        encoder_weight: float = 0.0, assignment_ridge: float = 0.1, phi: str = "identity",
+        ridge: float = 1e-3, encoder_ridge: float = 1e-3, max_norm: float | None = None,
+        joint: bool = True, max_outer_iter: int = 20, tol: float = 1e-6,
+        standardize: bool = True, random_state: int = 0,
+    ):
+        super().__init__(kind, n_components, mu, lambda1, lambda2, alpha, gamma, encoder_weight,
+                         assignment_ridge, phi, ridge, encoder_ridge, max_norm, joint,
+                         max_outer_iter, tol, standardize, random_state)
+
+
+class CL3(FCL3):
+    """CL3 (the paper's conference version): two phases — assign ``Z`` from the single-task
+    model first, then learn the code once — and no autoencoder."""
+
+    def __init__(
+        self, kind: str = "regression", n_components: int = 5, mu: float = 1e-2,
+        lambda1: float = 1e-3, lambda2: float = 0.5, alpha: float = 1e-3, gamma: float = 0.5,
+        encoder_weight: float = 0.0, assignment_ridge: float = 0.1, phi: str = "identity",
+        ridge: float = 1e-3, encoder_ridge: float = 1e-3, max_norm: float | None = None,
+        joint: bool = False, max_outer_iter: int = 20, tol: float = 1e-6,
+        standardize: bool = True, random_state: int = 0,
+    ):
+        super().__init__(kind, n_components, mu, lambda1, lambda2, alpha, gamma, encoder_weight,
+                         assignment_ridge, phi, ridge, encoder_ridge, max_norm, joint,
+                         max_outer_iter, tol, standardize, random_state)

@@ -1,0 +1,121 @@
+"""Each solver against an independent computation (scipy or brute force)."""
+import numpy as np
+import pytest
+import scipy.optimize
+
+from core.fcl3 import solve_rows_in_ball
+from core.solvers import admm_assignment, fista_quadratic_l1, project_simplex, solve_ridge_ball
+
+SIMPLEX = {"type": "eq", "fun": lambda z: z.sum() - 1.0}
+
+
+def slsqp(fun, x0, constraints=(), bounds=None):
+    res = scipy.optimize.minimize(fun, x0, method="SLSQP", constraints=constraints, bounds=bounds,
+                                  options={"ftol": 1e-14, "maxiter": 2000})
+    assert res.success, res.message
+    return res.x
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_simplex_projection_matches_qp(seed):
+    rng = np.random.default_rng(seed)
+    v = rng.normal(scale=[0.1, 1.0, 3.0][seed % 3], size=rng.integers(1, 9))
+    z = project_simplex(v)
+    # independent: the KKT threshold tau solves sum(max(v - tau, 0)) = 1, found by root finding
+    tau = scipy.optimize.brentq(lambda t: np.maximum(v - t, 0).sum() - 1, v.min() - 1, v.max(), xtol=1e-15)
+    ref = np.maximum(v - tau, 0)
+    assert z.min() >= 0 and abs(z.sum() - 1) < 1e-12
+    np.testing.assert_allclose(z, ref, atol=1e-6)
+
+
+def test_simplex_projection_brute_force_small():
+    # brute force over a fine grid of the 2-simplex
+    v = np.array([0.3, -0.2, 0.9])
+    grid = [(a, b, 1 - a - b) for a in np.linspace(0, 1, 401) for b in np.linspace(0, 1, 401) if a + b <= 1]
+    best = min(grid, key=lambda z: np.sum((np.array(z) - v) ** 2))
+    np.testing.assert_allclose(project_simplex(v), best, atol=3e-3)
+
+
+def lasso_objective(H, g, lam):
+    return lambda x: x @ H @ x - 2 * g @ x + lam * np.abs(x).sum()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fista_matches_scipy(seed):
+    rng = np.random.default_rng(seed)
+    p = 6
+    B = rng.normal(size=(10, p))
+    H = B.T @ B / 10 + 0.05 * np.eye(p)
+    g = rng.normal(size=p)
+    lam = [0.0, 0.3, 1.0][seed % 3]
+    x = fista_quadratic_l1(H, g, lam)
+    # independent: split x = u - v with u, v >= 0 makes the problem smooth (L-BFGS-B)
+    f = lambda uv: (uv[:p] - uv[p:]) @ H @ (uv[:p] - uv[p:]) - 2 * g @ (uv[:p] - uv[p:]) + lam * uv.sum()
+    res = scipy.optimize.minimize(f, np.zeros(2 * p), method="L-BFGS-B", bounds=[(0, None)] * (2 * p),
+                                  options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 10000})
+    ref = res.x[:p] - res.x[p:]
+    obj = lasso_objective(H, g, lam)
+    assert obj(x) <= obj(ref) + 1e-9
+    np.testing.assert_allclose(x, ref, atol=1e-5)
+
+
+def test_fista_gives_exact_zeros_for_large_l1():
+    H = np.eye(3)
+    g = np.array([0.1, -0.2, 2.0])
+    x = fista_quadratic_l1(H, g, lam=1.0)  # closed form: soft_threshold(g, lam / 2)
+    np.testing.assert_allclose(x, [0.0, 0.0, 1.5], atol=1e-9)
+    assert x[0] == 0.0 and x[1] == 0.0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_admm_solves_the_stated_z_problem(seed):
+    rng = np.random.default_rng(seed)
+    k = rng.integers(2, 7)
+    costs = rng.uniform(0, 2, size=k)
+    lambda2, alpha, rho = [(1.0, 1e-3, 0.1), (0.5, 0.2, 1.0), (2.0, 0.0, 0.05)][seed % 3]
+    z = admm_assignment(costs, lambda2, alpha, rho)
+    closed = project_simplex(-lambda2 * costs / rho)
+    np.testing.assert_allclose(z, closed, atol=1e-7)
+    obj = lambda x: lambda2 * costs @ x + alpha * np.abs(x).sum() + rho / 2 * x @ x
+    ref = slsqp(obj, np.full(k, 1 / k), SIMPLEX, [(0, 1)] * k)
+    assert obj(z) <= obj(ref) + 1e-9
+    np.testing.assert_allclose(z, ref, atol=1e-5)
+
+
+def test_admm_small_rho_recovers_hard_assignment_of_the_paper_lp():
+    costs = np.array([0.7, 0.2, 0.5, 0.9])
+    z = admm_assignment(costs, lambda2=1.0, alpha=1e-3, rho=1e-4)
+    np.testing.assert_allclose(z, [0, 1, 0, 0], atol=1e-8)
+
+
+@pytest.mark.parametrize("max_norm", [None, 0.5])
+def test_ridge_ball_solve_matches_scipy(max_norm):
+    rng = np.random.default_rng(1)
+    shape = (3, 2)
+    B = rng.normal(size=(8, 6))
+    A = B.T @ B / 8 + 0.1 * np.eye(6)
+    b = rng.normal(size=6) * 3
+    W = solve_ridge_ball(A, b, shape, max_norm, axis=0)
+    obj = lambda x: x @ A @ x - 2 * b @ x
+    if max_norm is None:
+        np.testing.assert_allclose(W.reshape(-1, order="F"), np.linalg.solve(A, b), rtol=1e-10)
+        return
+    cons = [{"type": "ineq", "fun": lambda x, j=j: max_norm**2 - np.sum(x.reshape(shape, order="F")[:, j] ** 2)}
+            for j in range(shape[1])]
+    ref = slsqp(obj, np.zeros(6), cons)
+    assert np.all(np.linalg.norm(W, axis=0) <= max_norm + 1e-9)
+    assert obj(W.reshape(-1, order="F")) <= obj(ref) + 1e-7
+    np.testing.assert_allclose(W.reshape(-1, order="F"), ref, atol=1e-4)
+
+
+def test_rows_in_ball_matches_scipy():
+    rng = np.random.default_rng(2)
+    B = rng.normal(size=(9, 4))
+    G = B.T @ B / 9 + 0.05 * np.eye(4)
+    R = rng.normal(size=(3, 4)) * 2
+    L = solve_rows_in_ball(G, R, 0.7)
+    for i in range(3):
+        obj = lambda l: l @ G @ l - 2 * R[i] @ l
+        ref = slsqp(obj, np.zeros(4), [{"type": "ineq", "fun": lambda l: 0.49 - l @ l}])
+        np.testing.assert_allclose(L[i], ref, atol=1e-5)
+    np.testing.assert_allclose(solve_rows_in_ball(G, R, None), np.linalg.solve(G, R.T).T, rtol=1e-10)
