@@ -1,0 +1,63 @@
+"""Alembic environment (sync). URL: the `sqlalchemy.url` option if set (tests), else the
+service's Settings (DATABASE_URL, or the SQLite default). A connection passed in
+``config.attributes["connection"]`` is used as is (the service's embedded start-up)."""
+from __future__ import annotations
+
+import logging
+from logging.config import fileConfig
+
+from alembic import context
+from sqlalchemy import create_engine, pool
+
+from service.config import Settings
+from service.models import Base
+
+config = context.config
+if config.config_file_name is not None and config.attributes.get("connection") is None:
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
+
+target_metadata = Base.metadata
+
+
+def _url() -> str:
+    return config.get_main_option("sqlalchemy.url") or Settings().database_url
+
+
+def _configure(connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        render_as_batch=connection.dialect.name == "sqlite",  # SQLite cannot ALTER most things
+        compare_type=True,
+    )
+
+
+def run_migrations_offline() -> None:
+    url = _url()
+    context.configure(url=url, target_metadata=target_metadata, literal_binds=True,
+                      render_as_batch=url.startswith("sqlite"))
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _configure(connection)
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    engine = create_engine(_url(), poolclass=pool.NullPool)
+    with engine.connect() as connection:
+        _configure(connection)
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+logging.getLogger("alembic.runtime.migration").setLevel(logging.WARNING if config.attributes.get("connection") else logging.INFO)
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

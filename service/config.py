@@ -1,0 +1,81 @@
+"""Configuration: one pydantic-settings class, read from the environment (and ``.env``).
+
+Service settings are plain names (``DATABASE_URL``, ``REDIS_URL``, ...); the model's own
+settings carry the prefix ``FCL3_``. The ``FCL3_*`` values are used only when a model is
+created; they are then stored with the model, and a model that already exists keeps the
+settings it was created with (``GET /model`` shows them).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_file=".env", env_file_encoding="utf-8", extra="ignore")
+
+    # --- storage and locking ---------------------------------------------------------
+    DATABASE_URL: str | None = Field(
+        None, description="SQLAlchemy URL, e.g. postgresql+psycopg://postgres@127.0.0.1:5432/fcl3. "
+        "Unset: an SQLite file (SQLITE_PATH) with the schema created automatically.")
+    SQLITE_PATH: str = Field("fcl3.db", description="SQLite file used when DATABASE_URL is unset.")
+    REDIS_URL: str | None = Field(
+        None, description="redis://host:6379/0 for the update lock. Unset: an in-process lock "
+        "(correct for one process only).")
+    REDIS_PREFIX: str = Field("fcl3:", description="Prefix of every Redis key this service uses.")
+    AUTO_CREATE_SCHEMA: bool | None = Field(
+        None, description="Run the migrations at start-up. Default: yes on SQLite, no otherwise "
+        "(run `alembic upgrade head` once before the workers start).")
+    MODEL_NAME: str = Field("default", description="Name of the model this service hosts; every row is keyed by it.")
+    LOCK_TTL: float = Field(60.0, gt=0, description="Seconds before an update lock expires if its holder dies.")
+    LOCK_WAIT: float = Field(5.0, ge=0, description="Seconds an update waits for the lock before answering 503.")
+    MAX_BODY_BYTES: int = Field(16 * 1024 * 1024, gt=0, description="Larger request bodies get 413.")
+    DB_CONNECT_TIMEOUT: int = Field(3, gt=0, description="Seconds to wait for a database connection.")
+
+    # --- the model (used when the model is created, then stored with it) --------------
+    FCL3_ESTIMATOR: str = Field("FCL3", description="Learner class in core (FCL3, STL, ...).")
+    FCL3_KIND: Literal["regression", "classification"] = "regression"
+    FCL3_PARAMS: dict[str, Any] = Field(
+        default_factory=dict, description='Other hyper-parameters as JSON, e.g. {"lambda2": 0.1}.')
+    FCL3_D: int | None = Field(None, gt=0, description="Number of features; unset: fixed by the first batch.")
+
+    @field_validator("DATABASE_URL")
+    @classmethod
+    def _driver(cls, v: str | None) -> str | None:
+        """Accept plain ``postgres://``/``postgresql://`` URLs and use psycopg 3 for them."""
+        if not v:
+            return None
+        for plain in ("postgres://", "postgresql://"):
+            if v.startswith(plain):
+                return "postgresql+psycopg://" + v[len(plain):]
+        return v
+
+    @field_validator("REDIS_URL")
+    @classmethod
+    def _empty_redis(cls, v: str | None) -> str | None:
+        return v or None
+
+    @property
+    def database_url(self) -> str:
+        return self.DATABASE_URL or f"sqlite:///{self.SQLITE_PATH}"
+
+    @property
+    def embedded(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    @property
+    def auto_create_schema(self) -> bool:
+        return self.embedded if self.AUTO_CREATE_SCHEMA is None else self.AUTO_CREATE_SCHEMA
+
+    def model_settings(self) -> dict[str, Any]:
+        """What a new model is created with (stored with the model)."""
+        return {"estimator": self.FCL3_ESTIMATOR, "kind": self.FCL3_KIND,
+                "params": dict(self.FCL3_PARAMS), "d": self.FCL3_D}
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,125 @@
+"""Database tables. Every row is keyed by a model name, so one database can hold many models.
+
+* ``models``  – one row per model: settings it was created with, the learner's
+  hyper-parameters, its global learned arrays and the ``version`` that guards every write
+  (compare-and-set: ``UPDATE ... WHERE version = :read_version``).
+* ``tasks``   – one row per (model, task): that task's arrays and meta, rewritten only by an
+  update of that task; ``version`` is the model version that last wrote it, so a reader
+  refreshes only the tasks that changed since its cached version.
+* ``batches`` – append-only: every accepted raw batch with the model version it produced.
+  ``(model_name, version)`` is unique, so a batch can never be applied twice.
+
+Arrays are stored as ``np.save(..., allow_pickle=False)`` bytes (dtype and shape kept) in a
+``LargeBinary`` column: BYTEA on PostgreSQL, BLOB on SQLite.
+"""
+from __future__ import annotations
+
+import io
+import zipfile
+from datetime import datetime, timezone
+
+import numpy as np
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, LargeBinary, String, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def array_to_bytes(a: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(a), allow_pickle=False)
+    return buf.getvalue()
+
+
+def array_from_bytes(b: bytes) -> np.ndarray:
+    return np.load(io.BytesIO(b), allow_pickle=False)
+
+
+class NDArray(TypeDecorator):
+    """One numpy array as ``.npy`` bytes (never pickle)."""
+
+    impl = LargeBinary
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        return None if value is None else array_to_bytes(value)
+
+    def process_result_value(self, value, dialect):
+        return None if value is None else array_from_bytes(bytes(value))
+
+
+class NDArrayDict(TypeDecorator):
+    """A ``dict[str, ndarray]`` as an uncompressed zip of ``.npy`` files (``np.savez`` format,
+    read back with ``allow_pickle=False``)."""
+
+    impl = LargeBinary
+    cache_ok = True
+
+    def process_bind_param(self, value, dialect):
+        if value is None:
+            return None
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+            for name, arr in value.items():
+                zf.writestr(f"{name}.npy", array_to_bytes(arr))
+        return buf.getvalue()
+
+    def process_result_value(self, value, dialect):
+        if value is None:
+            return None
+        with np.load(io.BytesIO(bytes(value)), allow_pickle=False) as npz:
+            return {name: npz[name] for name in npz.files}
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class ModelRow(Base):
+    __tablename__ = "models"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    estimator: Mapped[str] = mapped_column(String(100), nullable=False)
+    kind: Mapped[str] = mapped_column(String(32), nullable=False)
+    settings: Mapped[dict] = mapped_column(JSON, nullable=False)  # what the model was created with
+    params: Mapped[dict] = mapped_column(JSON, nullable=False)  # learner.get_params()
+    meta: Mapped[dict] = mapped_column(JSON, nullable=False)  # ModelState.meta
+    arrays: Mapped[dict] = mapped_column(NDArrayDict, nullable=False)  # ModelState.arrays
+    format_version: Mapped[int] = mapped_column(Integer, nullable=False)
+    summary: Mapped[dict] = mapped_column(JSON, nullable=False, default=dict)  # representatives etc.
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
+
+
+class TaskRow(Base):
+    __tablename__ = "tasks"
+    __table_args__ = (Index("ix_tasks_model_version", "model_name", "version"),)
+
+    model_name: Mapped[str] = mapped_column(ForeignKey("models.name", ondelete="CASCADE"), primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, nullable=False)  # model version that last wrote it
+    n_samples: Mapped[int] = mapped_column(Integer, nullable=False)
+    n_batches: Mapped[int] = mapped_column(Integer, nullable=False)
+    arrays: Mapped[dict] = mapped_column(NDArrayDict, nullable=False)  # ModelState.tasks[id]["arrays"]
+    meta: Mapped[dict] = mapped_column(JSON, nullable=False)  # ModelState.tasks[id]["meta"]
+    last_update: Mapped[dict] = mapped_column(JSON, nullable=False)  # the last UpdateResult, as JSON
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
+
+
+class BatchRow(Base):
+    __tablename__ = "batches"
+    __table_args__ = (UniqueConstraint("model_name", "version", name="uq_batches_model_version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    model_name: Mapped[str] = mapped_column(ForeignKey("models.name", ondelete="CASCADE"), nullable=False)
+    task_id: Mapped[str] = mapped_column(String(200), nullable=False)
+    version: Mapped[int] = mapped_column(Integer, nullable=False)  # model version this batch produced
+    n_samples: Mapped[int] = mapped_column(Integer, nullable=False)
+    X: Mapped[np.ndarray] = mapped_column(NDArray, nullable=False)
+    y: Mapped[np.ndarray] = mapped_column(NDArray, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)

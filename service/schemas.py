@@ -1,0 +1,86 @@
+"""Request and response bodies. Requests refuse unknown fields (``extra="forbid"``) and
+non-numbers (strict floats: no strings, no booleans)."""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, Strict
+
+Number = Annotated[float, Strict()]
+
+
+class Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Batch(Request):
+    X: list[list[Number]] = Field(..., description="Feature rows (all the same width).",
+                                  examples=[[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]])
+    y: list[Number] = Field(..., description="One target per row; labels 0/1 or -1/1 for classification.",
+                            examples=[[0.5, 1.5]])
+
+
+class PredictRequest(Request):
+    task_id: str = Field(..., min_length=1, max_length=200)
+    X: list[list[Number]] = Field(..., examples=[[[1.0, 2.0, 3.0]]])
+
+
+class AssignmentEntry(BaseModel):
+    representative: str | None = Field(None, description="Task id of the representative; null for the outlier slot.")
+    outlier: bool = Field(False, description="True for the last entry: the outlier (new-environment) slot.")
+    weight: float
+
+
+class UpdateOut(BaseModel):
+    task_id: str
+    n_samples: int = Field(..., description="Samples of this task seen so far.")
+    new_task: bool
+    code: list[float] | None = Field(None, description="The task's code s_t.")
+    assignment: list[AssignmentEntry] | None = Field(None, description="Z^t over the representatives, then the outlier slot.")
+    outlier_probability: float | None = Field(None, description="e: probability that the task opens a new environment.")
+    new_representative: bool
+    n_representatives: int
+    version: int = Field(..., description="Model version after this update.")
+
+
+class PredictOut(BaseModel):
+    task_id: str
+    predictions: list[float]
+    probabilities: list[float] | None = Field(None, description="P(positive class), classification only.")
+    version: int
+
+
+class TaskOut(BaseModel):
+    task_id: str
+    n_samples: int
+    n_batches: int
+    version: int = Field(..., description="Model version that last updated this task.")
+    labels: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    last_update: dict[str, Any] | None = None
+
+
+class TaskList(BaseModel):
+    model: str
+    version: int | None
+    count: int
+    tasks: list[TaskOut]
+
+
+class ModelOut(BaseModel):
+    name: str
+    estimator: str
+    kind: str
+    d: int | None = Field(None, description="Number of features (fixed by the first batch unless configured).")
+    p: int | None = Field(None, description="Length of a task code (size of the feature library).")
+    hyperparameters: dict[str, Any]
+    created_with: dict[str, Any] = Field(..., description="The FCL3_* settings the model was created with.")
+    version: int
+    n_tasks: int
+    n_batches: int
+    n_representatives: int
+    representatives: list[str]
+    created_at: datetime
+    updated_at: datetime
