@@ -26,51 +26,47 @@ log = logging.getLogger("service")
 
 
 class BodyLimit:
-    """Pure ASGI middleware: 413 for a body over ``max_bytes`` (declared or streamed)."""
+    """Pure ASGI middleware: 413 for a body over ``max_bytes``, declared (Content-Length) or
+    streamed (chunked). The body is read here, up to the limit, then handed on unchanged."""
 
     def __init__(self, app, max_bytes: int):
         self.app, self.max_bytes = app, max_bytes
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             return await self.app(scope, receive, send)
-        headers = dict(scope.get("headers") or [])
-        declared = headers.get(b"content-length")
+        declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             return await self._reject(send)
-        seen = 0
-        started = False
-
-        async def limited_receive():
-            nonlocal seen
+        chunks, size = [], 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge()
-            return message
+            if message["type"] != "http.request":  # client went away
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                return await self._reject(send)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        replayed = False
 
-        async def tracking_send(message):
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
 
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _TooLarge:
-            if not started:
-                await self._reject(send)
+        await self.app(scope, replay, send)
 
     async def _reject(self, send):
         body = b'{"detail":"request body larger than %d bytes (MAX_BODY_BYTES)"}' % self.max_bytes
         await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": body})
-
-
-class _TooLarge(Exception):
-    pass
 
 
 def _first_line(exc: BaseException) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, Strict
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
 
 Number = Annotated[float, Strict()]
 
@@ -14,16 +14,26 @@ class Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _not_empty(X: list) -> list:
+    if not X:
+        raise ValueError("X is empty: a batch needs at least one row")
+    return X
+
+
 class Batch(Request):
     X: list[list[Number]] = Field(..., description="Feature rows (all the same width).",
                                   examples=[[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]])
     y: list[Number] = Field(..., description="One target per row; labels 0/1 or -1/1 for classification.",
                             examples=[[0.5, 1.5]])
 
+    _x_not_empty = field_validator("X")(_not_empty)
+
 
 class PredictRequest(Request):
     task_id: str = Field(..., min_length=1, max_length=200)
     X: list[list[Number]] = Field(..., examples=[[[1.0, 2.0, 3.0]]])
+
+    _x_not_empty = field_validator("X")(_not_empty)
 
 
 class AssignmentEntry(BaseModel):

@@ -1,0 +1,239 @@
+"""Fixtures for the service tests.
+
+* SQLite (embedded default) tests always run.
+* PostgreSQL (127.0.0.1:5432, user postgres, trust auth) and Redis (127.0.0.1:6379) tests
+  use a throwaway database made for this session and a unique Redis key prefix. When a
+  server is absent they are skipped with the reason printed — unless ``CI`` or
+  ``FCL3_REQUIRE_SERVICES=1`` is set, where its absence is a failure.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+import core
+
+ROOT = Path(__file__).resolve().parents[2]
+PG_HOST, PG_PORT = os.environ.get("FCL3_TEST_PGHOST", "127.0.0.1"), int(os.environ.get("FCL3_TEST_PGPORT", "5432"))
+REDIS_URL = os.environ.get("FCL3_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+ESTIMATOR = os.environ.get("FCL3_TEST_ESTIMATOR", "FCL3" if hasattr(core, "FCL3") else "STL")
+# Small, fast hyper-parameters (the service passes them through unchanged).
+PARAMS = {"n_components": 3, "max_outer_iter": 10} if ESTIMATOR == "FCL3" else {}
+
+REQUIRE = bool(os.environ.get("CI")) or os.environ.get("FCL3_REQUIRE_SERVICES") == "1"
+
+
+def _missing(what: str, why: str):
+    msg = f"{what} not available ({why})"
+    if REQUIRE:
+        pytest.fail(msg + " — required because CI or FCL3_REQUIRE_SERVICES is set", pytrace=False)
+    print(f"\nSKIP: {msg}", file=sys.stderr)
+    pytest.skip(msg)
+
+
+def pg_url(dbname: str) -> str:
+    return f"postgresql+psycopg://postgres@{PG_HOST}:{PG_PORT}/{dbname}"
+
+
+@contextmanager
+def pg_admin():
+    import psycopg
+
+    with psycopg.connect(host=PG_HOST, port=PG_PORT, user="postgres", dbname="test",
+                         connect_timeout=3, autocommit=True) as conn:
+        yield conn
+
+
+def create_pg_database(prefix: str = "fcl3_test") -> str:
+    name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    with pg_admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return name
+
+
+def drop_pg_database(name: str) -> None:
+    with pg_admin() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    try:
+        with pg_admin() as conn:
+            conn.execute("SELECT 1")
+    except Exception as exc:  # noqa: BLE001
+        _missing(f"PostgreSQL at {PG_HOST}:{PG_PORT}", str(exc).strip().splitlines()[0])
+    return True
+
+
+@pytest.fixture(scope="session")
+def pg_database(postgres_server):
+    """A throwaway database for this session, migrated to head; dropped at the end."""
+    from alembic import command
+
+    from service.db import alembic_config
+
+    name = create_pg_database()
+    url = pg_url(name)
+    command.upgrade(alembic_config(url), "head")
+    yield url
+    drop_pg_database(name)
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+    try:
+        client.ping()
+    except Exception as exc:  # noqa: BLE001
+        _missing(f"Redis at {REDIS_URL}", str(exc))
+    prefix = f"fcl3test:{os.getpid()}:{uuid.uuid4().hex[:8]}:"
+    yield client, prefix
+    for key in client.scan_iter(match=prefix + "*"):
+        client.delete(key)
+    client.close()
+
+
+def unique_name(prefix: str = "m") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def make_settings(**overrides):
+    from service.config import Settings
+
+    values = dict(MODEL_NAME=unique_name(), FCL3_ESTIMATOR=ESTIMATOR, FCL3_PARAMS=dict(PARAMS),
+                  FCL3_KIND="regression", DATABASE_URL=None, REDIS_URL=None)
+    values.update(overrides)
+    return Settings(_env_file=None, **values)
+
+
+@pytest.fixture
+def make_client(tmp_path):
+    """Factory: ``make_client(backend="sqlite"|"postgres", **settings)`` -> a TestClient
+    running the real app (lifespan included) on its own model name."""
+    from fastapi.testclient import TestClient
+
+    from service.main import create_app
+
+    clients = []
+
+    def factory(backend: str = "sqlite", **overrides):
+        if backend == "postgres":
+            request = overrides.pop("_request")
+            url = request.getfixturevalue("pg_database")
+            _, prefix = request.getfixturevalue("redis_server")
+            overrides.setdefault("DATABASE_URL", url)
+            overrides.setdefault("REDIS_URL", REDIS_URL)
+            overrides.setdefault("REDIS_PREFIX", prefix)
+        else:
+            overrides.pop("_request", None)
+            overrides.setdefault("SQLITE_PATH", str(tmp_path / "fcl3.db"))
+        settings = make_settings(**overrides)
+        client = TestClient(create_app(settings))
+        client.__enter__()
+        clients.append(client)
+        return client
+
+    yield factory
+    for c in clients:
+        c.__exit__(None, None, None)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend_client(request, make_client):
+    """The app on the embedded default and on PostgreSQL + Redis."""
+    if request.param == "postgres":
+        return make_client("postgres", _request=request)
+    return make_client("sqlite")
+
+
+# ----------------------------------------------------------------------------- processes
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A real ``uvicorn service.main:app`` subprocess."""
+
+    def __init__(self, env: dict, workers: int = 1, port: int | None = None, log_path: Path | None = None):
+        self.port = port or free_port()
+        self.env = {**os.environ, **env}
+        self.workers = workers
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> "Server":
+        cmd = [sys.executable, "-m", "uvicorn", "service.main:app", "--host", "127.0.0.1",
+               "--port", str(self.port), "--workers", str(self.workers), "--log-level", "warning"]
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"uvicorn exited with {self.proc.returncode}; log: {self.log_path}")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"uvicorn did not become ready in {timeout}s; log: {self.log_path}")
+
+    def kill9(self) -> None:
+        """SIGKILL the whole process group (master and workers), as a crash would."""
+        import signal
+
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        import signal
+
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+
+
+@pytest.fixture
+def server_env(request):
+    """Environment for a uvicorn subprocess on PostgreSQL + Redis with its own model."""
+    url = request.getfixturevalue("pg_database")
+    _, prefix = request.getfixturevalue("redis_server")
+    import json
+
+    return {"DATABASE_URL": url, "REDIS_URL": REDIS_URL, "REDIS_PREFIX": prefix,
+            "MODEL_NAME": unique_name("proc"), "FCL3_ESTIMATOR": ESTIMATOR, "FCL3_KIND": "regression",
+            "FCL3_PARAMS": json.dumps(PARAMS), "AUTO_CREATE_SCHEMA": "false"}
+
+
+def regression_batch(rng, n: int = 12, d: int = 4, task: int = 0):
+    import numpy as np
+
+    w = np.linspace(-1, 1, d) * (1 + task % 3)
+    X = rng.normal(size=(n, d))
+    y = X @ w + 0.1 * rng.normal(size=n)
+    return X.tolist(), y.tolist()
