@@ -237,3 +237,75 @@ def regression_batch(rng, n: int = 12, d: int = 4, task: int = 0):
     X = rng.normal(size=(n, d))
     y = X @ w + 0.1 * rng.normal(size=n)
     return X.tolist(), y.tolist()
+
+
+class TcpProxy:
+    """A loopback TCP forwarder that can be cut and restored, to play a server going down."""
+
+    def __init__(self, target_host: str, target_port: int):
+        import threading
+
+        self.target = (target_host, target_port)
+        self.port = free_port()
+        self._threading = threading
+        self._listener: socket.socket | None = None
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def start(self) -> "TcpProxy":
+        ls = socket.socket()
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind(("127.0.0.1", self.port))
+        ls.listen(64)
+        self._listener = ls
+        self._threading.Thread(target=self._accept, args=(ls,), daemon=True).start()
+        return self
+
+    def _accept(self, ls):
+        while True:
+            try:
+                client, _ = ls.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=3)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                self._threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def stop(self) -> None:
+        """Refuse new connections and cut every open one."""
+        if self._listener is not None:
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+            except OSError:
+                pass
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for s in conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()

@@ -1,0 +1,160 @@
+"""The update lock, the version compare-and-set that guards every commit, and 503s."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from service.db import make_engine
+from service.locks import make_locks
+from service.store import ModelStore, StaleWrite
+
+from .conftest import REDIS_URL, PG_HOST, PG_PORT, TcpProxy, regression_batch
+
+
+def post(c, task, X, y):
+    return c.post(f"/tasks/{task}/data", json={"X": X, "y": y})
+
+
+def test_stale_writer_is_refused(make_client, request):
+    """Writer A's lock expires while it computes; B commits; A's commit must be refused."""
+    a = make_client("postgres", _request=request, LOCK_TTL=0.3, LOCK_WAIT=3)
+    settings = a.app.state.settings
+    rng = np.random.default_rng(4)
+    X, y = regression_batch(rng)
+    assert post(a, "t", X, y).json()["version"] == 1
+    store_a: ModelStore = a.app.state.store
+    # B: another process with its own engine, lock client and cache.
+    store_b = ModelStore(make_engine(settings), make_locks(settings), settings.MODEL_NAME, settings.model_settings())
+
+    with store_a.locks.hold(store_a.name):
+        snap = store_a.snapshot()
+        prepared = store_a.prepare(snap, "t", *regression_batch(rng))
+        time.sleep(0.5)  # a long GC pause: A's lock expires
+        t0 = time.monotonic()
+        _, v_b = store_b.update("u", *regression_batch(rng, task=1))  # B gets the lock at once
+        assert time.monotonic() - t0 < 2.5
+        assert v_b == 2
+        with pytest.raises(StaleWrite, match="NOT applied"):
+            store_a.commit(prepared)
+
+    m = a.get("/model").json()
+    assert m["version"] == 2 and m["n_batches"] == 2
+    assert a.get("/tasks/t").json()["n_samples"] == 12  # A's batch is not there
+    assert [b["version"] for b in store_b.batches()] == [1, 2]
+    store_b.engine.dispose()
+
+
+def test_stale_writer_over_http_gets_409(make_client, request):
+    """Two app instances (as two replicas); A stalls past its lock TTL inside an update."""
+    a = make_client("postgres", _request=request, LOCK_TTL=0.3, LOCK_WAIT=3)
+    b = make_client("postgres", _request=request, LOCK_TTL=0.3, LOCK_WAIT=3,
+                    MODEL_NAME=a.app.state.settings.MODEL_NAME, REDIS_PREFIX=a.app.state.settings.REDIS_PREFIX)
+    rng = np.random.default_rng(5)
+    assert post(a, "t", *regression_batch(rng)).status_code == 200
+    store_a = a.app.state.store
+    real_prepare = store_a.prepare
+
+    def slow_prepare(*args, **kwargs):
+        out = real_prepare(*args, **kwargs)
+        time.sleep(0.8)
+        return out
+
+    store_a.prepare = slow_prepare
+    results = {}
+    Xa, ya = regression_batch(rng)
+    th = threading.Thread(target=lambda: results.setdefault("a", post(a, "t", Xa, ya)))
+    th.start()
+    time.sleep(0.45)
+    results["b"] = post(b, "u", *regression_batch(rng))
+    th.join()
+    assert results["b"].status_code == 200 and results["b"].json()["version"] == 2
+    assert results["a"].status_code == 409, results["a"].text
+    assert "NOT applied" in results["a"].json()["detail"]
+    m = b.get("/model").json()
+    assert m["version"] == 2 and m["n_batches"] == 2
+    assert b.get("/tasks/t").json()["n_samples"] == 12
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_lock_contention_is_503_with_retry_after_and_predictions_do_not_wait(make_client, request, backend):
+    c = make_client(backend, _request=request, LOCK_WAIT=0.2)
+    rng = np.random.default_rng(6)
+    assert post(c, "t", *regression_batch(rng)).status_code == 200
+    store = c.app.state.store
+    held, release = threading.Event(), threading.Event()
+
+    def holder():  # another writer holding the lock (in its own thread, one `with`)
+        with store.locks.hold(store.name):
+            held.set()
+            release.wait(10)
+
+    th = threading.Thread(target=holder)
+    th.start()
+    held.wait(5)
+    try:
+        t0 = time.monotonic()
+        r = post(c, "t", *regression_batch(rng))
+        assert r.status_code == 503 and r.headers["Retry-After"] == "1", r.text
+        assert "another update" in r.json()["detail"]
+        assert time.monotonic() - t0 < 2
+        p = c.get("/predict", params={"task_id": "t", "x": "1,2,3,4"})
+        assert p.status_code == 200 and p.json()["version"] == 1
+    finally:
+        release.set()
+        th.join()
+    assert c.get("/model").json()["version"] == 1
+    assert post(c, "t", *regression_batch(rng)).json()["version"] == 2
+
+
+def test_redis_down_is_503_and_predictions_still_work(make_client, request):
+    c = make_client("postgres", _request=request, REDIS_URL="redis://127.0.0.1:1/0")
+    r = post(c, "t", *regression_batch(np.random.default_rng(7)))
+    assert r.status_code == 503 and "redis unavailable" in r.json()["detail"], r.text
+    ready = c.get("/readyz")
+    assert ready.status_code == 503 and "unavailable" in ready.json()["lock"]
+    assert c.get("/healthz").status_code == 200
+    assert c.get("/model").json()["version"] == 0
+
+
+def test_database_down_is_503(make_client):
+    c = make_client(DATABASE_URL="postgresql+psycopg://postgres@127.0.0.1:1/nothing", DB_CONNECT_TIMEOUT=1)
+    assert c.get("/healthz").status_code == 200
+    for r in (c.get("/model"), c.get("/tasks"), post(c, "t", [[1.0]], [1.0]),
+              c.get("/predict", params={"task_id": "t", "x": "1"})):
+        assert r.status_code == 503, r.text
+        assert r.json()["detail"].startswith("database unavailable")
+    ready = c.get("/readyz")
+    assert ready.status_code == 503 and ready.json()["database"].startswith("unavailable")
+
+
+def test_service_recovers_when_database_and_redis_return(make_client, request):
+    request.getfixturevalue("pg_database")
+    pg = TcpProxy(PG_HOST, PG_PORT).start()
+    rd = TcpProxy("127.0.0.1", int(REDIS_URL.rsplit(":", 1)[1].split("/")[0])).start()
+    try:
+        db = request.getfixturevalue("pg_database").rsplit("/", 1)[1]
+        c = make_client("postgres", _request=request, DB_CONNECT_TIMEOUT=1,
+                        DATABASE_URL=f"postgresql+psycopg://postgres@127.0.0.1:{pg.port}/{db}",
+                        REDIS_URL=f"redis://127.0.0.1:{rd.port}/0")
+        rng = np.random.default_rng(8)
+        assert post(c, "t", *regression_batch(rng)).status_code == 200
+        for proxy, words in ((pg, "database unavailable"), (rd, "redis unavailable")):
+            proxy.stop()
+            r = post(c, "t", *regression_batch(rng))
+            assert r.status_code == 503 and words in r.json()["detail"], r.text
+            assert c.get("/readyz").status_code == 503
+            proxy.start()
+            deadline = time.monotonic() + 10
+            while c.get("/readyz").status_code != 200 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            r = post(c, "t", *regression_batch(rng))
+            assert r.status_code == 200, r.text
+        m = c.get("/model").json()
+        assert m["version"] == 3 and m["n_batches"] == 3
+        assert c.get("/tasks/t").json()["n_samples"] == 36
+    finally:
+        pg.stop()
+        rd.stop()
