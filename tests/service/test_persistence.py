@@ -1,0 +1,140 @@
+"""Migrations, the array column type, what an update rewrites, and exact reloads."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from sqlalchemy import create_engine, inspect, select
+
+import core
+from service.models import BatchRow, TaskRow, array_from_bytes, array_to_bytes
+
+from .conftest import ROOT, create_pg_database, drop_pg_database, pg_url, regression_batch
+
+
+def alembic(*args, url: str):
+    env = {**os.environ, "DATABASE_URL": url}
+    return subprocess.run([sys.executable, "-m", "alembic", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def tables(url: str) -> set[str]:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return set(inspect(conn).get_table_names())
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_migrations_upgrade_and_downgrade_on_an_empty_database(backend, tmp_path, request):
+    """The very command docker-compose's `migrate` service runs: `alembic upgrade head`."""
+    if backend == "postgres":
+        request.getfixturevalue("postgres_server")
+        name = create_pg_database("fcl3_mig")
+        url = pg_url(name)
+    else:
+        url = f"sqlite:///{tmp_path / 'mig.db'}"
+    try:
+        r = alembic("upgrade", "head", url=url)
+        assert r.returncode == 0, r.stderr
+        assert {"models", "tasks", "batches", "alembic_version"} <= tables(url)
+        r = alembic("check", url=url)  # the ORM models and the migrations agree
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = alembic("downgrade", "base", url=url)
+        assert r.returncode == 0, r.stderr
+        assert tables(url) <= {"alembic_version"}
+        assert alembic("upgrade", "head", url=url).returncode == 0
+    finally:
+        if backend == "postgres":
+            drop_pg_database(name)
+
+
+@pytest.mark.parametrize("a", [
+    np.arange(12, dtype=np.float64).reshape(3, 4), np.array(3.5), np.zeros((0, 5)), np.arange(5, dtype=np.int32),
+    np.array([True, False]), np.asfortranarray(np.random.default_rng(0).normal(size=(4, 3))),
+])
+def test_array_bytes_keep_dtype_shape_and_values(a):
+    b = array_from_bytes(array_to_bytes(a))
+    assert b.dtype == a.dtype and b.shape == a.shape and np.array_equal(a, b)
+
+
+def test_array_bytes_never_unpickle():
+    with pytest.raises(ValueError):
+        array_to_bytes(np.array([{"a": 1}], dtype=object))
+
+
+def _post(c, task, X, y):
+    r = c.post(f"/tasks/{task}/data", json={"X": X, "y": y})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_update_rewrites_only_the_model_row_and_its_task(backend_client):
+    c = backend_client
+    store = c.app.state.store
+    rng = np.random.default_rng(9)
+    for task in ("a", "b", "c"):
+        _post(c, task, *regression_batch(rng))
+    with store.engine.connect() as conn:
+        before = {r.task_id: (r.version, r.updated_at) for r in conn.execute(
+            select(TaskRow.task_id, TaskRow.version, TaskRow.updated_at).where(TaskRow.model_name == store.name))}
+    _post(c, "b", *regression_batch(rng))
+    with store.engine.connect() as conn:
+        after = {r.task_id: (r.version, r.updated_at) for r in conn.execute(
+            select(TaskRow.task_id, TaskRow.version, TaskRow.updated_at).where(TaskRow.model_name == store.name))}
+        batches = conn.execute(select(BatchRow.task_id, BatchRow.version, BatchRow.n_samples)
+                               .where(BatchRow.model_name == store.name).order_by(BatchRow.version)).all()
+    assert after["a"] == before["a"] and after["c"] == before["c"]
+    assert after["b"][0] == 4
+    assert [(b.task_id, b.version, b.n_samples) for b in batches] == [("a", 1, 12), ("b", 2, 12), ("c", 3, 12), ("b", 4, 12)]
+
+
+def test_reload_is_exact_and_raw_batches_replay_to_the_same_model(backend_client, make_client, request):
+    c = backend_client
+    s = c.app.state.settings
+    rng = np.random.default_rng(10)
+    for i, task in enumerate(["a", "b", "a", "c", "b", "d"]):
+        _post(c, task, *regression_batch(rng, n=8 + i, task=i))
+    probe = rng.normal(size=(5, 4)).tolist()
+    before = {t: c.post("/predict", json={"task_id": t, "X": probe}).json() for t in "abcd"}
+
+    # A fresh process view (new app, empty cache) on the same stored model.
+    if s.DATABASE_URL:
+        fresh = make_client("postgres", _request=request, MODEL_NAME=s.MODEL_NAME, REDIS_PREFIX=s.REDIS_PREFIX)
+    else:
+        fresh = make_client(SQLITE_PATH=s.SQLITE_PATH, MODEL_NAME=s.MODEL_NAME)
+    after = {t: fresh.post("/predict", json={"task_id": t, "X": probe}).json() for t in "abcd"}
+    assert after == before  # bit for bit (floats round-trip exactly through JSON)
+
+    # The append-only batch table alone rebuilds the same model.
+    store = fresh.app.state.store
+    from service.store import make_learner
+
+    learner = make_learner(store.snapshot().info["settings"])
+    for b in store.batches():
+        learner.learn(b["task_id"], b["X"], b["y"])
+    for t in "abcd":
+        assert learner.predict(t, np.array(probe)).tolist() == before[t]["predictions"]
+    assert core.load_state(store.snapshot().state).get_params() == learner.get_params()
+
+
+def test_a_reader_follows_another_writer(make_client, request):
+    """Replica B writes; replica A notices the version moved and reloads (only what changed)."""
+    a = make_client("postgres", _request=request)
+    s = a.app.state.settings
+    b = make_client("postgres", _request=request, MODEL_NAME=s.MODEL_NAME, REDIS_PREFIX=s.REDIS_PREFIX)
+    rng = np.random.default_rng(11)
+    _post(a, "t", *regression_batch(rng))
+    probe = {"task_id": "t", "X": [[0.5, 0.5, 0.5, 0.5]]}
+    first = a.post("/predict", json=probe).json()
+    assert first["version"] == 1
+    _post(b, "t", *regression_batch(rng))
+    _post(b, "u", *regression_batch(rng))
+    pa, pb = a.post("/predict", json=probe).json(), b.post("/predict", json=probe).json()
+    assert pa == pb and pa["version"] == 3 and pa["predictions"] != first["predictions"]
+    assert a.get("/tasks/u").status_code == 200
