@@ -30,7 +30,7 @@ class Settings(BaseSettings):
         None, description="Run the migrations at start-up. Default: yes on SQLite, no otherwise "
         "(run `alembic upgrade head` once before the workers start).")
     MODEL_NAME: str = Field("default", description="Name of the model this service hosts; every row is keyed by it.")
-    LOCK_TTL: float = Field(60.0, gt=0, description="Seconds before an update lock expires if its holder dies.")
+    LOCK_TTL: float = Field(30.0, gt=0, description="Seconds before an update lock expires if its holder dies.")
     LOCK_WAIT: float = Field(5.0, ge=0, description="Seconds an update waits for the lock before answering 503.")
     MAX_BODY_BYTES: int = Field(16 * 1024 * 1024, gt=0, description="Larger request bodies get 413.")
     DB_CONNECT_TIMEOUT: int = Field(3, gt=0, description="Seconds to wait for a database connection.")
