@@ -66,6 +66,17 @@ def _now() -> datetime:
 
 def learner_class(name: str) -> type:
     cls = getattr(core, name, None)
+    if cls is None:  # learners not re-exported by core (e.g. ELLA) register themselves on import
+        import importlib
+        import pkgutil
+
+        for mod in pkgutil.iter_modules(core.__path__):
+            if mod.name not in ("bench",):
+                try:
+                    importlib.import_module(f"core.{mod.name}")
+                except ImportError:
+                    pass
+        cls = core.base._REGISTRY.get(name)
     if not (isinstance(cls, type) and issubclass(cls, core.LifelongLearner)):
         raise ModelConfigError(f"FCL3_ESTIMATOR={name!r} is not a learner in core")
     return cls
