@@ -32,9 +32,10 @@ def make_engine(settings: Settings) -> Engine:
     connect_args = {}
     if url.startswith("postgresql"):
         connect_args["connect_timeout"] = settings.DB_CONNECT_TIMEOUT
-    # pool_pre_ping: a connection broken by a database restart is replaced, so the
-    # service recovers by itself when the database comes back.
-    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10, connect_args=connect_args)
+    # No pool_pre_ping (it would add a round trip to every request): when the database
+    # drops connections, the first statement that hits a dead one fails (503) and SQLAlchemy
+    # invalidates the whole pool on that disconnect, so the service recovers by itself.
+    return create_engine(url, pool_pre_ping=False, pool_size=5, max_overflow=10, connect_args=connect_args)
 
 
 def alembic_config(url: str | None = None):

@@ -170,6 +170,8 @@ class ModelStore:
         self._cache: Snapshot | None = None
         self._cache_lock = threading.Lock()
         self._postgres = engine.dialect.name == "postgresql"
+        # Single-statement reads need no transaction: one round trip instead of BEGIN/SELECT/ROLLBACK.
+        self._reader = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     # ------------------------------------------------------------------ creation
     def ensure_model(self) -> None:
@@ -193,7 +195,7 @@ class ModelStore:
 
     # ------------------------------------------------------------------ reading
     def stored_version(self) -> int | None:
-        with self.engine.connect() as conn:
+        with self._reader.connect() as conn:
             return conn.execute(select(models_t.c.version).where(models_t.c.name == self.name)).scalar()
 
     def snapshot(self) -> Snapshot:
@@ -243,7 +245,7 @@ class ModelStore:
             self._cache = snap
 
     def model_info(self) -> dict[str, Any]:
-        with self.engine.connect() as conn:
+        with self._reader.connect() as conn:
             row = conn.execute(select(*_MODEL_INFO_COLS).where(models_t.c.name == self.name)).mappings().first()
             if row is None:
                 return {}
@@ -252,13 +254,13 @@ class ModelStore:
         return {**row, "n_tasks": int(n_tasks), "n_batches": int(n_batches)}
 
     def list_tasks(self, offset: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
-        with self.engine.connect() as conn:
+        with self._reader.connect() as conn:
             rows = conn.execute(select(*_TASK_INFO_COLS).where(tasks_t.c.model_name == self.name)
                                 .order_by(tasks_t.c.created_at, tasks_t.c.task_id).offset(offset).limit(limit))
             return [dict(r) for r in rows.mappings()]
 
     def task_info(self, task_id: str) -> dict[str, Any]:
-        with self.engine.connect() as conn:
+        with self._reader.connect() as conn:
             row = conn.execute(select(*_TASK_INFO_COLS).where(
                 tasks_t.c.model_name == self.name, tasks_t.c.task_id == task_id)).mappings().first()
         if row is None:

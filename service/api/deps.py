@@ -1,6 +1,8 @@
 """Dependencies as ``Annotated`` aliases (as in FastAPI's full-stack template)."""
 from __future__ import annotations
 
+# Plain attribute look-ups: `async def` so FastAPI does not send them to the thread pool.
+
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -9,11 +11,11 @@ from ..config import Settings
 from ..store import ModelStore
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_store(request: Request) -> ModelStore:
+async def get_store(request: Request) -> ModelStore:
     return request.app.state.store
 
 
