@@ -33,6 +33,7 @@ class Settings(BaseSettings):
     LOCK_TTL: float = Field(30.0, gt=0, description="Seconds before an update lock expires if its holder dies.")
     LOCK_WAIT: float = Field(5.0, ge=0, description="Seconds an update waits for the lock before answering 503.")
     MAX_BODY_BYTES: int = Field(16 * 1024 * 1024, gt=0, description="Larger request bodies get 413.")
+    DB_POOL_SIZE: int = Field(20, gt=0, description="Database connections kept per process (as many again may overflow).")
     DB_CONNECT_TIMEOUT: int = Field(3, gt=0, description="Seconds to wait for a database connection.")
 
     # --- the model (used when the model is created, then stored with it) --------------

@@ -35,7 +35,9 @@ def make_engine(settings: Settings) -> Engine:
     # No pool_pre_ping (it would add a round trip to every request): when the database
     # drops connections, the first statement that hits a dead one fails (503) and SQLAlchemy
     # invalidates the whole pool on that disconnect, so the service recovers by itself.
-    return create_engine(url, pool_pre_ping=False, pool_size=5, max_overflow=10, connect_args=connect_args)
+    # The pool is as large as the request concurrency one process sees: a smaller pool makes
+    # threads open and close overflow connections on every request.
+    return create_engine(url, pool_pre_ping=False, pool_size=settings.DB_POOL_SIZE, max_overflow=settings.DB_POOL_SIZE, connect_args=connect_args)
 
 
 def alembic_config(url: str | None = None):

@@ -309,3 +309,18 @@ class TcpProxy:
             except OSError:
                 pass
             s.close()
+
+
+@pytest.fixture
+def spawn():
+    """Factory for :class:`Server`; every server it made is stopped at teardown, even on failure."""
+    made: list[Server] = []
+
+    def factory(*args, **kwargs) -> Server:
+        server = Server(*args, **kwargs)
+        made.append(server)
+        return server
+
+    yield factory
+    for server in made:
+        server.stop()

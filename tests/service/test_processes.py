@@ -8,7 +8,7 @@ import httpx
 import numpy as np
 import pytest
 
-from .conftest import Server, regression_batch
+from .conftest import regression_batch
 
 pytestmark = pytest.mark.slow
 
@@ -28,9 +28,9 @@ def replay_predictions(env: dict, probe: dict) -> list[float]:
     return learner.predict(probe["task_id"], np.array(probe["X"])).tolist()
 
 
-def test_kill_9_mid_stream_then_restart_loses_nothing(server_env, tmp_path):
+def test_kill_9_mid_stream_then_restart_loses_nothing(server_env, tmp_path, spawn):
     env = {**server_env, "LOCK_TTL": "2", "LOCK_WAIT": "0.5"}  # a crashed holder's lock expires in 2 s
-    server = Server(env, log_path=tmp_path / "uvicorn.log").start()
+    server = spawn(env, log_path=tmp_path / "uvicorn.log").start()
     probe = {"task_id": "t0", "X": np.random.default_rng(99).normal(size=(4, 4)).tolist()}
     acked: list[dict] = []  # (version, task, n) of every acknowledged batch
     seen_predictions: dict[int, list[float]] = {}
@@ -95,9 +95,9 @@ def test_kill_9_mid_stream_then_restart_loses_nothing(server_env, tmp_path):
     server.stop()
 
 
-def test_two_workers_eight_clients_no_update_lost_or_doubled(server_env, tmp_path):
+def test_two_workers_eight_clients_no_update_lost_or_doubled(server_env, tmp_path, spawn):
     env = {**server_env, "LOCK_WAIT": "10"}
-    server = Server(env, workers=2, log_path=tmp_path / "uvicorn.log").start()
+    server = spawn(env, workers=2, log_path=tmp_path / "uvicorn.log").start()
     n_clients, per_client = 8, 6
     acks: dict[int, list[int]] = {i: [] for i in range(n_clients)}
     sent: dict[int, int] = {i: 0 for i in range(n_clients)}
