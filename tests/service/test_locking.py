@@ -158,3 +158,19 @@ def test_service_recovers_when_database_and_redis_return(make_client, request):
     finally:
         pg.stop()
         rd.stop()
+
+
+def test_version_guard_also_holds_on_sqlite(make_client, tmp_path):
+    """Embedded default: a writer that computed on an old version is refused as well."""
+    a = make_client(SQLITE_PATH=str(tmp_path / "g.db"))
+    settings = a.app.state.settings
+    rng = np.random.default_rng(14)
+    assert post(a, "t", *regression_batch(rng)).json()["version"] == 1
+    store_a = a.app.state.store
+    prepared = store_a.prepare(store_a.snapshot(), "t", *regression_batch(rng))
+    store_b = ModelStore(make_engine(settings), make_locks(settings), settings.MODEL_NAME, settings.model_settings())
+    assert store_b.update("u", *regression_batch(rng))[1] == 2
+    with pytest.raises(StaleWrite):
+        store_a.commit(prepared)
+    assert a.get("/model").json()["version"] == 2 and a.get("/tasks/t").json()["n_samples"] == 12
+    store_b.engine.dispose()

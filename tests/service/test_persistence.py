@@ -7,6 +7,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis.extra import numpy as hnp
 from sqlalchemy import create_engine, inspect, select
 
 import core
@@ -61,6 +63,14 @@ def test_migrations_upgrade_and_downgrade_on_an_empty_database(backend, tmp_path
 def test_array_bytes_keep_dtype_shape_and_values(a):
     b = array_from_bytes(array_to_bytes(a))
     assert b.dtype == a.dtype and b.shape == a.shape and np.array_equal(a, b)
+
+
+@settings(max_examples=60, deadline=None)
+@given(hnp.arrays(dtype=hnp.scalar_dtypes(), shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)))
+def test_array_bytes_round_trip_any_numeric_array(a):
+    b = array_from_bytes(array_to_bytes(a))
+    assert b.dtype == a.dtype and b.shape == a.shape
+    assert a.tobytes() == b.tobytes()  # bit for bit (NaN and NaT included)
 
 
 def test_array_bytes_never_unpickle():
