@@ -238,8 +238,13 @@ class LifelongLearner:
         return {"arrays": {k: np.array(v, copy=True) for k, v in arrays.items()},
                 "meta": {"labels": r.labels, **copy.deepcopy(r.meta)}}
 
-    def get_state(self) -> ModelState:
-        """The whole model as named arrays plus JSON-able settings; see :func:`load_state`."""
+    def get_state(self, tasks: list[str] | None = None) -> ModelState:
+        """The model as named arrays plus JSON-able settings; see :func:`load_state`.
+
+        ``tasks`` limits the per-task part to those task ids (a store that persists tasks
+        separately passes the one an update touched, so exporting does not copy every task);
+        ``None`` exports all of them, which is what :func:`load_state` needs.
+        """
         meta: dict[str, Any] = {"fitted": self.is_fitted}
         arrays: dict[str, np.ndarray] = {}
         tasks: dict[str, dict[str, Any]] = {}
@@ -250,7 +255,7 @@ class LifelongLearner:
             arrays.update({f"scaler_{k}": v.copy() for k, v in self.scaler_.to_arrays().items()})
             for attr in self._state_attrs:
                 arrays[attr.rstrip("_")] = np.array(getattr(self, attr), copy=True)
-            tasks = {tid: self.task_state(tid) for tid in self.task_ids}
+            tasks = {tid: self.task_state(tid) for tid in (self.task_ids if tasks is None else tasks)}
         return ModelState(type(self).__name__, copy.deepcopy(self.get_params()), meta, arrays, tasks)
 
     @classmethod

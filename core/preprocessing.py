@@ -33,7 +33,9 @@ def as_matrix(X, n_features: int | None, what: str = "X") -> np.ndarray:
         arr = np.asarray(X, dtype=float)
     except (TypeError, ValueError) as exc:
         raise InputError(f"{what} must be a 2-D array of numbers: {exc}") from None
-    if arr.ndim == 1 and arr.size and n_features is not None and arr.size == n_features:
+    if arr.size == 0:
+        raise InputError(f"{what} is empty: a batch needs at least one row")
+    if arr.ndim == 1 and n_features is not None and arr.size == n_features:
         arr = arr.reshape(1, -1)
     if arr.ndim != 2:
         raise InputError(f"{what} must be 2-D (rows x features), got {arr.ndim}-D")
