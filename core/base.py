@@ -198,6 +198,18 @@ class LifelongLearner:
             elif hasattr(self, a):
                 delattr(self, a)
 
+    def copy(self) -> "LifelongLearner":
+        """A copy that can learn without touching this one, in O(number of tasks) time.
+
+        Learned arrays are shared, which is safe because updates replace arrays and never
+        write into them (the rule that also makes :meth:`learn` roll back). A service keeps
+        serving predictions from the original while it updates the copy.
+        """
+        clone = copy.copy(self)
+        if hasattr(self, "tasks_"):
+            clone.tasks_ = dict(self.tasks_)
+        return clone
+
     # ----------------------------------------------------------------- prediction
     def _theta(self, task_id: str) -> np.ndarray:
         raise NotImplementedError
@@ -247,6 +259,7 @@ class LifelongLearner:
         """
         meta: dict[str, Any] = {"fitted": self.is_fitted}
         arrays: dict[str, np.ndarray] = {}
+        wanted = tasks
         tasks: dict[str, dict[str, Any]] = {}
         if self.is_fitted:
             meta["n_features"] = int(self.n_features_in_)
@@ -255,7 +268,7 @@ class LifelongLearner:
             arrays.update({f"scaler_{k}": v.copy() for k, v in self.scaler_.to_arrays().items()})
             for attr in self._state_attrs:
                 arrays[attr.rstrip("_")] = np.array(getattr(self, attr), copy=True)
-            tasks = {tid: self.task_state(tid) for tid in (self.task_ids if tasks is None else tasks)}
+            tasks = {tid: self.task_state(tid) for tid in (self.task_ids if wanted is None else wanted)}
         return ModelState(type(self).__name__, copy.deepcopy(self.get_params()), meta, arrays, tasks)
 
     @classmethod

@@ -9,7 +9,7 @@ Write path (:meth:`ModelStore.update`)::
 
     with lock(model):                       # Redis or in-process; short wait -> 503
         snapshot = refresh to the stored version
-        learner  = core.load_state(snapshot.state)   # a private copy: readers keep theirs
+        learner  = snapshot.learner.copy()           # a private copy: readers keep theirs
         result   = learner.learn(task_id, X, y)      # InputError -> 422, nothing stored
         BEGIN
           UPDATE models SET version = v+1, ... WHERE name = :m AND version = v
@@ -300,9 +300,10 @@ class ModelStore:
             width = np.asarray(X, dtype=object).shape
             if len(width) == 2 and width[1] != d:
                 raise core.InputError(f"X has {width[1]} features per row but the model expects {d}")
-        learner = core.load_state(snap.state)
+        learner = snap.learner.copy()  # shares arrays, which learning replaces, never mutates
         result = learner.learn(task_id, X, y)  # InputError: nothing happened
-        state = learner.get_state()
+        state = learner.get_state(tasks=[task_id])  # global part + the one task touched
+        state.tasks = {**snap.state.tasks, **state.tasks}
         summary = dict(snap.info.get("summary") or {})
         summary["representatives"] = _representatives(learner, summary.get("representatives", []), result)
         summary["n_representatives"] = int(result.n_representatives)

@@ -98,6 +98,27 @@ def test_export_import_is_exact_and_learning_continues_identically(cls, kind):
 
 
 @params
+def test_a_copy_learns_without_touching_the_original(cls, kind):
+    data = stream(kind, n_tasks=6)
+    a = make(cls, kind)
+    fit(a, data[:4])
+    frozen = load_state(a.get_state())
+    b = a.copy()
+    for tid, X, y in data[4:] + [("t0", data[0][1][:6], data[0][2][:6])]:
+        b.learn(tid, X, y)
+    assert_same_state(a, frozen)
+    assert len(b.task_ids) == 6
+
+
+@params
+def test_partial_export_holds_only_the_named_tasks(cls, kind):
+    m = make(cls, kind)
+    fit(m, stream(kind)[:3])
+    part = m.get_state(tasks=["t1"])
+    assert list(part.tasks) == ["t1"] and part.arrays.keys() == m.get_state().arrays.keys()
+
+
+@params
 def test_more_data_for_a_known_task_is_appended(cls, kind):
     data = stream(kind)
     m = make(cls, kind)
