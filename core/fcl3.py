@@ -144,7 +144,7 @@ class FCL3(LifelongLearner):
         encoder_weight: float = 0.1, assignment_ridge: float = 0.1, phi: str = "identity",
         ridge: float = 1e-3, encoder_ridge: float = 1e-3, max_norm: float | None = None,
         joint: bool = True, max_outer_iter: int = 20, tol: float = 1e-6,
-        standardize: bool = True, random_state: int = 0,
+        task_intercept: bool = True, standardize: bool = True, random_state: int = 0,
     ):
         super().__init__(kind=kind, mu=mu, standardize=standardize, random_state=random_state)
         self.n_components = n_components
@@ -161,6 +161,7 @@ class FCL3(LifelongLearner):
         self.joint = joint
         self.max_outer_iter = max_outer_iter
         self.tol = tol
+        self.task_intercept = task_intercept
 
     # ------------------------------------------------------------------ checks
     def _check_params(self) -> None:
@@ -183,7 +184,7 @@ class FCL3(LifelongLearner):
     # ------------------------------------------------------------------ state
     def _init_learned(self, n_features: int) -> None:
         super()._init_learned(n_features)
-        d, p = n_features + 1, self.n_components
+        d, p = n_features + (0 if self.task_intercept else 1), self.n_components
         rng = np.random.default_rng(self.random_state)
         D = rng.standard_normal((d, p))
         self.D_ = D / np.linalg.norm(D, axis=0) * (self.max_norm or 1.0)
@@ -198,12 +199,40 @@ class FCL3(LifelongLearner):
         self.n_seeded_columns_ = 0
 
     # ------------------------------------------------------------------ pieces
+    def _quadratic(self, w: np.ndarray, omega: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The task's quadratic in the coordinates ``D`` models.
+
+        With ``task_intercept`` the bias is profiled out: minimising
+        ``||w - theta||^2_Omega`` over the bias coordinate leaves ``||w' - theta'||^2_{Omega'}``
+        over the slopes, with ``Omega'`` the Schur complement of the bias block. Each task then
+        keeps its own best intercept for whatever slopes ``D s_t`` gives it (see :meth:`_theta`),
+        so tasks share feature effects without being pulled toward each other's baselines.
+        """
+        if not self.task_intercept:
+            return w, omega
+        o_nb = omega[:-1, -1]
+        return w[:-1], omega[:-1, :-1] - np.outer(o_nb, o_nb) / omega[-1, -1]
+
+    def _intercept(self, w: np.ndarray, omega: np.ndarray, slopes: np.ndarray) -> float:
+        """The task's optimal intercept (of its quadratic around ``w``) given ``slopes``."""
+        return float(w[-1] + omega[-1, :-1] @ (w[:-1] - slopes) / omega[-1, -1])
+
+    def _full_model(self, record: TaskRecord, model: np.ndarray) -> np.ndarray:
+        if not self.task_intercept:
+            return model
+        return np.append(model, self._intercept(record.w, record.omega, model))
+
     def _rep_hessians(self, record: TaskRecord, rep_codes: np.ndarray, D: np.ndarray) -> list[np.ndarray]:
-        """``Omega_k^t`` for each representative: task t's half-Hessian at ``D s_k``."""
+        """``Omega_k^t`` for each representative: task t's half-Hessian at ``D s_k``
+        (with the task's own intercept when ``task_intercept``), in :meth:`_quadratic` form."""
         if self.kind == "regression":
-            return [record.omega] * len(rep_codes)
+            return [self._quadratic(record.w, record.omega)[1]] * len(rep_codes)
         Xd = self.scaler_.design(record.X)
-        return [half_hessian(self.kind, Xd, D @ s_k, self.mu) for s_k in rep_codes]
+        out = []
+        for s_k in rep_codes:
+            om = half_hessian(self.kind, Xd, self._full_model(record, D @ s_k), self.mu)
+            out.append(self._quadratic(record.w, om)[1])
+        return out
 
     def _contribution(self, s, w, omega, Z, rep_codes, rep_omegas):
         """A task's terms in ``A, b, M, C`` (column-major ``vec`` of ``D``)."""
@@ -227,10 +256,11 @@ class FCL3(LifelongLearner):
 
     def _stored_contribution(self, record: TaskRecord):
         a = record.arrays
+        w, omega = self._quadratic(record.w, record.omega)
         rep_omegas = a.get("rep_omegas")
         if self.kind == "regression":
-            rep_omegas = [record.omega] * len(a["rep_codes"])
-        return self._contribution(a["code"], record.w, record.omega, a["assignment"], a["rep_codes"], rep_omegas)
+            rep_omegas = [omega] * len(a["rep_codes"])
+        return self._contribution(a["code"], w, omega, a["assignment"], a["rep_codes"], rep_omegas)
 
     def _assignment_costs(self, s_model, ref, rep_models, rep_omegas):
         """Dimensionless costs ``[c_1..c_K, d0]`` of the Z step (see module docstring)."""
@@ -285,7 +315,7 @@ class FCL3(LifelongLearner):
     # ------------------------------------------------------------------ update
     def _update(self, task_id: str, record: TaskRecord, previous: TaskRecord | None) -> UpdateResult:
         d, p = self.D_.shape
-        w, omega = record.w, record.omega
+        w, omega = self._quadratic(record.w, record.omega)
         A, b, M, C = self.A_, self.b_, self.M_, self.C_
         D = self.D_
         if previous is not None:  # remove the earlier contribution: no double counting
@@ -341,7 +371,8 @@ class FCL3(LifelongLearner):
         )
 
     def _theta(self, task_id: str) -> np.ndarray:
-        return self.D_ @ self.tasks_[task_id].arrays["code"]
+        record = self.tasks_[task_id]
+        return self._full_model(record, self.D_ @ record.arrays["code"])
 
     @property
     def representatives(self) -> list[str]:
@@ -358,11 +389,11 @@ class FCL3WithoutDecoder(FCL3):
         encoder_weight: float = 0.0, assignment_ridge: float = 0.1, phi: str = "identity",
         ridge: float = 1e-3, encoder_ridge: float = 1e-3, max_norm: float | None = None,
         joint: bool = True, max_outer_iter: int = 20, tol: float = 1e-6,
-        standardize: bool = True, random_state: int = 0,
+        task_intercept: bool = True, standardize: bool = True, random_state: int = 0,
     ):
         super().__init__(kind, n_components, mu, lambda1, lambda2, alpha, gamma, encoder_weight,
                          assignment_ridge, phi, ridge, encoder_ridge, max_norm, joint,
-                         max_outer_iter, tol, standardize, random_state)
+                         max_outer_iter, tol, task_intercept, standardize, random_state)
 
 
 class CL3(FCL3):
@@ -375,8 +406,8 @@ class CL3(FCL3):
         encoder_weight: float = 0.0, assignment_ridge: float = 0.1, phi: str = "identity",
         ridge: float = 1e-3, encoder_ridge: float = 1e-3, max_norm: float | None = None,
         joint: bool = False, max_outer_iter: int = 20, tol: float = 1e-6,
-        standardize: bool = True, random_state: int = 0,
+        task_intercept: bool = True, standardize: bool = True, random_state: int = 0,
     ):
         super().__init__(kind, n_components, mu, lambda1, lambda2, alpha, gamma, encoder_weight,
                          assignment_ridge, phi, ridge, encoder_ridge, max_norm, joint,
-                         max_outer_iter, tol, standardize, random_state)
+                         max_outer_iter, tol, task_intercept, standardize, random_state)

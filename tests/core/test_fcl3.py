@@ -33,7 +33,7 @@ def fitted(kind="regression", n_tasks=9, **params):
 def s_objective(m, rec, s, Z, use_encoder=True):
     """The paper's eq. (subproblem_s) with our documented scalings, written out directly."""
     D, L = m.D_, m.L_
-    w, om = rec.w, rec.omega
+    w, om = m._quadratic(rec.w, rec.omega)
     scale = np.mean(np.diag(om))
     r = w - D @ s
     val = r @ om @ r + m.lambda1 * scale * np.abs(s).sum()
@@ -53,11 +53,12 @@ def test_s_step_minimises_its_objective(kind):
     # re-solve task 8's code with the current libraries and the stored Z, compare with scipy
     rep_codes = rec.arrays["rep_codes"]
     rep_omegas = m._rep_hessians(rec, rep_codes, m.D_)
-    scale = float(np.mean(np.diag(rec.omega)))
+    w_q, om_q = m._quadratic(rec.w, rec.omega)
+    scale = float(np.mean(np.diag(om_q)))
     Z = rec.arrays["assignment"]
     m_fixed = FCL3(**{**m.get_params(), "max_outer_iter": 0})
     m_fixed.__dict__.update({k: v for k, v in m.__dict__.items() if k.endswith("_")})
-    s, _ = m_fixed._solve_code(m.D_, m.L_, rec.w, rec.omega, rep_codes, rep_omegas, scale, True)
+    s, _ = m_fixed._solve_code(m.D_, m.L_, w_q, om_q, rep_codes, rep_omegas, scale, True)
     # with max_outer_iter=0 the s step ran with the uniform Z: check against that objective
     Zu = np.full(len(rep_codes) + 1, 1 / (len(rep_codes) + 1))
     rec2 = type(rec)(X=rec.X, y=rec.y, w=rec.w, omega=rec.omega,
@@ -94,9 +95,10 @@ def test_decoder_is_the_minimiser_of_its_objective(kind):
         total = 0.0
         for r in recs:
             s, Z = r.arrays["code"], r.arrays["assignment"]
-            res = r.w - D @ s
-            total += res @ r.omega @ res
-            om_k = r.arrays.get("rep_omegas", [r.omega] * len(r.arrays["rep_codes"]))
+            w, om = m._quadratic(r.w, r.omega)
+            res = w - D @ s
+            total += res @ om @ res
+            om_k = r.arrays.get("rep_omegas", [om] * len(r.arrays["rep_codes"]))
             for k, s_k in enumerate(r.arrays["rep_codes"]):
                 dk = D @ (s_k - s)
                 total += m.lambda2 * Z[k] * dk @ om_k[k] @ dk
@@ -123,12 +125,33 @@ def test_encoder_is_the_minimiser_of_its_objective(phi):
 
     def objective(vecL):
         L = vecL.reshape(p, d)
-        return sum(np.sum((phi_inverse(phi, r.arrays["code"]) - L @ r.w) ** 2) for r in recs) / T \
+        return sum(np.sum((phi_inverse(phi, r.arrays["code"]) - L @ m._quadratic(r.w, r.omega)[0]) ** 2)
+                   for r in recs) / T \
             + m.encoder_ridge * vecL @ vecL
 
     ref = scipy.optimize.minimize(objective, np.zeros(p * d), method="L-BFGS-B",
                                   options={"ftol": 1e-15, "gtol": 1e-11, "maxiter": 50000}).x
     np.testing.assert_allclose(m.L_.reshape(-1), ref, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["regression", "classification"])
+def test_task_intercept_is_the_tasks_best_intercept_for_the_shared_slopes(kind):
+    m, _ = fitted(kind)
+    rec = m.tasks_["task4"]
+    theta = m.theta("task4")
+    # minimise the task's quadratic ||w - theta||^2_Omega over the intercept alone (scipy)
+    f = lambda b: (rec.w - np.append(theta[:-1], b)) @ rec.omega @ (rec.w - np.append(theta[:-1], b))
+    best = scipy.optimize.minimize_scalar(f).x
+    assert theta[-1] == pytest.approx(best, abs=1e-7)
+    np.testing.assert_allclose(theta[:-1], m.D_ @ rec.arrays["code"])
+    assert m.D_.shape[0] == rec.w.size - 1
+
+
+def test_intercept_through_the_decoder_when_asked():
+    m, _ = fitted("regression", task_intercept=False)
+    rec = m.tasks_["task4"]
+    assert m.D_.shape[0] == rec.w.size
+    np.testing.assert_allclose(m.theta("task4"), m.D_ @ rec.arrays["code"])
 
 
 def test_phi_inverse_is_defined_on_every_code():
