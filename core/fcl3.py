@@ -341,7 +341,9 @@ class FCL3(LifelongLearner):
         dA, db, dM, dC = self._contribution(s, w, omega, Z, rep_codes, rep_omegas)
         A, b, M, C = A + dA, b + db, M + dM, C + dC
         T = n_learned
-        D_new = solve_ridge_ball(A / T + self.ridge * np.eye(d * p), b / T, (d, p), self.max_norm, axis=0)
+        system = A / T
+        system.flat[:: d * p + 1] += self.ridge  # + ridge * I without allocating I
+        D_new = solve_ridge_ball(system, b / T, (d, p), self.max_norm, axis=0)
         L_new = solve_rows_in_ball(C / T + self.encoder_ridge * np.eye(d), M / T, self.max_norm)
 
         representatives, S = list(self.representatives_), self.S_
