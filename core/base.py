@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .losses import KINDS, fit_single_task, sigmoid
+from .losses import KINDS, curvature_scale, fit_single_task, sigmoid
 from .preprocessing import InputError, Scaler, UnknownTaskError, as_matrix, as_targets, label_convention
 
 #: Bumped whenever the meaning or names of exported arrays change.
@@ -89,7 +89,7 @@ class LifelongLearner:
         super().__init_subclass__(**kwargs)
         _REGISTRY[cls.__name__] = cls
 
-    def __init__(self, kind: str = "regression", mu: float = 1e-2, standardize: bool = True, random_state: int = 0):
+    def __init__(self, kind: str = "regression", mu: float = 0.1, standardize: bool = True, random_state: int = 0):
         self.kind = kind
         self.mu = mu
         self.standardize = standardize
@@ -178,7 +178,7 @@ class LifelongLearner:
     def _single_task(self, record: TaskRecord) -> tuple[np.ndarray, np.ndarray]:
         Xd = self.scaler_.design(record.X)
         target = record.y if self.kind == "classification" else self.scaler_.target(record.y)
-        return fit_single_task(self.kind, Xd, target, self.mu)
+        return fit_single_task(self.kind, Xd, target, self.mu * curvature_scale(self.kind, Xd, target))
 
     def _update(self, task_id: str, record: TaskRecord, previous: TaskRecord | None) -> UpdateResult:
         raise NotImplementedError

@@ -117,7 +117,8 @@ class FCL3(LifelongLearner):
     kind : ``"regression"`` (squared loss) or ``"classification"`` (logistic loss, labels
         ``{0, 1}`` or ``{-1, 1}``).
     n_components : size ``p`` of the code / number of columns of ``D``.
-    mu : single-task ridge (shared with every comparator, see :mod:`core.losses`).
+    mu : single-task ridge relative to the loss curvature (shared with every comparator,
+        see :func:`core.losses.curvature_scale`).
     lambda1 : l1 weight on codes, relative to the task's Hessian scale.
     lambda2 : weight of the representative (cluster) term.
     alpha : l1 weight on ``Z`` (the paper's; constant on the simplex, kept for fidelity).
@@ -139,7 +140,7 @@ class FCL3(LifelongLearner):
     _meta_attrs = ("representatives_", "n_learned_", "n_seeded_columns_")
 
     def __init__(
-        self, kind: str = "regression", n_components: int = 5, mu: float = 1e-2,
+        self, kind: str = "regression", n_components: int = 5, mu: float = 0.1,
         lambda1: float = 1e-3, lambda2: float = 0.5, alpha: float = 1e-3, gamma: float = 0.5,
         encoder_weight: float = 0.1, assignment_ridge: float = 0.1, phi: str = "identity",
         ridge: float = 1e-3, encoder_ridge: float = 1e-3, max_norm: float | None = None,
@@ -386,7 +387,7 @@ class FCL3WithoutDecoder(FCL3):
     """The paper's ``Ours_woDecoder`` ablation: FCL3 without the autoencoder term."""
 
     def __init__(
-        self, kind: str = "regression", n_components: int = 5, mu: float = 1e-2,
+        self, kind: str = "regression", n_components: int = 5, mu: float = 0.1,
         lambda1: float = 1e-3, lambda2: float = 0.5, alpha: float = 1e-3, gamma: float = 0.5,
         encoder_weight: float = 0.0, assignment_ridge: float = 0.1, phi: str = "identity",
         ridge: float = 1e-3, encoder_ridge: float = 1e-3, max_norm: float | None = None,
@@ -403,7 +404,7 @@ class CL3(FCL3):
     model first, then learn the code once — and no autoencoder."""
 
     def __init__(
-        self, kind: str = "regression", n_components: int = 5, mu: float = 1e-2,
+        self, kind: str = "regression", n_components: int = 5, mu: float = 0.1,
         lambda1: float = 1e-3, lambda2: float = 0.5, alpha: float = 1e-3, gamma: float = 0.5,
         encoder_weight: float = 0.0, assignment_ridge: float = 0.1, phi: str = "identity",
         ridge: float = 1e-3, encoder_ridge: float = 1e-3, max_norm: float | None = None,

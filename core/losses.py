@@ -71,6 +71,23 @@ def half_hessian(kind: str, X: np.ndarray, w: np.ndarray, mu: float) -> np.ndarr
     return omega
 
 
+def curvature_scale(kind: str, X: np.ndarray, y: np.ndarray) -> float:
+    """Mean diagonal of the unpenalised half-Hessian at the intercept-only model.
+
+    ``mu`` is given relative to this, so one default suits both losses: for squared loss it is
+    ``mean(diag(X'X/n))`` (about 1 for standardised features); for logistic loss it carries
+    the factor ``ybar (1 - ybar) / 2``, which is about 0.03 on Landmine (6 % positives), where
+    an absolute ``mu`` tuned for regression would swamp the data term. ``ybar`` is kept at
+    least ``1/(n+1)`` away from 0 and 1 so a single-class batch still gets a penalty.
+    """
+    base = float(np.mean(np.einsum("ij,ij->j", X, X)) / X.shape[0])
+    if kind == "regression":
+        return base
+    n = X.shape[0]
+    ybar = float(np.clip(np.mean(y), 1.0 / (n + 1), n / (n + 1)))
+    return base * ybar * (1.0 - ybar) / 2.0
+
+
 def fit_single_task(
     kind: str, X: np.ndarray, y: np.ndarray, mu: float, *, max_newton: int = 100, tol: float = 1e-3
 ) -> tuple[np.ndarray, np.ndarray]:
