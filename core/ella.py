@@ -62,35 +62,114 @@ task would actually get. :meth:`ELLA.select_next` returns the candidate with the
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Mapping
 
 import numpy as np
 
 from .base import LifelongLearner, TaskRecord, UpdateResult
-from .losses import fit_single_task
 from .preprocessing import InputError, Scaler, as_matrix, as_targets
 
 #: v1.0 re-draws a basis column whose squared norm falls under this value.
 DEAD_COLUMN_SQNORM = 1e-10
 
 
-def lasso_gram(Q: np.ndarray, c: np.ndarray, lam: float, max_iter: int = 10000, tol: float = 1e-13) -> np.ndarray:
-    """Minimise ``s'Qs - 2 c's + lam ||s||_1`` (``Q`` symmetric PSD) by cyclic coordinate descent.
+def _lasso_objective(Q: np.ndarray, c: np.ndarray, lam: float, s: np.ndarray) -> float:
+    return float(s @ Q @ s - 2.0 * c @ s + lam * np.abs(s).sum())
+
+
+def lasso_gram(Q: np.ndarray, c: np.ndarray, lam: float, max_iter: int = 1000, tol: float = 1e-10) -> np.ndarray:
+    """Minimise ``s'Qs - 2 c's + lam ||s||_1`` (``Q`` symmetric PSD) exactly.
 
     With ``Q = L' Omega L`` and ``c = L' Omega w`` this is ``||w - L s||^2_Omega + lam ||s||_1`` up
-    to a constant. Each coordinate update is exact:
-    ``s_j = soft(c_j - sum_{i != j} Q_ji s_i, lam/2) / Q_jj`` (``s_j = 0`` when ``Q_jj = 0``).
-    Stops when no coordinate moves by more than ``tol * (1 + max|s|)``.
+    to a constant. Solved by *feature-sign search* (Lee, Battle, Raina & Ng, NIPS 2007), an
+    active-set method that is exact for the small ``k`` of ELLA: guess the signs of the
+    non-zero coefficients, solve the resulting linear system on the active set, line-search
+    back to the first sign change, and repeat until the optimality conditions
+    ``2(Qs - c)_j + lam sign(s_j) = 0`` (``s_j != 0``) and ``|2(Qs - c)_j| <= lam`` (``s_j = 0``)
+    hold to ``tol``. A singular ``Q`` (``k > d`` or collinear basis columns: the minimiser is
+    then not unique) gets a ridge of ``1e-10 * max(diag Q)``, which picks one minimiser and
+    changes the objective by a negligible amount.
     """
     Q = np.asarray(Q, dtype=float)
     c = np.asarray(c, dtype=float)
+    lam = float(lam)
     k = c.size
+    if k and np.linalg.cond(Q) > 1e10:
+        Q = Q + 1e-10 * max(float(np.max(np.diag(Q))), 1e-300) * np.eye(k)
     s = np.zeros(k)
+    theta = np.zeros(k)
+    active = np.zeros(k, dtype=bool)
+    scale = max(1.0, float(np.max(np.abs(c))) if k else 1.0, float(np.max(np.abs(np.diag(Q)))) if k else 1.0)
+    eps = tol * scale
+    for _ in range(max_iter):
+        grad = 2.0 * (Q @ s - c)
+        inactive = np.nonzero(~active & (s == 0.0))[0]
+        if inactive.size:
+            i = inactive[np.argmax(np.abs(grad[inactive]))]
+            if abs(grad[i]) > lam + eps:
+                active[i] = True
+                theta[i] = -np.sign(grad[i])
+            elif np.all(np.abs(grad[active] + lam * theta[active]) <= eps):
+                break
+        elif np.all(np.abs(grad[active] + lam * theta[active]) <= eps):
+            break
+        # feature-sign steps on the active set until its optimality conditions hold
+        for _inner in range(max_iter):
+            idx = np.nonzero(active)[0]
+            if idx.size == 0:
+                break
+            QA = Q[np.ix_(idx, idx)]
+            rhs = c[idx] - 0.5 * lam * theta[idx]
+            try:
+                new = np.linalg.solve(QA, rhs)
+            except np.linalg.LinAlgError:
+                new = np.linalg.lstsq(QA, rhs, rcond=None)[0]
+            old = s[idx]
+            # candidate points: the new solution and every zero crossing on the segment
+            cands = [new]
+            diff = new - old
+            for j in np.nonzero(np.sign(new) != np.sign(old))[0]:
+                if diff[j] != 0.0 and old[j] != 0.0:
+                    t = -old[j] / diff[j]
+                    if 0.0 < t < 1.0:
+                        pt = old + t * diff
+                        pt[j] = 0.0
+                        cands.append(pt)
+            best, best_f = None, np.inf
+            for pt in cands:
+                trial = s.copy()
+                trial[idx] = pt
+                f = _lasso_objective(Q, c, lam, trial)
+                if f < best_f - 1e-15 * max(1.0, abs(best_f)) or best is None:
+                    best, best_f = trial, f
+            s = best
+            s[np.abs(s) <= 1e-300] = 0.0
+            active = s != 0.0
+            theta = np.sign(s)
+            grad = 2.0 * (Q @ s - c)
+            if np.all(np.abs(grad[active] + lam * theta[active]) <= eps):
+                break
+    if not _lasso_optimal(Q, c, lam, s, eps):  # singular Q can defeat the active-set steps
+        s = _lasso_cd(Q, c, lam, s)
+    return s
+
+
+def _lasso_optimal(Q, c, lam, s, eps) -> bool:
+    grad = 2.0 * (Q @ s - c)
+    nz = s != 0.0
+    return bool(np.all(np.isfinite(s)) and np.all(np.abs(grad[nz] + lam * np.sign(s[nz])) <= 10 * eps)
+                and np.all(np.abs(grad[~nz]) <= lam + 10 * eps))
+
+
+def _lasso_cd(Q, c, lam, s0, max_iter: int = 5000, tol: float = 1e-14) -> np.ndarray:
+    """Cyclic coordinate descent for the same problem (fallback when ``Q`` is singular)."""
+    s = np.where(np.isfinite(s0) & (np.abs(s0) < 1e8), s0, 0.0).astype(float)
     diag = np.diag(Q).copy()
-    half = 0.5 * float(lam)
+    half = 0.5 * lam
     for _ in range(max_iter):
         biggest = 0.0
-        for j in range(k):
+        for j in range(c.size):
             if diag[j] <= 0.0:
                 new = 0.0
             else:
@@ -98,7 +177,7 @@ def lasso_gram(Q: np.ndarray, c: np.ndarray, lam: float, max_iter: int = 10000, 
                 new = np.sign(r) * max(abs(r) - half, 0.0) / diag[j]
             biggest = max(biggest, abs(new - s[j]))
             s[j] = new
-        if biggest <= tol * (1.0 + np.max(np.abs(s))):
+        if biggest <= tol * (1.0 + float(np.max(np.abs(s)))):
             break
     return s
 
@@ -268,8 +347,9 @@ class ELLA(LifelongLearner):
             d, k = X.shape[1] + 1, int(self.n_components)
             A, T = np.zeros((d * k, d * k)), 0
             L = self._redraw_dead(np.zeros((d, k)), 0)
-        target = y01 if self.kind == "classification" else scaler.target(y01)
-        w, omega = fit_single_task(self.kind, scaler.design(X), target, self.mu)
+        # the very single-task fit learn() would run (base class), with this scaler
+        view = SimpleNamespace(scaler_=scaler, kind=self.kind, mu=self.mu)
+        w, omega = LifelongLearner._single_task(view, TaskRecord(X=X, y=y01))  # type: ignore[arg-type]
         k = int(self.n_components)
         if self.init_with_first_tasks and T < k:
             s = np.zeros(k)
