@@ -48,6 +48,9 @@ Decisions on the points the paper leaves open (each covered by a test):
   column before it is encoded. The encoder term is off until ``L`` has been fitted to at
   least one task (for the first task ``L`` holds no knowledge). The first task is the first
   representative.
+* **Start of the alternation**: ``Z`` starts from the representatives' distances to the
+  single-task model ``w_t`` (``z_init="single_task"``), not from the paper's uniform ``Z``;
+  see the ``z_init`` parameter for why. ``z_init="uniform"`` restores the paper's start.
 * **Ridges**: every solve adds ``ridge`` (decoder) or ``encoder_ridge`` (encoder) times the
   identity, since ``A`` and ``C`` are singular while few tasks are seen.
 * **More data for a known task**: its earlier contribution to ``A, b, M, C`` is removed (its
@@ -124,7 +127,10 @@ class FCL3(LifelongLearner):
     alpha : l1 weight on ``Z`` (the paper's; constant on the simplex, kept for fidelity).
     gamma : scale of the outlier distance ``d0``; larger opens fewer representatives.
     encoder_weight : weight of ``||s - phi(L w)||^2`` relative to the Hessian scale
-        (the paper's weight is 1; 0 removes the autoencoder).
+        (0 removes the autoencoder). The paper's weight is 1; the default is 0.1 because at 1
+        the encoder, fitted to past tasks, pulls the code of a task from a *new* environment
+        toward old codes, the pulled model then looks close to an old representative and
+        the outlier slot never wins (the test with three orthogonal tasks shows it).
     assignment_ridge : ``rho`` of the ``Z`` step; smaller gives harder assignments.
     phi : ``"identity"`` or ``"tanh"``.
     ridge, encoder_ridge : ridges of the ``D`` and ``L`` solves.
@@ -132,6 +138,11 @@ class FCL3(LifelongLearner):
     joint : alternate ``s`` and ``Z`` (FCL3); ``False`` assigns first from ``w_t`` and then
         learns ``s`` once (the two-phase CL3).
     max_outer_iter, tol : stopping rule of the ``s``/``Z`` alternation.
+    z_init : where the alternation starts: ``"single_task"`` (default) takes the first ``Z``
+        from the distances of the representatives to ``w_t``; ``"uniform"`` is the paper's
+        ``Z = 1/(K+1)``, which with a large ``lambda2`` pulls ``s`` halfway to every
+        representative before any assignment is made and can collapse every task into one
+        cluster (the pull shrinks the very distances the ``Z`` step then compares).
     standardize : scale features (and regression targets) with first-batch statistics.
     random_state : seed of the initial ``D``.
     """
@@ -141,11 +152,12 @@ class FCL3(LifelongLearner):
 
     def __init__(
         self, kind: str = "regression", n_components: int = 5, mu: float = 0.1,
-        lambda1: float = 1e-3, lambda2: float = 0.5, alpha: float = 1e-3, gamma: float = 0.5,
+        lambda1: float = 1e-3, lambda2: float = 1.0, alpha: float = 1e-3, gamma: float = 0.5,
         encoder_weight: float = 0.1, assignment_ridge: float = 0.1, phi: str = "identity",
         ridge: float = 1e-3, encoder_ridge: float = 1e-3, max_norm: float | None = None,
         joint: bool = True, max_outer_iter: int = 20, tol: float = 1e-6,
-        task_intercept: bool = True, standardize: bool = True, random_state: int = 0,
+        task_intercept: bool = True, z_init: str = "single_task", standardize: bool = True,
+        random_state: int = 0,
     ):
         super().__init__(kind=kind, mu=mu, standardize=standardize, random_state=random_state)
         self.n_components = n_components
@@ -163,6 +175,7 @@ class FCL3(LifelongLearner):
         self.max_outer_iter = max_outer_iter
         self.tol = tol
         self.task_intercept = task_intercept
+        self.z_init = z_init
 
     # ------------------------------------------------------------------ checks
     def _check_params(self) -> None:
@@ -179,6 +192,8 @@ class FCL3(LifelongLearner):
                 raise InputError(f"{name} must be a finite number > 0, got {value!r}")
         if self.max_norm is not None and not (np.isfinite(self.max_norm) and self.max_norm > 0):
             raise InputError(f"max_norm must be > 0 or None, got {self.max_norm!r}")
+        if self.z_init not in ("single_task", "uniform"):
+            raise InputError(f"z_init must be 'single_task' or 'uniform', got {self.z_init!r}")
         if self.phi not in ("identity", "tanh"):
             raise InputError(f"phi must be 'identity' or 'tanh', got {self.phi!r}")
 
@@ -301,7 +316,7 @@ class FCL3(LifelongLearner):
         if not self.joint:  # CL3: assign from the single-task model, then learn s once
             Z = z_step(w, None)
             return s_step(Z, None), Z
-        Z = np.full(K + 1, 1.0 / (K + 1))
+        Z = np.full(K + 1, 1.0 / (K + 1)) if self.z_init == "uniform" else z_step(w, None)
         s = s_step(Z, None)
         for _ in range(self.max_outer_iter):
             Z_new = z_step(D @ s, Z)
@@ -388,15 +403,16 @@ class FCL3WithoutDecoder(FCL3):
 
     def __init__(
         self, kind: str = "regression", n_components: int = 5, mu: float = 0.1,
-        lambda1: float = 1e-3, lambda2: float = 0.5, alpha: float = 1e-3, gamma: float = 0.5,
+        lambda1: float = 1e-3, lambda2: float = 1.0, alpha: float = 1e-3, gamma: float = 0.5,
         encoder_weight: float = 0.0, assignment_ridge: float = 0.1, phi: str = "identity",
         ridge: float = 1e-3, encoder_ridge: float = 1e-3, max_norm: float | None = None,
         joint: bool = True, max_outer_iter: int = 20, tol: float = 1e-6,
-        task_intercept: bool = True, standardize: bool = True, random_state: int = 0,
+        task_intercept: bool = True, z_init: str = "single_task", standardize: bool = True,
+        random_state: int = 0,
     ):
         super().__init__(kind, n_components, mu, lambda1, lambda2, alpha, gamma, encoder_weight,
                          assignment_ridge, phi, ridge, encoder_ridge, max_norm, joint,
-                         max_outer_iter, tol, task_intercept, standardize, random_state)
+                         max_outer_iter, tol, task_intercept, z_init, standardize, random_state)
 
 
 class CL3(FCL3):
@@ -405,12 +421,13 @@ class CL3(FCL3):
 
     def __init__(
         self, kind: str = "regression", n_components: int = 5, mu: float = 0.1,
-        lambda1: float = 1e-3, lambda2: float = 0.5, alpha: float = 1e-3, gamma: float = 0.5,
+        lambda1: float = 1e-3, lambda2: float = 1.0, alpha: float = 1e-3, gamma: float = 0.5,
         encoder_weight: float = 0.0, assignment_ridge: float = 0.1, phi: str = "identity",
         ridge: float = 1e-3, encoder_ridge: float = 1e-3, max_norm: float | None = None,
         joint: bool = False, max_outer_iter: int = 20, tol: float = 1e-6,
-        task_intercept: bool = True, standardize: bool = True, random_state: int = 0,
+        task_intercept: bool = True, z_init: str = "single_task", standardize: bool = True,
+        random_state: int = 0,
     ):
         super().__init__(kind, n_components, mu, lambda1, lambda2, alpha, gamma, encoder_weight,
                          assignment_ridge, phi, ridge, encoder_ridge, max_norm, joint,
-                         max_outer_iter, tol, task_intercept, standardize, random_state)
+                         max_outer_iter, tol, task_intercept, z_init, standardize, random_state)

@@ -72,20 +72,20 @@ def half_hessian(kind: str, X: np.ndarray, w: np.ndarray, mu: float) -> np.ndarr
 
 
 def curvature_scale(kind: str, X: np.ndarray, y: np.ndarray) -> float:
-    """Mean diagonal of the unpenalised half-Hessian at the intercept-only model.
+    """Curvature of the loss in the intercept direction at the intercept-only model.
 
-    ``mu`` is given relative to this, so one default suits both losses: for squared loss it is
-    ``mean(diag(X'X/n))`` (about 1 for standardised features); for logistic loss it carries
-    the factor ``ybar (1 - ybar) / 2``, which is about 0.03 on Landmine (6 % positives), where
-    an absolute ``mu`` tuned for regression would swamp the data term. ``ybar`` is kept at
-    least ``1/(n+1)`` away from 0 and 1 so a single-class batch still gets a penalty.
+    ``mu`` is given relative to this, so one default suits both losses: it is 1 for squared
+    loss (``mean((Xw - y)^2)`` has half-Hessian 1 on the bias column) and ``ybar (1 - ybar) / 2``
+    for logistic loss — about 0.03 on Landmine (6 % positives), where an absolute ``mu`` tuned
+    for regression would swamp the data term. The intercept direction is used because it
+    does not depend on how features were scaled. ``ybar`` is kept at least ``1/(n+1)`` away
+    from 0 and 1 so a single-class batch still gets a penalty.
     """
-    base = float(np.mean(np.einsum("ij,ij->j", X, X)) / X.shape[0])
     if kind == "regression":
-        return base
+        return 1.0
     n = X.shape[0]
     ybar = float(np.clip(np.mean(y), 1.0 / (n + 1), n / (n + 1)))
-    return base * ybar * (1.0 - ybar) / 2.0
+    return ybar * (1.0 - ybar) / 2.0
 
 
 def fit_single_task(

@@ -4,7 +4,7 @@ Users send raw feature rows. Linear task models only share knowledge if they liv
 coordinate system, so the scaling cannot change once tasks are learned: it is fitted on the
 *first* batch the learner ever sees and then frozen (a running scaler would silently move
 every stored ``w_t`` and code). Each feature is centred and divided by its standard
-deviation on that batch; a feature that is constant there keeps scale 1. For regression the
+deviation on that batch; a feature constant there is divided by ``max(1, |value|)``. For regression the
 target is scaled the same way, so ``mu``, ``lambda1`` and friends mean the same thing on
 School (scores 1..70) as on Disjoint. The bias column is appended after scaling and is the
 last coordinate of every ``w_t``, ``theta_t`` and row of ``D``.
@@ -106,7 +106,9 @@ class Scaler:
             return cls(np.zeros(d), np.ones(d))
         mean = X.mean(axis=0)
         std = X.std(axis=0)
-        scale = np.where(std > 1e-12 * np.maximum(1.0, np.abs(mean)), std, 1.0)
+        # A feature constant on the first batch (a school-level attribute of the first school)
+        # is scaled by its magnitude, so later tasks' values land on a unit scale too.
+        scale = np.where(std > 1e-12 * np.maximum(1.0, np.abs(mean)), std, np.maximum(1.0, np.abs(mean)))
         if kind == "regression":
             ystd = float(y.std())
             return cls(mean, scale, float(y.mean()), ystd if ystd > 1e-12 * max(1.0, abs(float(y.mean()))) else 1.0)

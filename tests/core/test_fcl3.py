@@ -56,7 +56,7 @@ def test_s_step_minimises_its_objective(kind):
     w_q, om_q = m._quadratic(rec.w, rec.omega)
     scale = float(np.mean(np.diag(om_q)))
     Z = rec.arrays["assignment"]
-    m_fixed = FCL3(**{**m.get_params(), "max_outer_iter": 0})
+    m_fixed = FCL3(**{**m.get_params(), "max_outer_iter": 0, "z_init": "uniform"})
     m_fixed.__dict__.update({k: v for k, v in m.__dict__.items() if k.endswith("_")})
     s, _ = m_fixed._solve_code(m.D_, m.L_, w_q, om_q, rep_codes, rep_omegas, scale, True)
     # with max_outer_iter=0 the s step ran with the uniform Z: check against that objective
