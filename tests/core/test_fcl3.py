@@ -242,3 +242,27 @@ def test_classification_predictions_use_the_tasks_label_convention():
     assert set(np.unique(m.predict("task0", X))) <= {0.0, 1.0}
     p = m.predict_proba("task0", X)
     assert np.all((p > 0) & (p < 1))
+
+
+def test_scaling_is_fitted_on_the_first_batch_and_frozen():
+    rng = np.random.default_rng(0)
+    X1 = np.column_stack([rng.normal(5.0, 2.0, 40), np.full(40, 30.0)])  # 2nd feature constant
+    m = FCL3(n_components=2)
+    m.learn("a", X1, X1[:, 0] * 3 + 100)
+    sc = m.scaler_
+    np.testing.assert_allclose(sc.x_mean, X1.mean(0))
+    np.testing.assert_allclose(sc.x_scale, [X1[:, 0].std(), 30.0])  # constant: scaled by magnitude
+    X2 = rng.normal(50.0, 9.0, size=(40, 2))
+    m.learn("b", X2, X2[:, 1])
+    assert m.scaler_ is sc  # later batches never move the coordinate system
+
+
+def test_decoder_columns_start_from_the_first_tasks():
+    tasks = clustered_stream(2, d=6)
+    m = FCL3(n_components=4, ridge=1e-9)
+    tid, X, y, _ = tasks[0]
+    m.learn(tid, X, y)
+    w, _ = m._quadratic(m.tasks_[tid].w, m.tasks_[tid].omega)
+    # after the first task D s_1 reproduces the task's own model: D was seeded with w_1
+    np.testing.assert_allclose(m.D_ @ m.tasks_[tid].arrays["code"], w, rtol=0.05, atol=0.05)
+    assert m.n_seeded_columns_ == 1
