@@ -27,7 +27,7 @@ def test_disjoint_shape_seed_and_structure():
 
 def test_disjoint_noise_level():
     clean = make_disjoint(noise=0.0, random_state=3)
-    noisy = make_disjoint(noise=1.0, random_state=3)
+    noisy = make_disjoint(noise=1.0, random_state=3)  # noise is relative to the signal std
     sig = np.std(np.concatenate([y for _, y in clean.tasks]))
     assert noisy.info["noise_std"] == pytest.approx(sig)
     for (X, y), w in zip(clean.tasks, clean.true_weights):
