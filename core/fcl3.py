@@ -43,9 +43,12 @@ Decisions on the points the paper leaves open (each covered by a test):
 * **Taylor first-order term**: like the paper, the term ``<grad L(D s_k), D(s_t - s_k)>`` is
   dropped: the expansion is taken as if each representative were a stationary point of the
   new task's loss, which keeps the ``s`` step a quadratic.
-* **Initialisation**: ``D`` starts as seeded Gaussian columns of norm ``max_norm``; as in
-  ELLA v1.0 each of the first ``n_components`` tasks puts its normalised ``w_t`` into the next
-  column before it is encoded. The encoder term is off until ``L`` has been fitted to at
+* **Initialisation**: ``D`` starts as seeded Gaussian columns of unit norm; as in ELLA
+  v1.0 tasks put their normalised ``w_t`` into the next unseeded column before they are
+  encoded — but only tasks that look *novel* (the outlier slot would win the ``Z`` step
+  measured from ``w_t``), so the ``n_components`` columns are spent on distinct environments
+  rather than on the first few tasks, which may all come from one (``seed_columns="first"``
+  is ELLA's rule). The encoder term is off until ``L`` has been fitted to at
   least one task (for the first task ``L`` holds no knowledge). The first task is the first
   representative.
 * **Start of the alternation**: ``Z`` starts from the representatives' distances to the
@@ -138,6 +141,8 @@ class FCL3(LifelongLearner):
     joint : alternate ``s`` and ``Z`` (FCL3); ``False`` assigns first from ``w_t`` and then
         learns ``s`` once (the two-phase CL3).
     max_outer_iter, tol : stopping rule of the ``s``/``Z`` alternation.
+    seed_columns : ``"novel"`` (default) or ``"first"``: which new tasks put their ``w_t`` into
+        an unseeded column of ``D`` (see the module notes on initialisation).
     z_init : where the alternation starts: ``"single_task"`` (default) takes the first ``Z``
         from the distances of the representatives to ``w_t``; ``"uniform"`` is the paper's
         ``Z = 1/(K+1)``, which with a large ``lambda2`` pulls ``s`` halfway to every
@@ -156,7 +161,8 @@ class FCL3(LifelongLearner):
         encoder_weight: float = 0.1, assignment_ridge: float = 0.1, phi: str = "identity",
         ridge: float = 1e-3, encoder_ridge: float = 1e-3, max_norm: float | None = None,
         joint: bool = True, max_outer_iter: int = 20, tol: float = 1e-6,
-        task_intercept: bool = True, z_init: str = "single_task", standardize: bool = True,
+        task_intercept: bool = True, z_init: str = "single_task", seed_columns: str = "novel",
+        standardize: bool = True,
         random_state: int = 0,
     ):
         super().__init__(kind=kind, mu=mu, standardize=standardize, random_state=random_state)
@@ -176,6 +182,7 @@ class FCL3(LifelongLearner):
         self.tol = tol
         self.task_intercept = task_intercept
         self.z_init = z_init
+        self.seed_columns = seed_columns
 
     # ------------------------------------------------------------------ checks
     def _check_params(self) -> None:
@@ -194,6 +201,8 @@ class FCL3(LifelongLearner):
             raise InputError(f"max_norm must be > 0 or None, got {self.max_norm!r}")
         if self.z_init not in ("single_task", "uniform"):
             raise InputError(f"z_init must be 'single_task' or 'uniform', got {self.z_init!r}")
+        if self.seed_columns not in ("novel", "first"):
+            raise InputError(f"seed_columns must be 'novel' or 'first', got {self.seed_columns!r}")
         if self.phi not in ("identity", "tanh"):
             raise InputError(f"phi must be 'identity' or 'tanh', got {self.phi!r}")
 
@@ -328,6 +337,15 @@ class FCL3(LifelongLearner):
                 break
         return s, Z
 
+    def _looks_novel(self, D, w, omega, rep_codes, rep_omegas) -> bool:
+        """Would the outlier slot win the ``Z`` step measured from the task's own ``w_t``?"""
+        if len(rep_codes) == 0:
+            return True
+        ref = max(float(w @ omega @ w), _TINY)
+        costs = self._assignment_costs(w, ref, [D @ s_k for s_k in rep_codes], rep_omegas)
+        Z = admm_assignment(costs, self.lambda2, self.alpha, self.assignment_ridge)
+        return int(np.argmax(Z)) == len(Z) - 1
+
     # ------------------------------------------------------------------ update
     def _update(self, task_id: str, record: TaskRecord, previous: TaskRecord | None) -> UpdateResult:
         d, p = self.D_.shape
@@ -341,16 +359,18 @@ class FCL3(LifelongLearner):
         else:
             n_learned = self.n_learned_ + 1
         use_encoder = bool(np.any(C != 0.0))  # L holds knowledge only once fitted to a task
-        seeded = self.n_seeded_columns_
-        if previous is None and seeded < p and np.linalg.norm(w) > 1e-12:
-            D = D.copy()
-            D[:, seeded] = w / np.linalg.norm(w) * (self.max_norm or 1.0)
-            seeded += 1
-
         was_rep = task_id in self.representatives_
         rep_ids = [r for r in self.representatives_ if r != task_id]
         rep_codes = np.array([self.S_[self.representatives_.index(r)] for r in rep_ids]).reshape(-1, p)
         rep_omegas = self._rep_hessians(record, rep_codes, D)
+        seeded = self.n_seeded_columns_
+        if previous is None and seeded < p and np.linalg.norm(w) > 1e-12 and (
+            self.seed_columns == "first" or self._looks_novel(D, w, omega, rep_codes, rep_omegas)
+        ):
+            D = D.copy()
+            D[:, seeded] = w / np.linalg.norm(w) * (self.max_norm or 1.0)
+            seeded += 1
+            rep_omegas = self._rep_hessians(record, rep_codes, D)
         scale = float(np.mean(np.diag(omega)))
         s, Z = self._solve_code(D, self.L_, w, omega, rep_codes, rep_omegas, scale, use_encoder)
 
@@ -407,12 +427,13 @@ class FCL3WithoutDecoder(FCL3):
         encoder_weight: float = 0.0, assignment_ridge: float = 0.1, phi: str = "identity",
         ridge: float = 1e-3, encoder_ridge: float = 1e-3, max_norm: float | None = None,
         joint: bool = True, max_outer_iter: int = 20, tol: float = 1e-6,
-        task_intercept: bool = True, z_init: str = "single_task", standardize: bool = True,
+        task_intercept: bool = True, z_init: str = "single_task", seed_columns: str = "novel",
+        standardize: bool = True,
         random_state: int = 0,
     ):
         super().__init__(kind, n_components, mu, lambda1, lambda2, alpha, gamma, encoder_weight,
                          assignment_ridge, phi, ridge, encoder_ridge, max_norm, joint,
-                         max_outer_iter, tol, task_intercept, z_init, standardize, random_state)
+                         max_outer_iter, tol, task_intercept, z_init, seed_columns, standardize, random_state)
 
 
 class CL3(FCL3):
@@ -425,9 +446,10 @@ class CL3(FCL3):
         encoder_weight: float = 0.0, assignment_ridge: float = 0.1, phi: str = "identity",
         ridge: float = 1e-3, encoder_ridge: float = 1e-3, max_norm: float | None = None,
         joint: bool = False, max_outer_iter: int = 20, tol: float = 1e-6,
-        task_intercept: bool = True, z_init: str = "single_task", standardize: bool = True,
+        task_intercept: bool = True, z_init: str = "single_task", seed_columns: str = "novel",
+        standardize: bool = True,
         random_state: int = 0,
     ):
         super().__init__(kind, n_components, mu, lambda1, lambda2, alpha, gamma, encoder_weight,
                          assignment_ridge, phi, ridge, encoder_ridge, max_norm, joint,
-                         max_outer_iter, tol, task_intercept, z_init, standardize, random_state)
+                         max_outer_iter, tol, task_intercept, z_init, seed_columns, standardize, random_state)

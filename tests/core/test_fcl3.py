@@ -266,3 +266,14 @@ def test_decoder_columns_start_from_the_first_tasks():
     # after the first task D s_1 reproduces the task's own model: D was seeded with w_1
     np.testing.assert_allclose(m.D_ @ m.tasks_[tid].arrays["code"], w, rtol=0.05, atol=0.05)
     assert m.n_seeded_columns_ == 1
+
+
+def test_only_novel_tasks_seed_decoder_columns():
+    tasks = clustered_stream(6, d=6, spread=0.05, n_clusters=2)
+    seeded = {}
+    for rule in ("novel", "first"):
+        m = FCL3(n_components=4, seed_columns=rule)
+        for tid, X, y, _ in tasks:
+            m.learn(tid, X, y)
+        seeded[rule] = m.n_seeded_columns_
+    assert seeded == {"novel": 2, "first": 4}  # two environments vs the first four tasks
