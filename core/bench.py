@@ -20,11 +20,10 @@ Protocol (the paper's, with the decisions it leaves open written down):
   again 70/30 (fit/validation) at random; every grid point of :data:`GRIDS` is learned on the
   fit parts in the model's own order and scored on the validation parts; the best one is
   refitted on the whole training halves and scored once on the test halves. The single-task
-  ridge ``mu`` is tuned on STL and used by every model whose grid does not tune ``mu``
-  itself (ELLA's grid does: it prefers a nearly unregularised ``w_t``); each model tunes at
-  most two parameters. ELLA-Info uses
-  ELLA-Rand's choice; FCL3-OneByOne, CL3-Rand and FCL3-woDecoder-Rand use FCL3-Rand's
-  (see :data:`SHARES_TUNING`; a model whose source is not run tunes its own grid).
+  ridge ``mu`` is tuned on STL; ELLA and the FCL3 family tune their own ``mu`` with their
+  other parameters (ELLA: ``n_components``; FCL3, CL3 and woDecoder, each on its own:
+  ``lambda2`` and ``gamma``). ELLA-Info uses ELLA-Rand's choice and FCL3-OneByOne
+  FCL3-Rand's (see :data:`SHARES_TUNING`; a model whose source is not run tunes its own grid).
   ``--no-tune`` uses :data:`DEFAULTS` (the classes' own defaults).
 * **Metric**: RMSE in the data set's own units (regression) or AUC in % (classification),
   averaged over tasks (tasks whose test half lacks a class are skipped for AUC), then
