@@ -401,7 +401,7 @@ def write_plots(summary: dict[str, Any], out_dir: str) -> list[str]:
     ax.legend(fontsize=8)
     fig.tight_layout()
     path = os.path.join(out_dir, f"{name}_learned_tasks.png")
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     written.append(path)
 
@@ -422,7 +422,7 @@ def write_plots(summary: dict[str, Any], out_dir: str) -> list[str]:
             for t, z in zip(res.assignment_tasks, res.assignment[:-1]):
                 H[i, reps.index(t)] = z
             H[i, -1] = res.assignment[-1]
-        fig, ax = plt.subplots(figsize=(max(4.0, 0.5 * len(reps) + 3), max(4.0, 0.12 * len(results) + 1.5)))
+        fig, ax = plt.subplots(figsize=(max(5.5, 0.5 * len(reps) + 4), max(4.0, 0.12 * len(results) + 1.5)))
         im = ax.imshow(H, aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
         for i, res in enumerate(results):
             if res.new_representative:
@@ -440,7 +440,7 @@ def write_plots(summary: dict[str, Any], out_dir: str) -> list[str]:
         fig.colorbar(im, ax=ax, label="z")
         fig.tight_layout()
         path = os.path.join(out_dir, f"{name}_{model}_assignment.png")
-        fig.savefig(path, dpi=120)
+        fig.savefig(path, dpi=120, bbox_inches="tight")
         plt.close(fig)
         written.append(path)
 
@@ -465,7 +465,7 @@ def write_plots(summary: dict[str, Any], out_dir: str) -> list[str]:
         fig.suptitle("Disjoint: |correlation| of task weight vectors (tasks ordered by true cluster; run 1)", fontsize=10)
         fig.tight_layout()
         path = os.path.join(out_dir, f"{name}_correlation.png")
-        fig.savefig(path, dpi=120)
+        fig.savefig(path, dpi=120, bbox_inches="tight")
         plt.close(fig)
         written.append(path)
     return written
@@ -548,7 +548,7 @@ def plot_speed(speed: dict[str, Any], out_dir: str) -> str:
         ax.legend(fontsize=8)
     fig.tight_layout()
     path = os.path.join(out_dir, "speed.png")
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 

@@ -61,7 +61,7 @@ def fista_quadratic_l1(
         x, t = x_new, t_new
         if np.max(np.abs(diff)) <= tol * (1.0 + np.max(np.abs(x))):
             break
-    return x
+    return x + 0.0  # no negative zeros from the prox in reported codes
 
 
 def admm_assignment(
