@@ -109,37 +109,6 @@ def admm_assignment(
     return J
 
 
-#: Above this size :func:`solve_spd` factorises in float32 and refines in float64.
-MIXED_PRECISION_MIN_SIZE = 1024
-
-
-def solve_spd(M: np.ndarray, b: np.ndarray, max_refine: int = 30) -> np.ndarray:
-    """Solve ``M x = b`` for symmetric positive definite ``M`` to float64 accuracy.
-
-    Large systems use the mixed-precision scheme of LAPACK's ``dsposv``: a float32 Cholesky
-    factor (half the time and memory traffic of float64), then iterative refinement with
-    float64 residuals until the correction is at float64 round-off. If refinement stalls
-    (a badly conditioned ``M``) it falls back to a float64 factorisation, so the answer is
-    always the float64 solution.
-    """
-    n = M.shape[0]
-    if n < MIXED_PRECISION_MIN_SIZE:
-        return scipy.linalg.cho_solve(scipy.linalg.cho_factor(M, check_finite=False), b, check_finite=False)
-    try:
-        factor = scipy.linalg.cho_factor(M.astype(np.float32), check_finite=False)
-    except np.linalg.LinAlgError:
-        factor = None
-    if factor is not None:
-        x = scipy.linalg.cho_solve(factor, b.astype(np.float32), check_finite=False).astype(np.float64)
-        for _ in range(max_refine):
-            r = b - M @ x
-            dx = scipy.linalg.cho_solve(factor, r.astype(np.float32), check_finite=False).astype(np.float64)
-            x = x + dx
-            if np.linalg.norm(dx) <= 4 * np.finfo(float).eps * np.linalg.norm(x):
-                return x
-    return scipy.linalg.cho_solve(scipy.linalg.cho_factor(M, check_finite=False), b, check_finite=False)
-
-
 def solve_ridge_ball(
     A: np.ndarray, b: np.ndarray, shape: tuple[int, int], max_norm: float | None,
     axis: int = 0, max_iter: int = 3000, tol: float = 1e-10,
@@ -147,12 +116,15 @@ def solve_ridge_ball(
     """Minimise ``x'Ax - 2 b'x`` over ``x = vec(W)`` (column-major, ``W`` of ``shape``) subject
     to every column (``axis=0``) or row (``axis=1``) of ``W`` having norm ``<= max_norm``.
 
-    ``A`` must be symmetric positive definite (callers add the ridge). The unconstrained
+    ``A`` must be symmetric positive definite (callers add the ridge); with ``max_norm=None``
+    it is overwritten (callers pass a temporary). The unconstrained
     minimiser ``A^-1 b`` (a Cholesky solve) is returned when it is feasible, which is the
     common case; otherwise projected FISTA runs from its projection, with the constraint set
     a product of balls so the projection is a rescale.
     """
-    x = solve_spd(A, b)
+    # without a constraint A is not needed again: factorise it in place (no (dp)^2 copy)
+    factor = scipy.linalg.cho_factor(A, overwrite_a=max_norm is None, check_finite=False)
+    x = scipy.linalg.cho_solve(factor, b, check_finite=False)
     W = x.reshape(shape, order="F")
     if max_norm is None:
         return W

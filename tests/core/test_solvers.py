@@ -4,7 +4,7 @@ import pytest
 import scipy.optimize
 
 from core.fcl3 import solve_rows_in_ball
-from core.solvers import MIXED_PRECISION_MIN_SIZE, admm_assignment, fista_quadratic_l1, project_simplex, solve_ridge_ball, solve_spd
+from core.solvers import admm_assignment, fista_quadratic_l1, project_simplex, solve_ridge_ball
 
 SIMPLEX = {"type": "eq", "fun": lambda z: z.sum() - 1.0}
 
@@ -119,15 +119,3 @@ def test_rows_in_ball_matches_scipy():
         ref = slsqp(obj, np.zeros(4), [{"type": "ineq", "fun": lambda l: 0.49 - l @ l}])
         np.testing.assert_allclose(L[i], ref, atol=1e-5)
     np.testing.assert_allclose(solve_rows_in_ball(G, R, None), np.linalg.solve(G, R.T).T, rtol=1e-10)
-
-
-def test_mixed_precision_solve_reaches_float64_accuracy():
-    rng = np.random.default_rng(5)
-    n = MIXED_PRECISION_MIN_SIZE + 76
-    B = rng.normal(size=(n, n))
-    M = B @ B.T / n + 1e-3 * np.eye(n)  # condition number ~1e4, like A/T + ridge
-    b = rng.normal(size=n)
-    x = solve_spd(M, b)
-    ref = scipy.linalg.solve(M, b, assume_a="pos")
-    np.testing.assert_allclose(x, ref, rtol=1e-9, atol=1e-10)
-    assert np.linalg.norm(M @ x - b) <= 1e-9 * np.linalg.norm(b)
