@@ -17,8 +17,9 @@ Protocol (the paper's, with the decisions it leaves open written down):
   training halves, bias excluded); the cluster order and the order inside each cluster are
   random.
 * **Hyper-parameters** are chosen on the *training halves only*: each training half is split
-  again 70/30 (fit/validation) at random; every grid point of :data:`GRIDS` is learned on the
-  fit parts in the model's own order and scored on the validation parts; the best one is
+  again 70/30 (fit/validation) at random, ``--val-splits`` times (default 3); every grid point
+  of :data:`GRIDS` is learned on the fit parts in the model's own order and scored on the
+  validation parts, averaged over the splits; the best one is
   refitted on the whole training halves and scored once on the test halves. The single-task
   ridge ``mu`` is tuned on STL; ELLA and the FCL3 family tune their own ``mu`` with their
   other parameters (ELLA: ``n_components``; FCL3, CL3 and woDecoder, each on its own:
@@ -209,15 +210,20 @@ def better(a: float, b: float, kind: str) -> bool:
 
 
 def tune(
-    family: str, order_kind: str, kind: str, fit: Split, val: Split, order: str | list[str],
+    family: str, order_kind: str, kind: str, folds: list[tuple[Split, Split]], order: str | list[str],
     base: dict[str, Any], seed: int, grid: dict[str, list],
 ) -> tuple[dict[str, Any], list]:
+    """Pick the grid point with the best validation score, averaged over the (fit, validation)
+    splits in ``folds`` (several random splits make the choice less noisy on small tasks)."""
     best, best_score, table = None, float("nan"), []
     for point in _grid_points(grid):
         params = {**base, **point}
-        model = build(family, kind, params, seed)
-        run_stream(model, fit, order, kind)
-        score = mean_score(model, kind, val)
+        scores = []
+        for fit, val in folds:
+            model = build(family, kind, params, seed)
+            run_stream(model, fit, order, kind)
+            scores.append(mean_score(model, kind, val))
+        score = float(np.mean(scores))
         table.append((point, score))
         if best is None or better(score, best_score, kind):
             best, best_score = params, score
@@ -228,6 +234,7 @@ def tune(
 def run_benchmark(
     dataset: str, runs: int = 10, seed: int = 0, models: list[str] | None = None, tune_params: bool = True,
     data_dir: str | None = None, grids: dict[str, dict[str, list]] | None = None, progress: bool = True,
+    val_splits: int = 1,
 ) -> dict[str, Any]:
     """Run the protocol; returns the JSON-able summary plus ``_raw`` data for the plots."""
     grids = GRIDS if grids is None else grids
@@ -253,14 +260,14 @@ def run_benchmark(
         rng = np.random.default_rng([seed, r])
         run_seed = seed + r
         train, test = split_tasks(ds, rng)
-        fit, val = split_validation(train, rng)
+        folds = [split_validation(train, rng) for _ in range(val_splits)]
         rand_order = [ds.task_ids[i] for i in rng.permutation(ds.n_tasks)]
         order_rng = np.random.default_rng([seed, r, 1])
         chosen: dict[str, dict[str, Any]] = {}
         # the single-task ridge: tuned on STL (whether or not STL is reported)
         stl_params = dict(DEFAULTS["STL"])
         if tune_params:
-            stl_params, _ = tune("STL", "rand", kind, fit, val, rand_order, stl_params, run_seed, grids["STL"])
+            stl_params, _ = tune("STL", "rand", kind, folds, rand_order, stl_params, run_seed, grids["STL"])
         shared = {"mu": stl_params["mu"]} if "mu" in stl_params else {}
         onebyone = None
         sources = [m for m in models if m in SHARES_TUNING.values()]
@@ -282,7 +289,7 @@ def run_benchmark(
                 params = chosen[SHARES_TUNING[name]]
             else:
                 base = {**DEFAULTS[family], **({} if "mu" in grids[family] else shared)}
-                params, _ = tune(family, order_kind, kind, fit, val, order, base, run_seed, grids[family])
+                params, _ = tune(family, order_kind, kind, folds, order, base, run_seed, grids[family])
             chosen[name] = params
             model = build(family, kind, params, run_seed)
             out = run_stream(model, train, order, kind, test=test, curve=True)
@@ -564,6 +571,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plots")
     ap.add_argument("--models", help="comma-separated subset of: " + ", ".join(MODELS))
     ap.add_argument("--no-tune", action="store_true", help="use DEFAULTS instead of validation tuning")
+    ap.add_argument("--val-splits", type=int, default=3,
+                    help="random fit/validation splits of the training halves averaged when tuning")
     ap.add_argument("--speed", action="store_true", help="time single updates (FCL3-Rand, ELLA-Rand)")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
@@ -574,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dataset:
         try:
             summary = run_benchmark(args.dataset, args.runs, args.seed, models, not args.no_tune, args.data_dir,
-                                    progress=not args.quiet)
+                                    progress=not args.quiet, val_splits=args.val_splits)
         except (FileNotFoundError, ValueError, RuntimeError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -56,14 +56,16 @@ def test_tuning_never_sees_test_half(monkeypatch):
     ds = bench.load_dataset("disjoint", random_state=0)
     rng = np.random.default_rng([0, 0])
     train, test = bench.split_tasks(ds, rng)
-    fit, val = bench.split_validation(train, rng)
-    for (Xt, _), (Xf, _), (Xv, _) in zip(train.values(), fit.values(), val.values()):
-        assert len(Xf) + len(Xv) == len(Xt)
-        rows = {r.tobytes() for r in Xt}
-        assert all(r.tobytes() in rows for r in Xf) and all(r.tobytes() in rows for r in Xv)
+    folds = [bench.split_validation(train, rng) for _ in range(2)]
+    for fit, val in folds:
+        for (Xt, _), (Xf, _), (Xv, _) in zip(train.values(), fit.values(), val.values()):
+            assert len(Xf) + len(Xv) == len(Xt)
+            rows = {r.tobytes() for r in Xt}
+            assert all(r.tobytes() in rows for r in Xf) and all(r.tobytes() in rows for r in Xv)
+    assert not all(np.array_equal(folds[0][1][t][0], folds[1][1][t][0]) for t in train)  # distinct splits
     monkeypatch.setattr(bench, "mean_score", spy)
-    bench.tune("ELLA", "rand", "regression", fit, val, list(train), {"mu": 1e-2}, 0, TINY["ELLA"])
-    assert set(seen) == {id(val)}
+    bench.tune("ELLA", "rand", "regression", folds, list(train), {"mu": 1e-2}, 0, TINY["ELLA"])
+    assert set(seen) == {id(folds[0][1]), id(folds[1][1])}  # only validation parts are scored
 
 
 def test_missing_data_dir_is_a_clear_error(tmp_path, capsys):
