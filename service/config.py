@@ -36,6 +36,17 @@ class Settings(BaseSettings):
     DB_POOL_SIZE: int = Field(20, gt=0, description="Database connections kept per process (as many again may overflow).")
     DB_CONNECT_TIMEOUT: int = Field(3, gt=0, description="Seconds to wait for a database connection.")
 
+    # --- access control, limits, logs ------------------------------------------------
+    API_WRITE_KEYS: str | None = Field(
+        None, description="Comma-separated keys allowed to change the model (and to read). An entry "
+        "`sha256:<hex>` is the SHA-256 of a key, so that only hashes need be stored. "
+        "Unset (and API_READ_KEYS unset): the API is open (a WARNING says so at start-up).")
+    API_READ_KEYS: str | None = Field(
+        None, description="Comma-separated keys allowed to read (predictions, /tasks, /model); same format.")
+    MAX_ROWS_PER_BATCH: int = Field(10_000, gt=0, description="More rows in one request get 413.")
+    MAX_FEATURES: int = Field(1_000, gt=0, description="More features per row get 413.")
+    LOG_LEVEL: str = Field("INFO", description="Level of the service's JSON log lines.")
+
     # --- the model (used when the model is created, then stored with it) --------------
     FCL3_ESTIMATOR: str = Field("FCL3", description="Learner class in core (FCL3, STL, ...).")
     FCL3_KIND: Literal["regression", "classification"] = "regression"

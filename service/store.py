@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -36,6 +37,8 @@ from sqlalchemy.exc import IntegrityError
 
 import core
 
+from . import metrics
+from .locks import LockBusy
 from .models import BatchRow, ModelRow, TaskRow
 
 log = logging.getLogger("service.store")
@@ -243,6 +246,9 @@ class ModelStore:
         current = self._cache
         if current is None or snap.version >= current.version:
             self._cache = snap
+            summary = snap.info.get("summary") or {}
+            n_reps = summary.get("n_representatives", len(summary.get("representatives") or []))
+            metrics.set_model(snap.version, len(snap.state.tasks), int(n_reps))
 
     def model_info(self) -> dict[str, Any]:
         with self._reader.connect() as conn:
@@ -281,16 +287,48 @@ class ModelStore:
         learner = snap.learner
         preds = learner.predict(task_id, X)
         probs = learner.predict_proba(task_id, X) if learner.kind == "classification" else None
+        metrics.PREDICTION_REQUESTS.inc()
+        metrics.PREDICTIONS.inc(len(preds))
         return (np.asarray(preds, dtype=float).tolist(),
                 None if probs is None else np.asarray(probs, dtype=float).tolist(), snap.version)
 
     # ------------------------------------------------------------------ writing
     def update(self, task_id: str, X, y) -> tuple[core.UpdateResult, int]:
-        """Learn one batch and commit it; returns the result and the new model version."""
-        with self.locks.hold(self.name):
-            snap = self.snapshot()
-            prepared = self.prepare(snap, task_id, X, y)
-            version = self.commit(prepared)
+        """Learn one batch and commit it; returns the result and the new model version.
+
+        Observed: lock wait (``fcl3_lock_wait_seconds``), update time, outcome; one log line
+        per committed update."""
+        t0 = time.perf_counter()
+        acquired = None
+        outcome = "error"
+        try:
+            with self.locks.hold(self.name):
+                acquired = time.perf_counter()
+                metrics.LOCK_WAIT_SECONDS.labels("acquired").observe(acquired - t0)
+                snap = self.snapshot()
+                prepared = self.prepare(snap, task_id, X, y)
+                version = self.commit(prepared)
+            outcome = "committed"
+        except core.InputError:
+            outcome = "bad_input"
+            raise
+        except StaleWrite:
+            outcome = "stale"
+            raise
+        except LockBusy:
+            outcome = "lock_busy"
+            metrics.LOCK_WAIT_SECONDS.labels("busy").observe(time.perf_counter() - t0)
+            raise
+        finally:
+            metrics.UPDATES.labels(outcome).inc()
+        done = time.perf_counter()
+        metrics.UPDATE_SECONDS.observe(done - acquired)
+        r = prepared.result
+        log.info("model update committed", extra={
+            "event": "update", "model": self.name, "task": task_id, "version": version,
+            "n_samples": int(prepared.X.shape[0]), "task_n_samples": int(r.n_samples), "new_task": bool(r.new_task),
+            "new_representative": bool(r.new_representative), "n_representatives": int(r.n_representatives),
+            "duration_ms": round((done - acquired) * 1000, 2), "lock_wait_ms": round((acquired - t0) * 1000, 2)})
         return prepared.result, version
 
     def prepare(self, snap: Snapshot, task_id: str, X, y) -> Prepared:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, HTTPException, Request
 
 from ..config import Settings
 from ..store import ModelStore
@@ -21,3 +21,14 @@ async def get_store(request: Request) -> ModelStore:
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 StoreDep = Annotated[ModelStore, Depends(get_store)]
+
+
+def check_size(settings: Settings, n_rows: int, widths) -> None:
+    """413 when a request has more rows than MAX_ROWS_PER_BATCH or a row more features than
+    MAX_FEATURES: checked on the parsed lists, before any numpy array or lock."""
+    if n_rows > settings.MAX_ROWS_PER_BATCH:
+        raise HTTPException(413, f"{n_rows} rows in one request; at most {settings.MAX_ROWS_PER_BATCH} "
+                                 "(MAX_ROWS_PER_BATCH): split the batch")
+    widest = max(widths, default=0)
+    if widest > settings.MAX_FEATURES:
+        raise HTTPException(413, f"a row has {widest} features; at most {settings.MAX_FEATURES} (MAX_FEATURES)")

@@ -19,10 +19,35 @@ from .conftest import REDIS_URL, ROOT, free_port
 COMPOSE = ROOT / "docker-compose.yml"
 
 
+class Required(KeyError):
+    """A ${VAR:?message} whose variable is unset: compose refuses to start."""
+
+
 def interpolate(value: str, env: dict[str, str] | None = None) -> str:
-    """Compose's ${VAR:-default} with an empty environment (the defaults)."""
+    """Compose's ${VAR:-default} and ${VAR:?message} with ``env`` (default: empty)."""
     env = env or {}
-    return re.sub(r"\$\{(\w+)(?::-([^}]*))?\}", lambda m: env.get(m.group(1)) or (m.group(2) or ""), value)
+
+    def sub(m):
+        name, op, arg = m.group(1), m.group(2), m.group(3) or ""
+        if env.get(name):
+            return env[name]
+        if op == ":?":
+            raise Required(f"{name}: {arg}")
+        return arg
+
+    return re.sub(r"\$\{(\w+)(?:(:-|:\?)([^}]*))?\}", sub, value)
+
+
+KEYS = {"API_WRITE_KEYS": "compose-write-key", "API_READ_KEYS": "compose-read-key"}
+
+
+def test_compose_requires_api_keys(compose):
+    env = compose["services"]["api"]["environment"]
+    for name in KEYS:
+        assert ":?" in env[name]
+        with pytest.raises(Required):
+            interpolate(env[name])
+        assert interpolate(env[name], KEYS) == KEYS[name]
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +78,7 @@ def test_dockerfile_runs_the_same_commands(compose):
     text = (ROOT / "docker" / "Dockerfile").read_text()
     cmd = json.loads(re.search(r"^CMD (\[.*\])$", text, re.M).group(1))
     assert cmd[:2] == ["uvicorn", "service.main:app"]
-    assert [interpolate(c) for c in compose["services"]["api"]["command"]] == cmd
+    assert [interpolate(c, KEYS) for c in compose["services"]["api"]["command"]] == cmd
     for path in ("pyproject.toml", "core", "service", "alembic.ini", "migrations"):
         assert f"COPY {path}" in text or f"COPY {path} " in text
 
@@ -66,7 +91,7 @@ def test_docker_compose_config_parses():
     if probe.returncode != 0:
         pytest.skip(f"`docker compose` not available: {probe.stderr.strip() or probe.stdout.strip()}")
     r = subprocess.run([docker, "compose", "-f", str(COMPOSE), "config", "--quiet"], capture_output=True, text=True,
-                       cwd=ROOT)
+                       cwd=ROOT, env={**os.environ, **KEYS})
     assert r.returncode == 0, r.stderr
 
 
@@ -78,8 +103,9 @@ def test_compose_commands_work_here(compose, request, tmp_path):
     request.getfixturevalue("postgres_server")
     _, prefix = request.getfixturevalue("redis_server")
     db = create_pg_database("fcl3_compose")
-    env = {k: interpolate(str(v)) for k, v in compose["services"]["api"]["environment"].items()}
-    env.update(DATABASE_URL=pg_url(db), REDIS_URL=REDIS_URL, REDIS_PREFIX=prefix)
+    env = {k: interpolate(str(v), KEYS) for k, v in compose["services"]["api"]["environment"].items()}
+    env.update(DATABASE_URL=pg_url(db), REDIS_URL=REDIS_URL, REDIS_PREFIX=prefix,
+               PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "metrics"))
     full_env = {**os.environ, **env}
     proc = None
     try:
@@ -103,7 +129,12 @@ def test_compose_commands_work_here(compose, request, tmp_path):
                 break
             time.sleep(0.3)
         assert h.returncode == 0, (tmp_path / "api.log").read_text()
-        m = httpx.get(f"http://127.0.0.1:{port}/model", timeout=5).json()
+        assert httpx.get(f"http://127.0.0.1:{port}/model", timeout=5).status_code == 401  # keys are on
+        m = httpx.get(f"http://127.0.0.1:{port}/model", timeout=5,
+                      headers={"Authorization": f"Bearer {KEYS['API_READ_KEYS']}"}).json()
+        # /metrics aggregates both workers (multiprocess mode)
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        assert "fcl3_model_version" in text and "fcl3_refused_requests_total" in text
         assert m["estimator"] == env["FCL3_ESTIMATOR"] and m["kind"] == env["FCL3_KIND"]
     finally:
         if proc is not None:

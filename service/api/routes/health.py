@@ -20,6 +20,7 @@ async def healthz() -> dict:
 def readyz(request: Request) -> JSONResponse:
     """Readiness: the database answers and holds the schema, and the lock backend answers."""
     state = request.app.state
+    redact = state.redact
     checks: dict[str, str] = {}
     ok = True
     try:
@@ -32,12 +33,12 @@ def readyz(request: Request) -> JSONResponse:
             checks["schema"] = "missing: run `alembic upgrade head`"
             ok = False
     except Exception as exc:  # noqa: BLE001 - any failure means not ready
-        checks["database"] = f"unavailable: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        checks["database"] = redact(f"unavailable: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}")
         ok = False
     try:
         state.locks.ping()
         checks["lock"] = f"ok ({state.locks.backend})"
     except Exception as exc:  # noqa: BLE001
-        checks["lock"] = f"unavailable: {str(exc)[:200]}"
+        checks["lock"] = redact(f"unavailable: {str(exc)[:200]}")
         ok = False
     return JSONResponse({"status": "ready" if ok else "not ready", **checks}, status_code=200 if ok else 503)

@@ -4,9 +4,16 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Query
 
 from ...schemas import PredictOut, PredictRequest
-from ..deps import StoreDep
+from ..deps import SettingsDep, StoreDep, check_size
 
 router = APIRouter(tags=["prediction"])
+
+ERRORS = {
+    404: {"description": "Unknown task."},
+    413: {"description": "Request body, rows or features over the limits."},
+    422: {"description": "Bad rows (wrong width, NaN/inf, non-numbers, unknown fields)."},
+    503: {"description": "The database is down."},
+}
 
 
 def parse_rows(x: list[str]) -> list[list[float]]:
@@ -27,18 +34,21 @@ def _predict(store, task_id: str, X) -> PredictOut:
     return PredictOut(task_id=task_id, predictions=preds, probabilities=probs, version=version)
 
 
-@router.get("/predict", response_model=PredictOut, response_model_exclude_none=True)
+@router.get("/predict", response_model=PredictOut, response_model_exclude_none=True, responses=ERRORS)
 def predict_get(
     store: StoreDep,
+    settings: SettingsDep,
     task_id: str = Query(..., min_length=1, max_length=200),
     x: list[str] = Query(..., description="One feature row as comma-separated numbers; repeat for more rows.",
                          examples=["1.0,2.0,3.0"]),
 ) -> PredictOut:
     """Predictions for feature rows given in the query string."""
+    check_size(settings, len(x), (t.count(",") + 1 for t in x))
     return _predict(store, task_id, parse_rows(x))
 
 
-@router.post("/predict", response_model=PredictOut, response_model_exclude_none=True)
-def predict_post(store: StoreDep, body: PredictRequest) -> PredictOut:
+@router.post("/predict", response_model=PredictOut, response_model_exclude_none=True, responses=ERRORS)
+def predict_post(store: StoreDep, settings: SettingsDep, body: PredictRequest) -> PredictOut:
     """Predictions for a batch of feature rows (for many rows)."""
+    check_size(settings, len(body.X), map(len, body.X))
     return _predict(store, body.task_id, body.X)

@@ -1,0 +1,65 @@
+"""Prometheus metrics (``GET /metrics``).
+
+One process: prometheus-client's default registry. Several uvicorn workers: set
+``PROMETHEUS_MULTIPROC_DIR`` to an empty directory writable by every worker (before they
+start; clear it at each deployment) and ``/metrics`` aggregates the workers' files.
+
+The gauges describe the model version this process serves (its cached snapshot); across
+workers the maximum is reported.
+"""
+from __future__ import annotations
+
+import os
+
+MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+if MULTIPROC_DIR:  # must exist before the metrics below are made
+    os.makedirs(MULTIPROC_DIR, exist_ok=True)
+
+from prometheus_client import (  # noqa: E402
+    CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest)
+
+MULTIPROC = bool(MULTIPROC_DIR)
+
+_FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+UPDATE_SECONDS = Histogram(
+    "fcl3_update_duration_seconds", "Time of a model update: load, learn and commit (lock wait excluded).",
+    buckets=_FAST)
+LOCK_WAIT_SECONDS = Histogram(
+    "fcl3_lock_wait_seconds", "Time an update waited for the model's lock.", ["outcome"], buckets=_FAST)
+UPDATES = Counter("fcl3_updates_total", "Model updates by outcome.", ["outcome"])
+PREDICTIONS = Counter("fcl3_predictions_total", "Rows predicted (predictions served).")
+PREDICTION_REQUESTS = Counter("fcl3_prediction_requests_total", "Prediction requests answered.")
+REFUSED = Counter("fcl3_refused_requests_total", "Requests refused, by HTTP status.", ["reason"])
+REQUESTS = Counter("fcl3_http_requests_total", "HTTP requests by method and status.", ["method", "status"])
+REQUEST_SECONDS = Histogram("fcl3_http_request_duration_seconds", "HTTP request time.", ["method"], buckets=_FAST)
+MODEL_VERSION = Gauge("fcl3_model_version", "Version of the model this process serves.", multiprocess_mode="max")
+TASKS = Gauge("fcl3_tasks", "Tasks the served model has learned.", multiprocess_mode="max")
+REPRESENTATIVES = Gauge("fcl3_representatives", "Representative tasks of the served model.",
+                        multiprocess_mode="mostrecent")
+
+REFUSED_STATUSES = {401, 403, 404, 409, 413, 422, 503}
+
+
+def observe_status(method: str, status: int, seconds: float) -> None:
+    REQUESTS.labels(method, str(status)).inc()
+    REQUEST_SECONDS.labels(method).observe(seconds)
+    if status in REFUSED_STATUSES:
+        REFUSED.labels(str(status)).inc()
+
+
+def set_model(version: int, n_tasks: int, n_representatives: int) -> None:
+    MODEL_VERSION.set(version)
+    TASKS.set(n_tasks)
+    REPRESENTATIVES.set(n_representatives)
+
+
+def exposition() -> tuple[bytes, str]:
+    if MULTIPROC:
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        registry = REGISTRY
+    return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,141 @@
+"""API keys (``Authorization: Bearer <key>``) and scrubbing of secrets from messages.
+
+Two sets of keys, from the environment (:class:`service.config.Settings`):
+
+* ``API_WRITE_KEYS``: may post data (change the model) and read;
+* ``API_READ_KEYS``: predictions, ``/tasks``, ``/model`` only (a write route answers 403).
+
+An entry is either the key itself or ``sha256:<64 hex>``, the SHA-256 of the key, so that a
+deployment need store only hashes. Keys are kept only as digests; a presented key is hashed
+and compared with :func:`hmac.compare_digest` against every configured digest (no early
+exit). With no key configured at all the API is open and says so at start-up.
+``/healthz``, ``/readyz``, ``/metrics``, ``/docs`` and ``/openapi.json`` are always open.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+Role = Literal["read", "write"]
+
+_HEX = re.compile(r"^[0-9a-fA-F]{64}$")
+
+
+class KeyConfigError(ValueError):
+    """A configured key entry is malformed (e.g. ``sha256:`` without 64 hex digits)."""
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8")).digest()
+
+
+def parse_keys(text: str | None, variable: str) -> list[bytes]:
+    """Comma-separated entries -> SHA-256 digests. Blank entries are ignored."""
+    digests = []
+    for entry in (text or "").split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        if entry.lower().startswith("sha256:"):
+            hexpart = entry[len("sha256:"):]
+            if not _HEX.match(hexpart):
+                raise KeyConfigError(f"{variable}: an entry 'sha256:...' needs 64 hex digits")
+            digests.append(bytes.fromhex(hexpart))
+        else:
+            digests.append(_digest(entry))
+    return digests
+
+
+class KeyRing:
+    def __init__(self, write_keys: str | None, read_keys: str | None):
+        self.write = parse_keys(write_keys, "API_WRITE_KEYS")
+        self.read = parse_keys(read_keys, "API_READ_KEYS")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.write or self.read)
+
+    def role(self, key: str | None) -> Role | None:
+        if not key:
+            return None
+        presented = _digest(key)
+        is_write = is_read = False
+        for d in self.write:  # every comparison runs: the time does not depend on which matched
+            is_write |= hmac.compare_digest(presented, d)
+        for d in self.read:
+            is_read |= hmac.compare_digest(presented, d)
+        return "write" if is_write else "read" if is_read else None
+
+
+bearer = HTTPBearer(auto_error=False, description="An API key: a write key (posting data) or a read key.")
+
+UNAUTHORIZED = {"description": "Missing or unknown API key (`Authorization: Bearer <key>`)."}
+FORBIDDEN = {"description": "A read key on a route that changes the model."}
+
+
+def _unauthorized(message: str) -> HTTPException:
+    return HTTPException(401, message, headers={"WWW-Authenticate": "Bearer"})
+
+
+def _role(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Role | None:
+    keys: KeyRing = request.app.state.keys
+    if not keys.enabled:
+        return "write"
+    if credentials is None:
+        raise _unauthorized("missing API key: send `Authorization: Bearer <key>`")
+    role = keys.role(credentials.credentials)
+    if role is None:
+        raise _unauthorized("unknown API key")
+    request.state.role = role
+    return role
+
+
+async def require_read(request: Request,
+                       credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+    _role(request, credentials)
+
+
+async def require_write(request: Request,
+                        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+    if _role(request, credentials) != "write":
+        raise HTTPException(403, "this key may only read: posting data needs a write key")
+
+
+# ----------------------------------------------------------------------------- redaction
+class Redactor:
+    """Replaces known secrets (API keys, passwords in connection URLs, whole URLs) by ``***``."""
+
+    def __init__(self, secrets: list[str] | None = None):
+        self.secrets = sorted({s for s in (secrets or []) if s and len(s) >= 3}, key=len, reverse=True)
+
+    @classmethod
+    def from_settings(cls, settings) -> "Redactor":
+        secrets: list[str] = []
+        for text in (settings.API_WRITE_KEYS, settings.API_READ_KEYS):
+            secrets += [e.strip() for e in (text or "").split(",") if e.strip()]
+        for url in (settings.DATABASE_URL, settings.REDIS_URL):
+            if not url:
+                continue
+            secrets.append(url)
+            try:
+                parts = urlsplit(url)
+                if parts.password:
+                    secrets.append(parts.password)
+                    from urllib.parse import unquote
+
+                    secrets.append(unquote(parts.password))
+            except ValueError:
+                pass
+        return cls(secrets)
+
+    def __call__(self, text: str) -> str:
+        for s in self.secrets:
+            if s in text:
+                text = text.replace(s, "***")
+        return text
