@@ -168,7 +168,9 @@ def free_port() -> int:
 class Server:
     """A real ``uvicorn service.main:app`` subprocess."""
 
-    def __init__(self, env: dict, workers: int = 1, port: int | None = None, log_path: Path | None = None):
+    def __init__(self, env: dict, workers: int = 1, port: int | None = None, log_path: Path | None = None,
+                 app: str = "service.main:app"):
+        self.app = app
         self.port = port or free_port()
         self.env = {**os.environ, **env}
         self.workers = workers
@@ -180,7 +182,7 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> "Server":
-        cmd = [sys.executable, "-m", "uvicorn", "service.main:app", "--host", "127.0.0.1",
+        cmd = [sys.executable, "-m", "uvicorn", self.app, "--host", "127.0.0.1",
                "--port", str(self.port), "--workers", str(self.workers), "--log-level", "warning"]
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
@@ -324,3 +326,130 @@ def spawn():
     yield factory
     for server in made:
         server.stop()
+
+
+# ----------------------------------------------------------------------------- throwaway servers
+class RedisProcess:
+    """A dedicated ``redis-server`` on its own port, stopped and restarted by a test (the
+    machine's shared Redis is never touched)."""
+
+    def __init__(self):
+        import shutil
+
+        self.binary = shutil.which("redis-server")
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> "RedisProcess":
+        import redis
+
+        self.proc = subprocess.Popen([self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "no", "--daemonize", "no"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=1)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.exceptions.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        client.close()
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def redis_process():
+    """A redis-server of this test's own (skipped, with the reason, when the binary is missing)."""
+    import shutil
+
+    if shutil.which("redis-server") is None:
+        _missing("redis-server binary", "not on PATH")
+    server = RedisProcess().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class PgCluster:
+    """A throwaway PostgreSQL cluster (initdb in a temporary directory, its own port and
+    socket directory), run as the ``postgres`` user when we are root. Restartable."""
+
+    def __init__(self, bindir: Path):
+        import tempfile
+
+        self.bindir = bindir
+        self.dir = Path(tempfile.mkdtemp(prefix="fcl3-pg-"))
+        self.data = self.dir / "data"
+        self.port = free_port()
+        self.log = self.dir / "pg.log"
+        self.as_postgres = os.geteuid() == 0
+        if self.as_postgres:
+            import shutil
+
+            shutil.chown(self.dir, "postgres", "postgres")
+
+    def _run(self, *args, check=True, timeout=60):
+        cmd = [str(self.bindir / args[0]), *args[1:]]
+        if self.as_postgres:
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=timeout)
+
+    def init(self) -> "PgCluster":
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
+        return self
+
+    def start(self) -> None:
+        opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100"
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop", check=False)
+
+    def url(self, dbname: str = "postgres") -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{dbname}"
+
+    def cleanup(self) -> None:
+        import shutil
+
+        self.stop("immediate")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def find_pg_bindir() -> Path | None:
+    import glob
+
+    for initdb in sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), reverse=True):
+        return Path(initdb).parent
+    return None
+
+
+@pytest.fixture
+def pg_cluster():
+    """A PostgreSQL cluster of this test's own, migrated to head (skipped when initdb is missing)."""
+    bindir = find_pg_bindir()
+    if bindir is None:
+        _missing("PostgreSQL server binaries", "no /usr/lib/postgresql/*/bin/initdb")
+    cluster = PgCluster(bindir).init()
+    try:
+        cluster.start()
+        from alembic import command
+
+        from service.db import alembic_config
+
+        command.upgrade(alembic_config(cluster.url()), "head")
+        yield cluster
+    finally:
+        cluster.cleanup()
