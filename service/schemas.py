@@ -2,12 +2,20 @@
 non-numbers (strict floats: no strings, no booleans)."""
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, field_validator
 
 Number = Annotated[float, Strict()]
+
+
+def _utc(value: datetime) -> datetime:
+    """Stored times are UTC; SQLite hands them back naive: say so (RFC 3339 needs an offset)."""
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
 
 
 class Request(BaseModel):
@@ -67,8 +75,8 @@ class TaskOut(BaseModel):
     n_batches: int
     version: int = Field(..., description="Model version that last updated this task.")
     labels: str | None = None
-    created_at: datetime
-    updated_at: datetime
+    created_at: UtcDatetime
+    updated_at: UtcDatetime
     last_update: dict[str, Any] | None = None
 
 
@@ -92,5 +100,5 @@ class ModelOut(BaseModel):
     n_batches: int
     n_representatives: int
     representatives: list[str]
-    created_at: datetime
-    updated_at: datetime
+    created_at: UtcDatetime
+    updated_at: UtcDatetime

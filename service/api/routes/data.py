@@ -10,6 +10,7 @@ from ..deps import SettingsDep, StoreDep, check_size
 router = APIRouter(tags=["learning"])
 
 ERRORS = {
+    400: {"description": "A body that cannot be decoded at all (not UTF-8 JSON)."},
     409: {"description": "The model moved under a writer whose lock had expired; nothing was applied. Retry."},
     413: {"description": "Request body, rows or features over the limits (MAX_BODY_BYTES, MAX_ROWS_PER_BATCH, MAX_FEATURES)."},
     422: {"description": "Bad batch (wrong width, NaN/inf, empty, lengths differ, bad labels, unknown fields)."},

@@ -9,6 +9,7 @@ from ..deps import SettingsDep, StoreDep, check_size
 router = APIRouter(tags=["prediction"])
 
 ERRORS = {
+    400: {"description": "A body that cannot be decoded at all (not UTF-8 JSON)."},
     404: {"description": "Unknown task."},
     413: {"description": "Request body, rows or features over the limits."},
     422: {"description": "Bad rows (wrong width, NaN/inf, non-numbers, unknown fields)."},
