@@ -1,0 +1,359 @@
+"""Load and soak test over loopback: mixed predictions/updates against real uvicorn processes
+on one PostgreSQL and one Redis.
+
+    python -m service.loadtest [--seconds 180] [--clients 16] [--update-fraction 0.05]
+                               [--topologies 1x2,3x1] [--tasks 8] [--rows 10] [--d 8] [--json out.json]
+
+A topology ``PxW`` is P API processes (``uvicorn service.main:app`` each on its own port),
+each with W workers, all on the same throwaway PostgreSQL database (made on
+``--pg-admin-url``, dropped at the end) and the same Redis lock; clients are spread over the
+processes (client-side balancing). For each topology, for ``--seconds``:
+
+* every client loops: with probability ``--update-fraction`` it POSTs a batch (write key)
+  to a random task, otherwise it GETs one prediction (read key); keep-alive connections;
+* reported: requests/s by kind, p50/p99 latency by kind, statuses; updates refused with
+  503/409 (lock busy / stale) are counted, not retried (nothing was applied);
+* zero lost updates: acknowledged versions are exactly 1..N (none lost, none twice) and the
+  final model's per-task sample counts equal the acknowledged rows;
+* memory: RSS of every worker process sampled every ``--rss-every`` seconds; first and last
+  sample after the warm-up (first 20 %), max, and a least-squares slope in MB/min.
+
+The load generator is one asyncio process with a minimal HTTP/1.1 client: it shares the
+machine with the servers, so on a small machine the figures are a floor.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+WRITE_KEY, READ_KEY = f"load-write-{uuid.uuid4().hex}", f"load-read-{uuid.uuid4().hex}"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ----------------------------------------------------------------------------- processes and memory
+def children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                if int(fields[1]) == pid:
+                    out.append(int(entry))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def worker_pids(master: int) -> list[int]:
+    """uvicorn --workers N: the master's children running the app (not the resource tracker etc.)."""
+    kids = []
+    for pid in children(master):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"multiprocessing.resource_tracker" not in cmd and b"semaphore_tracker" not in cmd:
+            kids.append(pid)
+    return kids or [master]  # --workers 1: the master serves
+
+
+class Api:
+    def __init__(self, env: dict, workers: int, log: Path):
+        self.port = free_port()
+        self.workers = workers
+        self.env = {**env, "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(prefix="fcl3-prom-")}
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "Api":
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "service.main:app", "--host", "127.0.0.1", "--port", str(self.port),
+             "--workers", str(self.workers), "--log-level", "warning", "--no-access-log"],
+            cwd=ROOT, env=self.env, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+        for _ in range(600):
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        else:
+            raise RuntimeError(f"API did not start; see {self.log}")
+        if self.workers > 1:  # wait until every worker is up
+            for _ in range(100):
+                if len(worker_pids(self.proc.pid)) >= self.workers:
+                    break
+                time.sleep(0.1)
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        shutil.rmtree(self.env["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- load generator
+async def _request(reader, writer, head: bytes, body: bytes = b"") -> tuple[int, bytes]:
+    writer.write(head + body)
+    raw = await reader.readuntil(b"\r\n\r\n")
+    status = int(raw.split(b" ", 2)[1])
+    length = 0
+    for line in raw.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    return status, await reader.readexactly(length)
+
+
+async def client_loop(i: int, port: int, deadline: float, args, rec: dict, rng: random.Random, rows_for):
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    host = f"Host: 127.0.0.1:{port}\r\n"
+    try:
+        while time.perf_counter() < deadline:
+            task = f"task-{rng.randrange(args.tasks)}"
+            if rng.random() < args.update_fraction:
+                X, y = rows_for(task, rng)
+                body = json.dumps({"X": X, "y": y}).encode()
+                head = (f"POST /tasks/{task}/data HTTP/1.1\r\n{host}Authorization: Bearer {WRITE_KEY}\r\n"
+                        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+                t0 = time.perf_counter()
+                status, payload = await _request(reader, writer, head, body)
+                rec["update_ms"].append((time.perf_counter() - t0) * 1e3)
+                rec["status"][f"update {status}"] = rec["status"].get(f"update {status}", 0) + 1
+                if status == 200:
+                    rec["acks"].append((task, len(y), json.loads(payload)["version"]))
+            else:
+                x = ",".join(f"{v:.3f}" for v in rows_for(task, rng, n=1)[0][0])
+                head = (f"GET /predict?task_id={task}&x={x} HTTP/1.1\r\n{host}"
+                        f"Authorization: Bearer {READ_KEY}\r\n\r\n").encode()
+                t0 = time.perf_counter()
+                status, _ = await _request(reader, writer, head)
+                rec["predict_ms"].append((time.perf_counter() - t0) * 1e3)
+                rec["status"][f"predict {status}"] = rec["status"].get(f"predict {status}", 0) + 1
+    finally:
+        writer.close()
+
+
+def run_load(ports: list[int], args, seconds: float) -> tuple[dict, float]:
+    weights = {f"task-{t}": np.random.default_rng(t).normal(size=args.d) for t in range(args.tasks)}
+
+    def rows_for(task, rng, n=None):
+        n = n or args.rows
+        X = [[rng.gauss(0, 1) for _ in range(args.d)] for _ in range(n)]
+        w = weights[task]
+        y = [float(np.dot(r, w)) + rng.gauss(0, 0.1) for r in X]
+        return X, y
+
+    rec = {"update_ms": [], "predict_ms": [], "status": {}, "acks": []}
+
+    async def main():
+        deadline = time.perf_counter() + seconds
+        await asyncio.gather(*[client_loop(i, ports[i % len(ports)], deadline, args, rec, random.Random(1000 + i),
+                                           rows_for) for i in range(args.clients)])
+
+    t0 = time.perf_counter()
+    asyncio.run(main())
+    return rec, time.perf_counter() - t0
+
+
+def pct(values, q):
+    return round(float(np.percentile(values, q)), 2) if values else None
+
+
+def rss_summary(samples: list[tuple[float, float]], warmup: float) -> dict:
+    after = [(t, m) for t, m in samples if t >= warmup] or samples
+    ts, ms = np.array([t for t, _ in after]), np.array([m for _, m in after])
+    slope = float(np.polyfit(ts, ms, 1)[0]) * 60 if len(after) >= 3 else 0.0
+    return {"first_mb": round(float(ms[0]), 1), "last_mb": round(float(ms[-1]), 1), "max_mb": round(float(ms.max()), 1),
+            "slope_mb_per_min": round(slope, 2), "samples": len(after)}
+
+
+def run_topology(processes: int, workers: int, args, base_env: dict, logdir: Path) -> dict:
+    import psycopg
+
+    dbname = f"fcl3_load_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(args.pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{dbname}"')
+    db_url = "postgresql+psycopg://" + args.pg_admin_url.split("://", 1)[1].rsplit("/", 1)[0] + f"/{dbname}"
+    prefix = f"fcl3load:{uuid.uuid4().hex[:8]}:"
+    env = {**base_env, "DATABASE_URL": db_url, "REDIS_PREFIX": prefix}
+    apis: list[Api] = []
+    try:
+        subprocess.run([sys.executable, "-m", "alembic", "upgrade", "head"], cwd=ROOT, env=env, check=True,
+                       capture_output=True)
+        apis = [Api(env, workers, logdir / f"api-{processes}x{workers}-{k}.log").start() for k in range(processes)]
+        # every task learned once, so that predictions have something to answer
+        seed_acks = []
+        with httpx.Client(timeout=30, headers={"Authorization": f"Bearer {WRITE_KEY}"}) as c:
+            rng = np.random.default_rng(0)
+            for t in range(args.tasks):
+                X = rng.normal(size=(args.rows, args.d))
+                y = X @ np.random.default_rng(t).normal(size=args.d)
+                r = c.post(f"{apis[0].url}/tasks/task-{t}/data", json={"X": X.tolist(), "y": y.tolist()})
+                r.raise_for_status()
+                seed_acks.append((f"task-{t}", args.rows, r.json()["version"]))
+
+        pids = {f"api{k}/pid{p}": p for k, a in enumerate(apis) for p in worker_pids(a.proc.pid)}
+        samples: dict[str, list[tuple[float, float]]] = {name: [] for name in pids}
+        stop = threading.Event()
+        t_start = time.monotonic()
+
+        def sampler():
+            while not stop.is_set():
+                now = time.monotonic() - t_start
+                for name, pid in pids.items():
+                    m = rss_mb(pid)
+                    if m is not None:
+                        samples[name].append((now, m))
+                stop.wait(args.rss_every)
+
+        th = threading.Thread(target=sampler, daemon=True)
+        th.start()
+        rec, elapsed = run_load([a.port for a in apis], args, args.seconds)
+        stop.set()
+        th.join()
+
+        # zero lost updates
+        acks = seed_acks + rec["acks"]
+        versions = sorted(v for _, _, v in acks)
+        with httpx.Client(timeout=30, headers={"Authorization": f"Bearer {READ_KEY}"}) as c:
+            model = c.get(f"{apis[-1].url}/model").json()
+            tasks = {t["task_id"]: t for t in c.get(f"{apis[-1].url}/tasks").json()["tasks"]}
+            metrics_text = c.get(f"{apis[0].url}/metrics").text
+        acked_rows: dict[str, int] = {}
+        for task, n, _ in acks:
+            acked_rows[task] = acked_rows.get(task, 0) + n
+        lost_or_double = {
+            "acknowledged_updates": len(acks),
+            "final_version": model["version"],
+            "versions_exactly_1_to_N": versions == list(range(1, len(acks) + 1)),
+            "model_batches_equal_acks": model["n_batches"] == len(acks),
+            "task_samples_equal_acked_rows": all(tasks[t]["n_samples"] == n for t, n in acked_rows.items())
+            and set(tasks) == set(acked_rows),
+        }
+        lost_or_double["zero_lost_updates"] = all(v for k, v in lost_or_double.items() if isinstance(v, bool))
+        warm = 0.2 * args.seconds
+        n_pred, n_upd = len(rec["predict_ms"]), len(rec["update_ms"])
+        return {
+            "topology": f"{processes} process(es) x {workers} worker(s)",
+            "seconds": round(elapsed, 1),
+            "requests_per_s": round((n_pred + n_upd) / elapsed, 1),
+            "predictions_per_s": round(n_pred / elapsed, 1),
+            "updates_attempted_per_s": round(n_upd / elapsed, 2),
+            "updates_committed_per_s": round(len(rec["acks"]) / elapsed, 2),
+            "predict_ms": {"p50": pct(rec["predict_ms"], 50), "p99": pct(rec["predict_ms"], 99)},
+            "update_ms": {"p50": pct(rec["update_ms"], 50), "p99": pct(rec["update_ms"], 99)},
+            "status_counts": dict(sorted(rec["status"].items())),
+            "consistency": lost_or_double,
+            "worker_rss": {name: rss_summary(s, warm) for name, s in samples.items() if s},
+            "metrics_exposed": "fcl3_update_duration_seconds_count" in metrics_text,
+        }
+    finally:
+        for a in apis:
+            a.stop()
+        with psycopg.connect(args.pg_admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+        try:
+            import redis
+
+            r = redis.Redis.from_url(args.redis_url)
+            for key in r.scan_iter(match=prefix + "*"):
+                r.delete(key)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=180.0, help="duration of each topology's run")
+    ap.add_argument("--clients", type=int, default=16, help="concurrent keep-alive clients")
+    ap.add_argument("--update-fraction", type=float, default=0.05)
+    ap.add_argument("--topologies", default="1x2,3x1", help="comma-separated PROCESSESxWORKERS")
+    ap.add_argument("--tasks", type=int, default=8)
+    ap.add_argument("--rows", type=int, default=10, help="rows per update batch")
+    ap.add_argument("--d", type=int, default=8, help="features")
+    ap.add_argument("--estimator", default="FCL3")
+    ap.add_argument("--params", default="{}", help="FCL3_PARAMS JSON")
+    ap.add_argument("--lock-wait", type=float, default=5.0)
+    ap.add_argument("--rss-every", type=float, default=2.0, help="seconds between RSS samples")
+    ap.add_argument("--pg-admin-url", default="postgresql://postgres@127.0.0.1:5432/test")
+    ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    ap.add_argument("--json", default=None, help="write the results here")
+    args = ap.parse_args(argv)
+
+    base_env = {**os.environ, "REDIS_URL": args.redis_url, "FCL3_ESTIMATOR": args.estimator,
+                "FCL3_PARAMS": args.params, "FCL3_KIND": "regression", "AUTO_CREATE_SCHEMA": "false",
+                "MODEL_NAME": "load", "API_WRITE_KEYS": WRITE_KEY, "API_READ_KEYS": READ_KEY,
+                "LOCK_WAIT": str(args.lock_wait), "DB_POOL_SIZE": "10", "OPENBLAS_NUM_THREADS": "1",
+                "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    logdir = Path(tempfile.mkdtemp(prefix="fcl3-loadtest-"))
+    results = {
+        "command": "python -m service.loadtest " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+                    "loadavg_at_start": os.getloadavg()},
+        "setup": {"clients": args.clients, "update_fraction": args.update_fraction, "tasks": args.tasks,
+                  "rows_per_update": args.rows, "d": args.d, "estimator": args.estimator,
+                  "params": json.loads(args.params), "database": "postgresql", "lock": "redis",
+                  "logs": str(logdir)},
+        "runs": [],
+    }
+    for topo in args.topologies.split(","):
+        p, w = (int(v) for v in topo.lower().split("x"))
+        print(f"running {p} process(es) x {w} worker(s) for {args.seconds:g} s ...", file=sys.stderr, flush=True)
+        results["runs"].append(run_topology(p, w, args, base_env, logdir))
+    print(json.dumps(results, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    ok = all(r["consistency"]["zero_lost_updates"] for r in results["runs"])
+    if not ok:
+        print("LOST OR DOUBLED UPDATES", file=sys.stderr)
+    return results
+
+
+if __name__ == "__main__":
+    res = main()
+    sys.exit(0 if all(r["consistency"]["zero_lost_updates"] for r in res["runs"]) else 1)
