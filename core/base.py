@@ -168,12 +168,28 @@ class LifelongLearner:
                     X=np.vstack([previous.X, X]), y=np.concatenate([previous.y, y_store]), labels=labels,
                     w=previous.w, omega=previous.omega, arrays=dict(previous.arrays), meta=dict(previous.meta),
                 )
-            record.w, record.omega = self._single_task(record)
-            result = self._update(task_id, record, previous)
-        except BaseException:
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # checked below
+                record.w, record.omega = self._single_task(record)
+                result = self._update(task_id, record, previous)
+            self._check_finite(task_id)
+        except BaseException as exc:
             self._restore(snapshot)
+            if isinstance(exc, (np.linalg.LinAlgError, ArithmeticError)) or (
+                    type(exc) is ValueError and "infs or NaNs" in str(exc)):
+                # finite input whose scale breaks the arithmetic (values ~1e16 and beyond)
+                raise InputError(
+                    f"this batch could not be learned: numerical failure ({type(exc).__name__}); "
+                    "check the scale of its values. Nothing was changed") from None
             raise
         return result
+
+    def _check_finite(self, task_id: str) -> None:
+        """Refuse an update whose learned arrays are not all finite (the caller rolls back)."""
+        arrays = [getattr(self, a) for a in self._state_attrs]
+        record = self.tasks_[task_id]
+        arrays += [record.w, record.omega, *record.arrays.values()]
+        if not all(np.all(np.isfinite(a)) for a in arrays):
+            raise FloatingPointError("learning gave non-finite parameters")
 
     def _single_task(self, record: TaskRecord) -> tuple[np.ndarray, np.ndarray]:
         Xd = self.scaler_.design(record.X)
@@ -222,8 +238,11 @@ class LifelongLearner:
     def decision_function(self, task_id: str, X) -> np.ndarray:
         record = self._record(task_id)
         X = as_matrix(X, self.n_features_in_)
-        score = self.scaler_.design(X) @ self._theta(task_id)
+        with np.errstate(over="ignore", invalid="ignore"):
+            score = self.scaler_.design(X) @ self._theta(task_id)
         del record
+        if not np.all(np.isfinite(score)):
+            raise InputError("the prediction overflowed: the rows' values are too large for this model")
         return score
 
     def predict(self, task_id: str, X) -> np.ndarray:

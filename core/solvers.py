@@ -18,6 +18,8 @@ import scipy.linalg
 def project_simplex(v: np.ndarray) -> np.ndarray:
     """Return ``argmin_{z >= 0, sum z = 1} ||z - v||``: the sort-based O(K log K) algorithm."""
     v = np.asarray(v, dtype=float)
+    if not np.all(np.isfinite(v)):
+        raise FloatingPointError("simplex projection of a non-finite vector")
     u = np.sort(v)[::-1]
     css = np.cumsum(u) - 1.0
     ks = np.arange(1, v.size + 1)

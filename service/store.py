@@ -96,14 +96,6 @@ def make_learner(model_settings: dict[str, Any]) -> core.LifelongLearner:
     return learner
 
 
-def _all_finite(arrays: dict[str, Any]) -> bool:
-    for a in arrays.values():
-        a = np.asarray(a)
-        if a.dtype.kind in "fc" and not np.isfinite(a).all():
-            return False
-    return True
-
-
 def _jsonable(v):
     if isinstance(v, np.ndarray):
         return v.tolist()
@@ -295,8 +287,6 @@ class ModelStore:
         learner = snap.learner
         preds = learner.predict(task_id, X)
         probs = learner.predict_proba(task_id, X) if learner.kind == "classification" else None
-        if not np.isfinite(np.asarray(preds, dtype=float)).all():
-            raise core.InputError("predictions are not finite for these rows (feature values too large)")
         metrics.PREDICTION_REQUESTS.inc()
         metrics.PREDICTIONS.inc(len(preds))
         return (np.asarray(preds, dtype=float).tolist(),
@@ -349,21 +339,8 @@ class ModelStore:
             if len(width) == 2 and width[1] != d:
                 raise core.InputError(f"X has {width[1]} features per row but the model expects {d}")
         learner = snap.learner.copy()  # shares arrays, which learning replaces, never mutates
-        try:
-            result = learner.learn(task_id, X, y)  # InputError: nothing happened
-        except core.InputError:
-            raise
-        except (np.linalg.LinAlgError, ArithmeticError, ValueError, IndexError) as exc:
-            # Finite but numerically unusable input (e.g. values ~1e150 make NaN costs inside the
-            # solvers): the private copy is dropped, nothing is stored; the details go to the log.
-            log.warning("batch for task %r refused: numerical failure in learn: %s: %s",
-                        task_id, type(exc).__name__, exc)
-            raise core.InputError(f"this batch could not be learned (numerical failure: {type(exc).__name__}); "
-                                  "check the scale of its values — nothing was applied") from None
+        result = learner.learn(task_id, X, y)  # InputError (bad or numerically unusable): nothing happened
         state = learner.get_state(tasks=[task_id])  # global part + the one task touched
-        if not _all_finite(state.arrays) or not _all_finite(state.tasks[task_id]["arrays"]):
-            raise core.InputError("learning this batch gave non-finite parameters (values too large?); "
-                                  "nothing was applied")
         state.tasks = {**snap.state.tasks, **state.tasks}
         summary = dict(snap.info.get("summary") or {})
         summary["representatives"] = _representatives(learner, summary.get("representatives", []), result)

@@ -153,6 +153,29 @@ def test_bad_input_is_refused_and_changes_nothing(cls, kind, case):
     assert_same_state(m, before)
 
 
+@params
+@pytest.mark.parametrize("scale", [1e16, 1e150, 1e300])
+def test_huge_finite_values_are_learned_or_refused_cleanly(cls, kind, scale):
+    data = stream(kind)
+    m = make(cls, kind)
+    fit(m, data[:3])
+    before = load_state(m.get_state())
+    X, y = data[3][1] * scale, data[3][2] * (scale if kind == "regression" else 1.0)
+    try:
+        m.learn("t1", X, y)
+    except InputError as err:
+        assert "Nothing was changed" in str(err) or str(err)
+        assert_same_state(m, before)
+    else:
+        assert all(np.all(np.isfinite(a)) for a in m.get_state().arrays.values())
+    try:
+        out = m.predict("t0", X)
+    except InputError:
+        pass
+    else:
+        assert np.all(np.isfinite(out))
+
+
 @pytest.mark.parametrize("cls", LEARNERS, ids=lambda c: c.__name__)
 def test_invalid_labels_are_refused_and_change_nothing(cls):
     data = stream("classification")
