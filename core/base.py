@@ -191,10 +191,17 @@ class LifelongLearner:
         if not all(np.all(np.isfinite(a)) for a in arrays):
             raise FloatingPointError("learning gave non-finite parameters")
 
-    def _single_task(self, record: TaskRecord) -> tuple[np.ndarray, np.ndarray]:
-        Xd = self.scaler_.design(record.X)
-        target = record.y if self.kind == "classification" else self.scaler_.target(record.y)
-        return fit_single_task(self.kind, Xd, target, self.mu * curvature_scale(self.kind, Xd, target))
+    def _design(self, record: TaskRecord, scaler: Scaler | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+        """The task's scaled design (bias last), its targets and its absolute ridge
+        (``scaler`` defaults to the learner's own; ELLA-Info scores candidates before it exists)."""
+        scaler = self.scaler_ if scaler is None else scaler
+        Xd = scaler.design(record.X)
+        target = record.y if self.kind == "classification" else scaler.target(record.y)
+        return Xd, target, self.mu * curvature_scale(self.kind, Xd, target)
+
+    def _single_task(self, record: TaskRecord, scaler: Scaler | None = None) -> tuple[np.ndarray, np.ndarray]:
+        Xd, target, mu = self._design(record, scaler)
+        return fit_single_task(self.kind, Xd, target, mu)
 
     def _update(self, task_id: str, record: TaskRecord, previous: TaskRecord | None) -> UpdateResult:
         raise NotImplementedError

@@ -62,7 +62,6 @@ task would actually get. :meth:`ELLA.select_next` returns the candidate with the
 """
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Mapping
 
 import numpy as np
@@ -351,8 +350,7 @@ class ELLA(LifelongLearner):
             A, T = np.zeros((d * k, d * k)), 0
             L = self._redraw_dead(np.zeros((d, k)), 0)
         # the very single-task fit learn() would run (base class), with this scaler
-        view = SimpleNamespace(scaler_=scaler, kind=self.kind, mu=self.mu)
-        w, omega = LifelongLearner._single_task(view, TaskRecord(X=X, y=y01))  # type: ignore[arg-type]
+        w, omega = self._single_task(TaskRecord(X=X, y=y01), scaler)
         k = int(self.n_components)
         if self.init_with_first_tasks and T < k:
             s = np.zeros(k)

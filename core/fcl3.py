@@ -252,10 +252,10 @@ class FCL3(LifelongLearner):
         (with the task's own intercept when ``task_intercept``), in :meth:`_quadratic` form."""
         if self.kind == "regression":
             return [self._quadratic(record.w, record.omega)[1]] * len(rep_codes)
-        Xd = self.scaler_.design(record.X)
+        Xd, _, mu = self._design(record)
         out = []
         for s_k in rep_codes:
-            om = half_hessian(self.kind, Xd, self._full_model(record, D @ s_k), self.mu)
+            om = half_hessian(self.kind, Xd, self._full_model(record, D @ s_k), mu)
             out.append(self._quadratic(record.w, om)[1])
         return out
 
