@@ -89,6 +89,32 @@ def get_rps(host, port, path, seconds, concurrency) -> dict:
     return {"requests": total, "non_200": bad, "seconds": round(elapsed, 3), "rps": round(total / elapsed, 1)}
 
 
+def create_throwaway_database(pg_admin_url: str, tag: str) -> tuple[str, str]:
+    """Create an empty PostgreSQL database for one benchmark run; returns (name, SQLAlchemy URL)."""
+    import psycopg
+
+    dbname = f"fcl3_{tag}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{dbname}"')
+    return dbname, "postgresql+psycopg://" + pg_admin_url.split("://", 1)[1].rsplit("/", 1)[0] + f"/{dbname}"
+
+
+def drop_throwaway_backend(pg_admin_url: str, dbname: str, redis_url: str, prefix: str) -> None:
+    """Drop the run's database and delete its Redis keys (best effort for Redis)."""
+    import psycopg
+
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+    try:
+        import redis
+
+        r = redis.Redis.from_url(redis_url)
+        for key in r.scan_iter(match=prefix + "*"):
+            r.delete(key)
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -111,15 +137,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args(argv)
 
-    import psycopg
-
     from service.config import Settings
     from service.store import make_learner
 
-    dbname = f"fcl3_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(args.pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{dbname}"')
-    db_url = "postgresql+psycopg://" + args.pg_admin_url.split("://", 1)[1].rsplit("/", 1)[0] + f"/{dbname}"
+    dbname, db_url = create_throwaway_database(args.pg_admin_url, "bench")
     prefix = f"fcl3bench:{uuid.uuid4().hex[:8]}:"
     env = {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": args.redis_url, "REDIS_PREFIX": prefix,
            "FCL3_ESTIMATOR": args.estimator, "FCL3_PARAMS": args.params, "FCL3_KIND": "regression",
@@ -201,16 +222,7 @@ def main(argv=None) -> dict:
         if proc is not None and proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(15)
-        with psycopg.connect(args.pg_admin_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-        try:
-            import redis
-
-            r = redis.Redis.from_url(args.redis_url)
-            for key in r.scan_iter(match=prefix + "*"):
-                r.delete(key)
-        except Exception:  # noqa: BLE001
-            pass
+        drop_throwaway_backend(args.pg_admin_url, dbname, args.redis_url, prefix)
 
     print(json.dumps(results, indent=2))
     if args.json:

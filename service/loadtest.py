@@ -42,16 +42,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from service.bench import create_throwaway_database, drop_throwaway_backend, free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 WRITE_KEY, READ_KEY = f"load-write-{uuid.uuid4().hex}", f"load-read-{uuid.uuid4().hex}"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ----------------------------------------------------------------------------- processes and memory
@@ -213,12 +207,7 @@ def rss_summary(samples: list[tuple[float, float]], warmup: float) -> dict:
 
 
 def run_topology(processes: int, workers: int, args, base_env: dict, logdir: Path) -> dict:
-    import psycopg
-
-    dbname = f"fcl3_load_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(args.pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{dbname}"')
-    db_url = "postgresql+psycopg://" + args.pg_admin_url.split("://", 1)[1].rsplit("/", 1)[0] + f"/{dbname}"
+    dbname, db_url = create_throwaway_database(args.pg_admin_url, "load")
     prefix = f"fcl3load:{uuid.uuid4().hex[:8]}:"
     env = {**base_env, "DATABASE_URL": db_url, "REDIS_PREFIX": prefix}
     apis: list[Api] = []
@@ -295,16 +284,7 @@ def run_topology(processes: int, workers: int, args, base_env: dict, logdir: Pat
     finally:
         for a in apis:
             a.stop()
-        with psycopg.connect(args.pg_admin_url, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-        try:
-            import redis
-
-            r = redis.Redis.from_url(args.redis_url)
-            for key in r.scan_iter(match=prefix + "*"):
-                r.delete(key)
-        except Exception:  # noqa: BLE001
-            pass
+        drop_throwaway_backend(args.pg_admin_url, dbname, args.redis_url, prefix)
 
 
 def main(argv=None) -> dict:
