@@ -16,8 +16,11 @@ fit (:mod:`core.losses`):
      entries, the last being the outlier slot ``e``.
 
 3. Update the statistics ``A, b`` (decoder) and ``M, C`` (encoder) and re-solve ``D`` and
-   ``L`` (exact minimisers of their ridge-regularised objectives, with the paper's unit-ball
-   constraints on the columns of ``D`` and rows of ``L``).
+   ``L`` (the minimisers of their ridge-regularised objectives, optionally with the paper's
+   unit-ball constraints on the columns of ``D`` and rows of ``L``). A large ``D`` system
+   (``dp >= PCG_MIN_SIZE``) is solved by conjugate gradients warm-started at the previous
+   ``D`` with a Kronecker preconditioner, to a relative residual of 1e-12
+   (:func:`core.solvers.kronecker_sum_pcg`), instead of an ``O((dp)^3)`` factorisation.
 4. If the outlier slot holds the largest entry of ``Z``, ``s_t`` joins the model knowledge
    library ``S``. Every task predicts with ``theta_t = D s_t``, so old tasks move with ``D``.
 
@@ -81,9 +84,13 @@ import scipy.optimize
 from .base import LifelongLearner, TaskRecord, UpdateResult
 from .losses import half_hessian
 from .preprocessing import InputError
-from .solvers import admm_assignment, fista_quadratic_l1, solve_ridge_ball
+from .solvers import admm_assignment, fista_quadratic_l1, kronecker_sum_pcg, solve_ridge_ball
 
 _TINY = 1e-300
+#: From this size of the decoder system (d * p) on, D is solved by preconditioned conjugate
+#: gradients instead of a Cholesky factorisation (measured: at d*p = 560 the factorisation is
+#: faster, at 2560 PCG takes about half its time).
+PCG_MIN_SIZE = 1000
 _ATANH_CLIP = 1.0 - 1e-6
 
 
@@ -386,9 +393,13 @@ class FCL3(LifelongLearner):
         dA, db, dM, dC = self._contribution(s, w, omega, Z, rep_codes, rep_omegas)
         A, b, M, C = A + dA, b + db, M + dM, C + dC
         T = n_learned
-        system = A / T
-        system.flat[:: d * p + 1] += self.ridge  # + ridge * I without allocating I
-        D_new = solve_ridge_ball(system, b / T, (d, p), self.max_norm, axis=0)
+        if self.max_norm is None and d * p >= PCG_MIN_SIZE:  # warm-started PCG, no (dp)^3 factorisation
+            D_new = kronecker_sum_pcg(A, 1.0 / T, self.ridge, b / T, (d, p),
+                                      x0=D.reshape(-1, order="F")).reshape((d, p), order="F")
+        else:
+            system = A / T
+            system.flat[:: d * p + 1] += self.ridge  # + ridge * I without allocating I
+            D_new = solve_ridge_ball(system, b / T, (d, p), self.max_norm, axis=0)
         L_new = solve_rows_in_ball(C / T + self.encoder_ridge * np.eye(d), M / T, self.max_norm)
 
         representatives, S = list(self.representatives_), self.S_

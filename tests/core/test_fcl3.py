@@ -277,3 +277,17 @@ def test_only_novel_tasks_seed_decoder_columns():
             m.learn(tid, X, y)
         seeded[rule] = m.n_seeded_columns_
     assert seeded == {"novel": 2, "first": 4}  # two environments vs the first four tasks
+
+
+def test_pcg_and_cholesky_decoder_solves_agree(monkeypatch):
+    import core.fcl3 as fcl3_module
+
+    models = []
+    for min_size in (10**9, 1):  # Cholesky everywhere, then PCG everywhere
+        monkeypatch.setattr(fcl3_module, "PCG_MIN_SIZE", min_size)
+        m = FCL3(n_components=3)
+        for tid, X, y, _ in clustered_stream(8):
+            m.learn(tid, X, y)
+        models.append(m)
+    np.testing.assert_allclose(models[0].D_, models[1].D_, rtol=1e-8, atol=1e-10)
+    assert models[0].representatives == models[1].representatives

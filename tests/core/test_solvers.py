@@ -119,3 +119,35 @@ def test_rows_in_ball_matches_scipy():
         ref = slsqp(obj, np.zeros(4), [{"type": "ineq", "fun": lambda l: 0.49 - l @ l}])
         np.testing.assert_allclose(L[i], ref, atol=1e-5)
     np.testing.assert_allclose(solve_rows_in_ball(G, R, None), np.linalg.solve(G, R.T).T, rtol=1e-10)
+
+
+def kronecker_sum(rng, d, p, T):
+    A = np.zeros((d * p, d * p))
+    for _ in range(T):
+        s, u = rng.normal(size=p), rng.normal(size=p)
+        X = rng.normal(size=(max(3, d // 2), d)) * rng.uniform(0.3, 3.0, d)  # tasks' Hessians differ
+        A += np.kron(np.outer(s, s) + 0.5 * np.outer(u, u), X.T @ X / len(X) + 0.01 * np.eye(d))
+    return A
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_kronecker_pcg_matches_the_direct_solve(warm):
+    from core.solvers import kronecker_sum_pcg
+
+    rng = np.random.default_rng(3)
+    d, p, T = 9, 4, 12
+    A, b = kronecker_sum(rng, d, p, T), rng.normal(size=d * p)
+    ref = np.linalg.solve(A / T + 1e-3 * np.eye(d * p), b)
+    x0 = ref + 1e-3 * rng.normal(size=ref.size) if warm else None
+    x = kronecker_sum_pcg(A, 1.0 / T, 1e-3, b, (d, p), x0=x0)
+    np.testing.assert_allclose(x, ref, rtol=1e-9, atol=1e-10)
+
+
+def test_kronecker_pcg_falls_back_to_cholesky_when_it_runs_out_of_iterations():
+    from core.solvers import kronecker_sum_pcg
+
+    rng = np.random.default_rng(4)
+    d, p, T = 7, 3, 6
+    A, b = kronecker_sum(rng, d, p, T), rng.normal(size=d * p)
+    x = kronecker_sum_pcg(A, 1.0 / T, 1e-3, b, (d, p), max_iter=1)
+    np.testing.assert_allclose(x, np.linalg.solve(A / T + 1e-3 * np.eye(d * p), b), rtol=1e-9)
