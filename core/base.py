@@ -303,24 +303,51 @@ class LifelongLearner:
         if not state.meta.get("fitted"):
             return model
         model._init_learned(int(state.meta["n_features"]))
-        model.scaler_ = Scaler.from_arrays({k[len("scaler_"):]: v for k, v in state.arrays.items() if k.startswith("scaler_")})
-        for attr in model._state_attrs:
-            setattr(model, attr, np.array(state.arrays[attr.rstrip("_")], copy=True))
-        for attr in model._meta_attrs:
-            setattr(model, attr, copy.deepcopy(state.meta[attr.rstrip("_")]))
-        order = state.meta["task_order"]
-        if set(order) != set(state.tasks):
+        model._set_global_state(state)
+        if set(state.meta["task_order"]) != set(state.tasks):
             raise ValueError("state is inconsistent: task_order does not list exactly the stored tasks")
-        for tid in order:
-            t = state.tasks[tid]
-            a = {k: np.array(v, copy=True) for k, v in t["arrays"].items()}
-            meta = dict(t["meta"])
-            labels = meta.pop("labels")
-            model.tasks_[tid] = TaskRecord(
-                X=a.pop("X"), y=a.pop("y"), labels=labels, w=a.pop("w"), omega=a.pop("omega"),
-                arrays={k[len("arr_"):]: v for k, v in a.items()}, meta=meta,
-            )
+        model.tasks_ = {tid: _task_record(state.tasks[tid]) for tid in state.meta["task_order"]}
         return model
+
+    def _set_global_state(self, state: ModelState) -> None:
+        self.scaler_ = Scaler.from_arrays({k[len("scaler_"):]: v for k, v in state.arrays.items() if k.startswith("scaler_")})
+        for attr in self._state_attrs:
+            setattr(self, attr, np.array(state.arrays[attr.rstrip("_")], copy=True))
+        for attr in self._meta_attrs:
+            setattr(self, attr, copy.deepcopy(state.meta[attr.rstrip("_")]))
+
+    def with_state(self, state: ModelState) -> "LifelongLearner":
+        """This model moved forward to ``state``, reading only what ``state`` carries.
+
+        ``state`` is a *later* export of the same model whose ``tasks`` may hold just the tasks
+        that changed since this one (``get_state(tasks=[...])``); every other task is shared
+        with this model. A reader that follows a stored model thus rebuilds the global arrays
+        and the changed tasks, not every task's data. The result equals
+        ``load_state`` of the full state; this model is not modified.
+        """
+        if state.estimator != type(self).__name__ or state.params != self.get_params() or not self.is_fitted:
+            return load_state(state)
+        model = self.copy()
+        model._set_global_state(state)
+        order = state.meta["task_order"]
+        known = {**model.tasks_}
+        missing = [t for t in order if t not in known and t not in state.tasks]
+        if missing or set(known) - set(order):
+            raise ValueError(f"state is inconsistent with this model: tasks {missing or sorted(set(known) - set(order))}")
+        for tid, task in state.tasks.items():
+            known[tid] = _task_record(task)
+        model.tasks_ = {tid: known[tid] for tid in order}
+        return model
+
+
+def _task_record(task: dict[str, Any]) -> TaskRecord:
+    a = {k: np.array(v, copy=True) for k, v in task["arrays"].items()}
+    meta = dict(task["meta"])
+    labels = meta.pop("labels")
+    return TaskRecord(
+        X=a.pop("X"), y=a.pop("y"), labels=labels, w=a.pop("w"), omega=a.pop("omega"),
+        arrays={k[len("arr_"):]: v for k, v in a.items()}, meta=meta,
+    )
 
 
 def load_state(state: ModelState) -> LifelongLearner:

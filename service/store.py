@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -229,14 +229,14 @@ class ModelStore:
             q = select(tasks_t.c.task_id, tasks_t.c.arrays, tasks_t.c.meta).where(tasks_t.c.model_name == self.name)
             if cached is not None:
                 q = q.where(tasks_t.c.version > cached.version)
-                tasks = dict(cached.state.tasks)
-            else:
-                tasks = {}
-            for t in conn.execute(q):
-                tasks[t.task_id] = {"arrays": t.arrays, "meta": t.meta}
+            changed = {t.task_id: {"arrays": t.arrays, "meta": t.meta} for t in conn.execute(q)}
         state = core.ModelState(estimator=row["estimator"], params=row["params"], meta=row["meta"],
-                                arrays=row["arrays"], tasks=tasks, format_version=row["format_version"])
-        learner = core.load_state(state)
+                                arrays=row["arrays"], tasks=changed, format_version=row["format_version"])
+        if cached is None:
+            learner = core.load_state(state)
+        else:  # rebuild only the global arrays and the tasks written since the cached version
+            learner = cached.learner.with_state(state)
+            state = replace(state, tasks={**cached.state.tasks, **changed})
         info = {k: v for k, v in row.items() if k != "arrays"}
         snap = Snapshot(int(row["version"]), state, learner, info)
         self._set_cache(snap)

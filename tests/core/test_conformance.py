@@ -111,6 +111,21 @@ def test_a_copy_learns_without_touching_the_original(cls, kind):
 
 
 @params
+def test_following_partial_states_equals_loading_the_full_state(cls, kind):
+    data = stream(kind, n_tasks=6)
+    writer = make(cls, kind)
+    fit(writer, data[:2])
+    reader = load_state(writer.get_state())
+    frozen = load_state(writer.get_state())
+    for tid, X, y in data[2:] + [("t0", data[0][1][:5], data[0][2][:5])]:
+        writer.learn(tid, X, y)
+        reader = reader.with_state(writer.get_state(tasks=[tid]))  # only the touched task
+    assert_same_state(reader, writer)
+    assert_same_state(frozen, load_state(frozen.get_state()))  # the old reader model is untouched
+    assert len(frozen.task_ids) == 2
+
+
+@params
 def test_partial_export_holds_only_the_named_tasks(cls, kind):
     m = make(cls, kind)
     fit(m, stream(kind)[:3])
