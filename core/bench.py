@@ -479,59 +479,88 @@ def write_plots(summary: dict[str, Any], out_dir: str) -> list[str]:
 
 
 # --------------------------------------------------------------------------- speed
-SPEED_CONFIGS = [  # (n_features, n_components, n_tasks)
-    (28, 5, 150),
-    (28, 20, 150),
-    (128, 20, 60),
+SPEED_CONFIGS = [  # (n_features, n_components, n_tasks, n_environments)
+    (28, 5, 150, 4),
+    (28, 20, 150, 4),
+    (28, 20, 150, 24),  # more environments than components: every column of D is in use
+    (128, 20, 60, 4),
+    (128, 20, 60, 24),
 ]
 
 
 def speed_benchmark(configs=SPEED_CONFIGS, n_samples: int = 50, seed: int = 0, models=None,
                     progress: bool = True) -> dict[str, Any]:
-    """Time single updates vs the number of tasks already learned on synthetic clustered data."""
+    """Time single updates vs the number of tasks already learned on synthetic clustered data.
+
+    Tasks cycle through ``n_environments`` centres. With 4 environments FCL3 seeds and uses
+    only 4 of the ``p`` columns of ``D`` (the others decouple and cost nothing); with 24 every
+    column is in use, the worst case for the decoder solve. Wall-clock and process CPU time
+    are both recorded: on a shared machine CPU time is the steadier of the two.
+    """
     models = [m for m in (models or ["FCL3-Rand", "ELLA-Rand"]) if m in available_models()]
-    out: dict[str, Any] = {"n_samples_per_task": n_samples, "configs": []}
-    for d, p, T in configs:
-        rng = np.random.default_rng([seed, d, p])
-        centers = rng.normal(size=(4, d))
+    out: dict[str, Any] = {"n_samples_per_task": n_samples, "blas_threads": _blas_threads(), "configs": []}
+    for config in configs:
+        d, p, T = config[:3]
+        n_env = config[3] if len(config) > 3 else 4
+        rng = np.random.default_rng([seed, d, p, n_env])
+        centers = rng.normal(size=(n_env, d))
         tasks = []
         for t in range(T):
-            w = centers[t % 4] + 0.3 * rng.normal(size=d)
+            w = centers[t % n_env] + 0.3 * rng.normal(size=d)
             X = rng.normal(size=(n_samples, d))
             tasks.append((X, X @ w + rng.normal(size=n_samples)))
-        cfg: dict[str, Any] = {"n_features": d, "n_components": p, "n_tasks": T, "models": {}}
+        cfg: dict[str, Any] = {"n_features": d, "n_components": p, "n_tasks": T, "n_environments": n_env,
+                               "models": {}}
         for name in models:
             family, _ = MODELS[name]
             model = build(family, "regression", {"n_components": p}, seed)
-            times = []
+            times, cpu = [], []
             it = range(T)
             if progress:
                 from tqdm import tqdm
-                it = tqdm(it, desc=f"speed d={d} p={p} {name}", file=sys.stderr)
+                it = tqdm(it, desc=f"speed d={d} p={p} env={n_env} {name}", file=sys.stderr)
             for t in it:
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 model.learn(f"t{t}", *tasks[t])
                 times.append(1000.0 * (time.perf_counter() - t0))
+                cpu.append(1000.0 * (time.process_time() - c0))
             times_a = np.array(times)
             q = max(1, T // 5)
             entry = {"update_ms_median": float(np.median(times_a)), "update_ms_max": float(times_a.max()),
+                     "update_cpu_ms_median": float(np.median(cpu)),
                      "median_first_fifth": float(np.median(times_a[:q])),
                      "median_last_fifth": float(np.median(times_a[-q:])), "update_ms": times}
             res = getattr(model, "representatives", None)
             if res is not None:
                 entry["n_representatives"] = len(res)
+            D = getattr(model, "D_", None)
+            if D is not None:
+                entry["n_active_components"] = int(np.sum(np.any(D != 0.0, axis=0)))
             cfg["models"][name] = entry
         out["configs"].append(cfg)
     return out
 
 
+def _blas_threads() -> str | None:
+    """The BLAS thread setting the timings ran under (set ``OPENBLAS_NUM_THREADS`` before
+    starting Python; the README's figures use 1)."""
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        if os.environ.get(var):
+            return f"{var}={os.environ[var]}"
+    return None
+
+
 def format_speed(speed: dict[str, Any]) -> str:
-    lines = [f"{'d':>5}{'p':>4}{'tasks':>7}  {'model':<12}{'median ms':>11}{'max ms':>10}{'first 1/5':>11}{'last 1/5':>10}{'K':>5}"]
+    lines = [f"{'d':>5}{'p':>4}{'env':>5}{'tasks':>7}  {'model':<12}{'median ms':>11}{'cpu ms':>8}{'max ms':>9}"
+             f"{'first 1/5':>11}{'last 1/5':>10}{'K':>4}{'cols':>6}"]
     for cfg in speed["configs"]:
         for name, e in cfg["models"].items():
-            lines.append(f"{cfg['n_features']:>5}{cfg['n_components']:>4}{cfg['n_tasks']:>7}  {name:<12}"
-                         f"{e['update_ms_median']:>11.2f}{e['update_ms_max']:>10.1f}{e['median_first_fifth']:>11.2f}"
-                         f"{e['median_last_fifth']:>10.2f}{e.get('n_representatives', ''):>5}")
+            lines.append(f"{cfg['n_features']:>5}{cfg['n_components']:>4}{cfg.get('n_environments', ''):>5}"
+                         f"{cfg['n_tasks']:>7}  {name:<12}"
+                         f"{e['update_ms_median']:>11.2f}{e.get('update_cpu_ms_median', float('nan')):>8.2f}"
+                         f"{e['update_ms_max']:>9.1f}{e['median_first_fifth']:>11.2f}"
+                         f"{e['median_last_fifth']:>10.2f}{e.get('n_representatives', ''):>4}"
+                         f"{e.get('n_active_components', ''):>6}")
     return "\n".join(lines)
 
 
@@ -550,7 +579,8 @@ def plot_speed(speed: dict[str, Any], out_dir: str) -> str:
         ax.set_yscale("log")
         ax.set_xlabel("tasks already learned")
         ax.set_ylabel("update time (ms)")
-        ax.set_title(f"d={cfg['n_features']}, p={cfg['n_components']}", fontsize=9)
+        ax.set_title(f"d={cfg['n_features']}, p={cfg['n_components']}, "
+                     f"{cfg.get('n_environments', 4)} environments", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()

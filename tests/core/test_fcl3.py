@@ -84,8 +84,16 @@ def test_statistics_are_the_sum_of_stored_contributions(kind):
 
 
 @pytest.mark.parametrize("kind", ["regression", "classification"])
-def test_decoder_is_the_minimiser_of_its_objective(kind):
-    m, _ = fitted(kind)
+@pytest.mark.parametrize("n_components, pcg", [(3, False), (5, False), (5, True)])
+def test_decoder_is_the_minimiser_of_its_objective(kind, n_components, pcg, monkeypatch):
+    """Also with more components than environments (unused columns decouple and are solved as
+    exact zeros) and through the mixed-precision PCG."""
+    import core.fcl3 as fcl3_module
+
+    monkeypatch.setattr(fcl3_module, "PCG_MIN_SIZE", 1 if pcg else 10**9)
+    m = FCL3(kind=kind, n_components=n_components)
+    for tid, X, y, _ in clustered_stream(9, kind=kind, n_clusters=2):
+        m.learn(tid, X, y)
     d, p = m.D_.shape
     T = len(m.tasks_)
     recs = list(m.tasks_.values())
@@ -108,6 +116,9 @@ def test_decoder_is_the_minimiser_of_its_objective(kind):
                                   options={"ftol": 1e-15, "gtol": 1e-11, "maxiter": 50000}).x
     assert objective(m.D_.reshape(-1, order="F")) <= objective(ref) + 1e-9
     np.testing.assert_allclose(m.D_.reshape(-1, order="F"), ref, atol=1e-4)
+    unused = ~np.any([r.arrays["code"] != 0 for r in recs], axis=0)
+    assert unused.sum() == max(0, n_components - m.n_seeded_columns_)  # codes never use them
+    assert np.all(m.D_[:, unused] == 0.0)  # exact zeros, not denormal leftovers
 
 
 def test_decoder_respects_the_column_norm_bound():
