@@ -17,10 +17,12 @@ fit (:mod:`core.losses`):
 
 3. Update the statistics ``A, b`` (decoder) and ``M, C`` (encoder) and re-solve ``D`` and
    ``L`` (the minimisers of their ridge-regularised objectives, optionally with the paper's
-   unit-ball constraints on the columns of ``D`` and rows of ``L``). A large ``D`` system
-   (``dp >= PCG_MIN_SIZE``) is solved by conjugate gradients warm-started at the previous
-   ``D`` with a Kronecker preconditioner, to a relative residual of 1e-12
-   (:func:`core.solvers.kronecker_sum_pcg`), instead of an ``O((dp)^3)`` factorisation.
+   unit-ball constraints on the columns of ``D`` and rows of ``L``). Code components no
+   task has used decouple and their columns of ``D`` are exactly zero, so only the ``n``
+   active ones are solved for; a large system (``d n >= PCG_MIN_SIZE``) is solved by
+   conjugate gradients warm-started at the previous ``D``, with a Kronecker preconditioner
+   and float32 inner solves refined in float64, to a relative residual of 1e-10
+   (:func:`core.solvers.kronecker_sum_pcg`), instead of an ``O((dn)^3)`` factorisation.
 4. If the outlier slot holds the largest entry of ``Z``, ``s_t`` joins the model knowledge
    library ``S``. Every task predicts with ``theta_t = D s_t``, so old tasks move with ``D``.
 
@@ -328,9 +330,10 @@ class FCL3(LifelongLearner):
         D = np.zeros((d, p))
         if active.size == 0:
             return D
-        if active.size < p:
-            idx = (active[:, None] * d + np.arange(d)).reshape(-1)
-            A, b = A[np.ix_(idx, idx)], b[idx]
+        if active.size < p:  # gather whole d x d blocks (contiguous rows of d), not single entries
+            n_act = active.size
+            A = A.reshape(p, d, p, d)[active][:, :, active].reshape(d * n_act, d * n_act)
+            b = b.reshape(p, d)[active].reshape(-1)
         n = d * active.size
         if self.max_norm is None and n >= PCG_MIN_SIZE:
             x = kronecker_sum_pcg(A, 1.0 / T, self.ridge, b / T, (d, active.size),
