@@ -331,19 +331,21 @@ class FCL3(LifelongLearner):
         D = np.zeros((d, p))
         if active.size == 0:
             return D
-        if active.size < p:  # gather whole d x d blocks (contiguous rows of d), not single entries
-            n_act = active.size
-            A = A.reshape(p, d, p, d)[active][:, :, active].reshape(d * n_act, d * n_act)
-            b = b.reshape(p, d)[active].reshape(-1)
         n = d * active.size
         if self.max_norm is None and n >= PCG_MIN_SIZE:
-            x = kronecker_sum_pcg(A, 1.0 / T, self.ridge, b / T, (d, active.size),
-                                  x0=D_previous[:, active].reshape(-1, order="F"))
-            D[:, active] = x.reshape((d, active.size), order="F")
-        else:
-            system = A / T
-            system.flat[:: n + 1] += self.ridge  # + ridge * I without allocating I
-            D[:, active] = solve_ridge_ball(system, b / T, (d, active.size), self.max_norm, axis=0)
+            # no gather needed: started at exact zeros, CG keeps the unused components' residual
+            # (hence their values) exactly zero, since their rows and columns of A are zero
+            x0 = np.zeros((d, p))
+            x0[:, active] = D_previous[:, active]
+            x = kronecker_sum_pcg(A, 1.0 / T, self.ridge, b / T, (d, p), x0=x0.reshape(-1, order="F"))
+            D[:, active] = x.reshape((d, p), order="F")[:, active]
+            return D
+        if active.size < p:  # gather whole d x d blocks (contiguous rows of d), not single entries
+            A = A.reshape(p, d, p, d)[active][:, :, active].reshape(n, n)
+            b = b.reshape(p, d)[active].reshape(-1)
+        system = A / T
+        system.flat[:: n + 1] += self.ridge  # + ridge * I without allocating I
+        D[:, active] = solve_ridge_ball(system, b / T, (d, active.size), self.max_norm, axis=0)
         return D
 
     def _assignment_costs(self, s_model, ref, rep_models, rep_omegas):

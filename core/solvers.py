@@ -78,7 +78,7 @@ def fista_quadratic_l1(
 
 
 def admm_assignment(
-    costs: np.ndarray, lambda2: float, alpha: float, rho: float, beta: float = 1.0,
+    costs: np.ndarray, lambda2: float, alpha: float, rho: float, beta: float | None = None,
     z0: np.ndarray | None = None, max_iter: int = 2000, tol: float = 1e-10,
 ) -> np.ndarray:
     """Solve the FCL3 ``Z`` step by ADMM.
@@ -103,8 +103,13 @@ def admm_assignment(
     * ``Z = soft_threshold(beta (J - U/beta), alpha) / (rho + beta)``
     * ``J = Proj_simplex(Z + (U - lambda2 costs) / beta)``
     * ``U = U + beta (Z - J)``
+
+    The penalty ``beta`` defaults to ``rho``, the strong-convexity modulus of ``f``: measured
+    on random costs it needs about 30 iterations whatever the number of representatives,
+    where ``beta = 1`` needs 16 with 3 of them but about 200 with 10 or more.
     """
     costs = np.asarray(costs, dtype=float)
+    beta = rho if beta is None else beta
     k = costs.size
     J = np.full(k, 1.0 / k) if z0 is None else np.array(z0, dtype=float)
     Z = J.copy()
