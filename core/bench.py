@@ -489,15 +489,19 @@ SPEED_CONFIGS = [  # (n_features, n_components, n_tasks, n_environments)
 
 
 def speed_benchmark(configs=SPEED_CONFIGS, n_samples: int = 50, seed: int = 0, models=None,
-                    progress: bool = True) -> dict[str, Any]:
-    """Time single updates vs the number of tasks already learned on synthetic clustered data.
+                    progress: bool = True, datasets: tuple[str, ...] = (), data_dir: str | None = None,
+                    dataset_components: tuple[int, ...] = (5, 20)) -> dict[str, Any]:
+    """Time single updates vs the number of tasks already learned on synthetic clustered data
+    and, for each name in ``datasets``, on that real data set's stream (every task whole, in
+    a seeded random order, with ``n_components`` in ``dataset_components``).
 
-    Tasks cycle through ``n_environments`` centres. With 4 environments FCL3 seeds and uses
-    only 4 of the ``p`` columns of ``D`` (the others decouple and cost nothing); with 24 every
-    column is in use, the worst case for the decoder solve. Wall-clock and process CPU time
-    are both recorded: on a shared machine CPU time is the steadier of the two.
+    Synthetic tasks cycle through ``n_environments`` centres. With 4 environments FCL3 seeds
+    and uses only 4 of the ``p`` columns of ``D`` (the others decouple and cost nothing);
+    with 24 every column is in use, the worst case for the decoder solve. Wall-clock and
+    process CPU time are both recorded: on a shared machine CPU time is the steadier of the two.
     """
     models = [m for m in (models or ["FCL3-Rand", "ELLA-Rand"]) if m in available_models()]
+    real = [load_dataset(name, data_dir, random_state=seed) for name in datasets]  # a missing file fails now
     out: dict[str, Any] = {"n_samples_per_task": n_samples, "blas_threads": _blas_threads(), "configs": []}
     for config in configs:
         d, p, T = config[:3]
@@ -509,36 +513,53 @@ def speed_benchmark(configs=SPEED_CONFIGS, n_samples: int = 50, seed: int = 0, m
             w = centers[t % n_env] + 0.3 * rng.normal(size=d)
             X = rng.normal(size=(n_samples, d))
             tasks.append((X, X @ w + rng.normal(size=n_samples)))
-        cfg: dict[str, Any] = {"n_features": d, "n_components": p, "n_tasks": T, "n_environments": n_env,
-                               "models": {}}
+        cfg: dict[str, Any] = {"data": "synthetic", "n_features": d, "n_components": p, "n_tasks": T,
+                               "n_environments": n_env, "models": {}}
         for name in models:
-            family, _ = MODELS[name]
-            model = build(family, "regression", {"n_components": p}, seed)
-            times, cpu = [], []
-            it = range(T)
-            if progress:
-                from tqdm import tqdm
-                it = tqdm(it, desc=f"speed d={d} p={p} env={n_env} {name}", file=sys.stderr)
-            for t in it:
-                t0, c0 = time.perf_counter(), time.process_time()
-                model.learn(f"t{t}", *tasks[t])
-                times.append(1000.0 * (time.perf_counter() - t0))
-                cpu.append(1000.0 * (time.process_time() - c0))
-            times_a = np.array(times)
-            q = max(1, T // 5)
-            entry = {"update_ms_median": float(np.median(times_a)), "update_ms_max": float(times_a.max()),
-                     "update_cpu_ms_median": float(np.median(cpu)),
-                     "median_first_fifth": float(np.median(times_a[:q])),
-                     "median_last_fifth": float(np.median(times_a[-q:])), "update_ms": times}
-            res = getattr(model, "representatives", None)
-            if res is not None:
-                entry["n_representatives"] = len(res)
-            D = getattr(model, "D_", None)
-            if D is not None:
-                entry["n_active_components"] = int(np.sum(np.any(D != 0.0, axis=0)))
-            cfg["models"][name] = entry
+            cfg["models"][name] = _time_stream(name, "regression", tasks, p, seed,
+                                               f"speed d={d} p={p} env={n_env} {name}", progress)
         out["configs"].append(cfg)
+    for dataset, ds in zip(datasets, real):
+        order = np.random.default_rng(seed).permutation(ds.n_tasks)
+        tasks = [ds.tasks[i] for i in order]
+        for p in dataset_components:
+            cfg = {"data": dataset, "n_features": ds.n_features, "n_components": p, "n_tasks": ds.n_tasks,
+                   "n_environments": None, "models": {}}
+            for name in models:
+                cfg["models"][name] = _time_stream(name, ds.kind, tasks, p, seed,
+                                                   f"speed {dataset} p={p} {name}", progress)
+            out["configs"].append(cfg)
     return out
+
+
+def _time_stream(name: str, kind: str, tasks, n_components: int, seed: int, label: str,
+                 progress: bool) -> dict[str, Any]:
+    """Learn ``tasks`` one at a time with model ``name`` and record each update's time."""
+    family, _ = MODELS[name]
+    model = build(family, kind, {"n_components": n_components}, seed)
+    times, cpu = [], []
+    it = range(len(tasks))
+    if progress:
+        from tqdm import tqdm
+        it = tqdm(it, desc=label, file=sys.stderr)
+    for t in it:
+        t0, c0 = time.perf_counter(), time.process_time()
+        model.learn(f"t{t}", *tasks[t])
+        times.append(1000.0 * (time.perf_counter() - t0))
+        cpu.append(1000.0 * (time.process_time() - c0))
+    times_a = np.array(times)
+    q = max(1, len(tasks) // 5)
+    entry = {"update_ms_median": float(np.median(times_a)), "update_ms_max": float(times_a.max()),
+             "update_cpu_ms_median": float(np.median(cpu)),
+             "median_first_fifth": float(np.median(times_a[:q])),
+             "median_last_fifth": float(np.median(times_a[-q:])), "update_ms": times}
+    res = getattr(model, "representatives", None)
+    if res is not None:
+        entry["n_representatives"] = len(res)
+    D = getattr(model, "D_", None)
+    if D is not None:
+        entry["n_active_components"] = int(np.sum(np.any(D != 0.0, axis=0)))
+    return entry
 
 
 def _blas_threads() -> str | None:
@@ -551,11 +572,13 @@ def _blas_threads() -> str | None:
 
 
 def format_speed(speed: dict[str, Any]) -> str:
-    lines = [f"{'d':>5}{'p':>4}{'env':>5}{'tasks':>7}  {'model':<12}{'median ms':>11}{'cpu ms':>8}{'max ms':>9}"
+    lines = [f"{'data':<10}{'d':>5}{'p':>4}{'env':>5}{'tasks':>7}  {'model':<12}{'median ms':>11}{'cpu ms':>8}{'max ms':>9}"
              f"{'first 1/5':>11}{'last 1/5':>10}{'K':>4}{'cols':>6}"]
     for cfg in speed["configs"]:
         for name, e in cfg["models"].items():
-            lines.append(f"{cfg['n_features']:>5}{cfg['n_components']:>4}{cfg.get('n_environments', ''):>5}"
+            env = cfg.get("n_environments")
+            lines.append(f"{cfg.get('data', 'synthetic'):<10}{cfg['n_features']:>5}{cfg['n_components']:>4}"
+                         f"{'' if env is None else env:>5}"
                          f"{cfg['n_tasks']:>7}  {name:<12}"
                          f"{e['update_ms_median']:>11.2f}{e.get('update_cpu_ms_median', float('nan')):>8.2f}"
                          f"{e['update_ms_max']:>9.1f}{e['median_first_fifth']:>11.2f}"
@@ -572,15 +595,20 @@ def plot_speed(speed: dict[str, Any], out_dir: str) -> str:
 
     os.makedirs(out_dir, exist_ok=True)
     n = len(speed["configs"])
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False)
-    for ax, cfg in zip(axes[0], speed["configs"]):
+    ncols = min(4, n)
+    nrows = math.ceil(n / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.4 * nrows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for ax, cfg in zip(axes.flat, speed["configs"]):
         for name, e in cfg["models"].items():
             ax.plot(np.arange(len(e["update_ms"])), e["update_ms"], label=name, lw=1)
         ax.set_yscale("log")
         ax.set_xlabel("tasks already learned")
         ax.set_ylabel("update time (ms)")
-        ax.set_title(f"d={cfg['n_features']}, p={cfg['n_components']}, "
-                     f"{cfg.get('n_environments', 4)} environments", fontsize=9)
+        where = (f"{cfg['n_environments']} environments" if cfg.get("n_environments")
+                 else cfg.get("data", "synthetic"))
+        ax.set_title(f"d={cfg['n_features']}, p={cfg['n_components']}, {where}", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -604,6 +632,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--val-splits", type=int, default=3,
                     help="random fit/validation splits of the training halves averaged when tuning")
     ap.add_argument("--speed", action="store_true", help="time single updates (FCL3-Rand, ELLA-Rand)")
+    ap.add_argument("--speed-data", default="",
+                    help="with --speed, also time the streams of these real data sets (comma-separated, "
+                         "e.g. school), with p = 5 and 20")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
     if not args.dataset and not args.speed:
@@ -623,7 +654,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"wrote {p}", file=sys.stderr)
         output = summary
     if args.speed:
-        speed = speed_benchmark(models=models, seed=args.seed, progress=not args.quiet)
+        real = tuple(s.strip() for s in args.speed_data.split(",") if s.strip())
+        try:
+            speed = speed_benchmark(models=models, seed=args.seed, progress=not args.quiet,
+                                    datasets=real, data_dir=args.data_dir)
+        except (FileNotFoundError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         print(format_speed(speed))
         if args.plots:
             print(f"wrote {plot_speed(speed, args.plots)}", file=sys.stderr)

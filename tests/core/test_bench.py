@@ -93,3 +93,24 @@ def test_speed_mode_small(tmp_path):
     e = speed["configs"][0]["models"]["ELLA-Rand"]
     assert len(e["update_ms"]) == 8 and e["update_ms_median"] > 0
     assert os.path.exists(bench.plot_speed(speed, str(tmp_path)))
+
+
+def test_speed_mode_times_a_real_data_stream(tmp_path):
+    from tests.core.test_data import _write_npz
+
+    _write_npz(tmp_path / "school" / "school.npz", kind="regression", n_tasks=4, d=5)
+    speed = bench.speed_benchmark(configs=[], models=["FCL3-Rand"], progress=False, datasets=("school",),
+                                  data_dir=str(tmp_path), dataset_components=(2,))
+    (cfg,) = speed["configs"]
+    assert cfg["data"] == "school" and cfg["n_features"] == 5 and cfg["n_components"] == 2
+    e = cfg["models"]["FCL3-Rand"]
+    assert len(e["update_ms"]) == 4 and e["update_cpu_ms_median"] >= 0 and 1 <= e["n_active_components"] <= 2
+    assert "school" in bench.format_speed(speed)
+
+
+def test_speed_mode_names_a_missing_data_set_before_timing_anything(tmp_path, capsys):
+    code = bench.main(["--speed", "--speed-data", "school", "--data-dir", str(tmp_path), "--quiet",
+                       "--models", "FCL3-Rand"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "school" in err and str(tmp_path) in err
