@@ -86,7 +86,8 @@ import scipy.optimize
 from .base import LifelongLearner, TaskRecord, UpdateResult
 from .losses import half_hessian
 from .preprocessing import InputError
-from .solvers import add_kron, admm_assignment, fista_quadratic_l1, kronecker_sum_pcg, solve_ridge_ball
+from .solvers import (add_kron, admm_assignment, fista_quadratic_l1, kronecker_sum_pcg, plus_kron_terms,
+                      solve_ridge_ball)
 
 _TINY = 1e-300
 #: From this size of the decoder system (d times the number of active components) on, D is
@@ -316,7 +317,8 @@ class FCL3(LifelongLearner):
             add_kron(dA, S, om)
         return dA, db, dM, dC
 
-    def _solve_decoder(self, A: np.ndarray, b: np.ndarray, T: int, D_previous: np.ndarray) -> np.ndarray:
+    def _solve_decoder(self, A: np.ndarray, b: np.ndarray, T: int, D_previous: np.ndarray,
+                       A32: np.ndarray | None = None) -> np.ndarray:
         """``D = argmin`` of the decoder objective: ``(A/T + ridge I) vec(D) = b/T``.
 
         A code component that no task has used yet (``s_t[i] = 0`` for every task, so block
@@ -337,7 +339,7 @@ class FCL3(LifelongLearner):
             # (hence their values) exactly zero, since their rows and columns of A are zero
             x0 = np.zeros((d, p))
             x0[:, active] = D_previous[:, active]
-            x = kronecker_sum_pcg(A, 1.0 / T, self.ridge, b / T, (d, p), x0=x0.reshape(-1, order="F"))
+            x = kronecker_sum_pcg(A, 1.0 / T, self.ridge, b / T, (d, p), x0=x0.reshape(-1, order="F"), A32=A32)
             D[:, active] = x.reshape((d, p), order="F")[:, active]
             return D
         if active.size < p:  # gather whole d x d blocks (contiguous rows of d), not single entries
@@ -413,11 +415,10 @@ class FCL3(LifelongLearner):
         w, omega = self._quadratic(record.w, record.omega)
         A, b, M, C = self.A_, self.b_, self.M_, self.C_
         D = self.D_
+        old_terms = []
         if previous is not None:  # remove the earlier contribution: no double counting
             terms, db, dM, dC = self._stored_contribution_terms(previous)
-            A = A.copy()  # never written in place: copies of the learner share their arrays
-            for S_j, om_j in terms:
-                add_kron(A, S_j, om_j, -1.0)
+            old_terms = [(S_j, om_j, -1.0) for S_j, om_j in terms]
             b, M, C = b - db, M - dM, C - dC
             n_learned = self.n_learned_
         else:
@@ -439,13 +440,13 @@ class FCL3(LifelongLearner):
         s, Z = self._solve_code(D, self.L_, w, omega, rep_codes, rep_omegas, scale, use_encoder)
 
         terms, db, dM, dC = self._contribution_terms(s, w, omega, Z, rep_codes, rep_omegas)
-        if A is self.A_:
-            A = A.copy()
-        for S_j, om_j in terms:
-            add_kron(A, S_j, om_j)
+        # a new A (copies of the learner share arrays, so A is never written in place), and its
+        # float32 copy when the decoder system may be large enough for the PCG
+        A, A32 = plus_kron_terms(A, old_terms + [(S_j, om_j, 1.0) for S_j, om_j in terms],
+                                 low_precision=self.max_norm is None and d * p >= PCG_MIN_SIZE)
         b, M, C = b + db, M + dM, C + dC
         T = n_learned
-        D_new = self._solve_decoder(A, b, T, D)
+        D_new = self._solve_decoder(A, b, T, D, A32)
         L_new = solve_rows_in_ball(C / T + self.encoder_ridge * np.eye(d), M / T, self.max_norm)
 
         representatives, S = list(self.representatives_), self.S_

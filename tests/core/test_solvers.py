@@ -190,3 +190,21 @@ def test_kronecker_pcg_refines_float32_solves_to_float64_accuracy():
     residual = b - (A / T @ x + ridge * x)
     assert np.linalg.norm(residual) <= 1e-12 * np.linalg.norm(b) * 10
     np.testing.assert_allclose(x, ref, rtol=1e-4)
+
+
+def test_plus_kron_terms_returns_the_sum_and_its_float32_copy_and_leaves_a_alone():
+    from core.solvers import plus_kron_terms
+
+    rng = np.random.default_rng(8)
+    d, p = 5, 4
+    A = rng.normal(size=(d * p, d * p))
+    before = A.copy()
+    terms = [(rng.normal(size=(p, p)), rng.normal(size=(d, d)), 1.0),
+             (rng.normal(size=(p, p)), rng.normal(size=(d, d)), -0.5)]
+    terms[0][0][2] = 0.0
+    new, low = plus_kron_terms(A, terms, low_precision=True)
+    expected = A + np.kron(terms[0][0], terms[0][1]) - 0.5 * np.kron(terms[1][0], terms[1][1])
+    np.testing.assert_allclose(new, expected, rtol=1e-14, atol=1e-13)
+    assert low.dtype == np.float32 and np.array_equal(low, new.astype(np.float32))
+    assert np.array_equal(A, before)
+    assert plus_kron_terms(A, terms)[1] is None
