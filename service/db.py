@@ -15,7 +15,8 @@ ALEMBIC_INI = ROOT / "alembic.ini"
 MIGRATIONS = ROOT / "migrations"
 
 
-def make_engine(settings: Settings) -> Engine:
+def make_engine(settings: Settings, pool_size: int | None = None, pre_ping: bool = False) -> Engine:
+    """The engine of ``settings``; ``pool_size`` overrides ``DB_POOL_SIZE`` (as many again may overflow)."""
     url = settings.database_url
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
@@ -37,7 +38,25 @@ def make_engine(settings: Settings) -> Engine:
     # invalidates the whole pool on that disconnect, so the service recovers by itself.
     # The pool is as large as the request concurrency one process sees: a smaller pool makes
     # threads open and close overflow connections on every request.
-    return create_engine(url, pool_pre_ping=False, pool_size=settings.DB_POOL_SIZE, max_overflow=settings.DB_POOL_SIZE, connect_args=connect_args)
+    size = pool_size or settings.DB_POOL_SIZE
+    return create_engine(url, pool_pre_ping=pre_ping, pool_size=size, max_overflow=size, connect_args=connect_args)
+
+
+# Connections that carry the model's arrays (reading model/task rows, committing an update)
+# come from a pool of their own, this small: see ModelStore.__init__ for why.
+BULK_POOL_SIZE = 2
+
+
+def make_bulk_engine(settings: Settings, engine: Engine) -> Engine:
+    """The engine for the large transfers: ``engine`` itself on SQLite, else a second small pool.
+
+    With ``pool_pre_ping``: its statements are few (one refresh or commit per model version),
+    so the extra round trip is nothing, and it must not depend on a failing request of its
+    own to notice a database restart — the request pool can fail, invalidate itself and
+    recover while this pool's connections sit unused."""
+    if engine.dialect.name == "sqlite":
+        return engine
+    return make_engine(settings, pool_size=BULK_POOL_SIZE, pre_ping=True)
 
 
 def alembic_config(url: str | None = None):

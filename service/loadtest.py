@@ -15,8 +15,15 @@ processes (client-side balancing). For each topology, for ``--seconds``:
   503/409 (lock busy / stale) are counted, not retried (nothing was applied);
 * zero lost updates: acknowledged versions are exactly 1..N (none lost, none twice) and the
   final model's per-task sample counts equal the acknowledged rows;
-* memory: RSS of every worker process sampled every ``--rss-every`` seconds; first and last
-  sample after the warm-up (first 20 %), max, and a least-squares slope in MB/min.
+* memory: RSS of every worker process sampled every ``--rss-every`` seconds (with its
+  anonymous part ``RssAnon`` and its thread count); first and last sample after the warm-up
+  (first 20 %), max, a least-squares slope in MB/min after the warm-up, and the figure that
+  says whether memory is flat: ``second_half_mb_per_min``, the slope over the second half of
+  the run only (a worker still filling its allocator's arenas or touching library pages
+  grows early and then levels off; a leak keeps the same slope). ``second_half_kb_per_update``
+  divides the second-half growth by the updates committed meanwhile: the engine keeps every
+  learned sample (each task's ``X``, ``y``), so a worker's model grows with the data by design;
+  this says whether the growth is of that size. The raw samples are in the ``--json`` file.
 
 The load generator is one asyncio process with a minimal HTTP/1.1 client: it shares the
 machine with the servers, so on a small machine the figures are a floor.
@@ -64,14 +71,23 @@ def children(pid: int) -> list[int]:
 
 
 def rss_mb(pid: int) -> float | None:
+    return proc_memory(pid).get("rss_mb")
+
+
+def proc_memory(pid: int) -> dict[str, float]:
+    """VmRSS, RssAnon (MB) and thread count of a process from /proc (empty if it is gone)."""
+    keys = {"VmRSS:": "rss_mb", "RssAnon:": "anon_mb", "Threads:": "threads"}
+    out: dict[str, float] = {}
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
+                name = line.split(None, 1)[0] if line.strip() else ""
+                if name in keys:
+                    v = int(line.split()[1])
+                    out[keys[name]] = v if name == "Threads:" else round(v / 1024, 2)
     except OSError:
-        return None
-    return None
+        return {}
+    return out
 
 
 def worker_pids(master: int) -> list[int]:
@@ -160,6 +176,7 @@ async def client_loop(i: int, port: int, deadline: float, args, rec: dict, rng: 
                 rec["status"][f"update {status}"] = rec["status"].get(f"update {status}", 0) + 1
                 if status == 200:
                     rec["acks"].append((task, len(y), json.loads(payload)["version"]))
+                    rec["ack_t"].append(time.monotonic())
             else:
                 x = ",".join(f"{v:.3f}" for v in rows_for(task, rng, n=1)[0][0])
                 head = (f"GET /predict?task_id={task}&x={x} HTTP/1.1\r\n{host}"
@@ -182,7 +199,7 @@ def run_load(ports: list[int], args, seconds: float) -> tuple[dict, float]:
         y = [float(np.dot(r, w)) + rng.gauss(0, 0.1) for r in X]
         return X, y
 
-    rec = {"update_ms": [], "predict_ms": [], "status": {}, "acks": []}
+    rec = {"update_ms": [], "predict_ms": [], "status": {}, "acks": [], "ack_t": []}
 
     async def main():
         deadline = time.perf_counter() + seconds
@@ -198,12 +215,33 @@ def pct(values, q):
     return round(float(np.percentile(values, q)), 2) if values else None
 
 
-def rss_summary(samples: list[tuple[float, float]], warmup: float) -> dict:
-    after = [(t, m) for t, m in samples if t >= warmup] or samples
-    ts, ms = np.array([t for t, _ in after]), np.array([m for _, m in after])
-    slope = float(np.polyfit(ts, ms, 1)[0]) * 60 if len(after) >= 3 else 0.0
-    return {"first_mb": round(float(ms[0]), 1), "last_mb": round(float(ms[-1]), 1), "max_mb": round(float(ms.max()), 1),
-            "slope_mb_per_min": round(slope, 2), "samples": len(after)}
+def _slope_per_min(ts, ms) -> float:
+    return float(np.polyfit(ts, ms, 1)[0]) * 60 if len(ts) >= 3 else 0.0
+
+
+def rss_summary(samples: list[dict], warmup: float, half: float, ack_times: list[float] | None = None) -> dict:
+    """Per-worker memory figures from samples ``{"t", "rss_mb", "anon_mb", "threads"}``.
+
+    ``warmup``/``half``: seconds since the start of the load; ``ack_times``: when each update
+    was acknowledged (same clock), for the growth per committed update in the second half."""
+    after = [s for s in samples if s["t"] >= warmup] or samples
+    second = [s for s in samples if s["t"] >= half] or samples
+    ts, ms = np.array([s["t"] for s in after]), np.array([s["rss_mb"] for s in after])
+    t2, m2 = np.array([s["t"] for s in second]), np.array([s["rss_mb"] for s in second])
+    a2 = np.array([s.get("anon_mb", np.nan) for s in second])
+    slope2 = _slope_per_min(t2, m2)
+    out = {"first_mb": round(float(ms[0]), 1), "last_mb": round(float(ms[-1]), 1), "max_mb": round(float(ms.max()), 1),
+           "slope_mb_per_min": round(_slope_per_min(ts, ms), 2),
+           "second_half_mb_per_min": round(slope2, 2),
+           "second_half_anon_mb_per_min": round(_slope_per_min(t2, a2), 2) if np.all(np.isfinite(a2)) else None,
+           "threads_max": max((s.get("threads", 0) for s in samples), default=0),
+           "samples": len(after)}
+    if ack_times is not None and len(t2) >= 2:
+        n = sum(1 for t in ack_times if t2[0] <= t <= t2[-1])
+        grown_kb = slope2 / 60 * (t2[-1] - t2[0]) * 1024
+        out["second_half_updates"] = n
+        out["second_half_kb_per_update"] = round(grown_kb / n, 2) if n else None
+    return out
 
 
 def run_topology(processes: int, workers: int, args, base_env: dict, logdir: Path) -> dict:
@@ -227,7 +265,7 @@ def run_topology(processes: int, workers: int, args, base_env: dict, logdir: Pat
                 seed_acks.append((f"task-{t}", args.rows, r.json()["version"]))
 
         pids = {f"api{k}/pid{p}": p for k, a in enumerate(apis) for p in worker_pids(a.proc.pid)}
-        samples: dict[str, list[tuple[float, float]]] = {name: [] for name in pids}
+        samples: dict[str, list[dict]] = {name: [] for name in pids}
         stop = threading.Event()
         t_start = time.monotonic()
 
@@ -235,9 +273,9 @@ def run_topology(processes: int, workers: int, args, base_env: dict, logdir: Pat
             while not stop.is_set():
                 now = time.monotonic() - t_start
                 for name, pid in pids.items():
-                    m = rss_mb(pid)
-                    if m is not None:
-                        samples[name].append((now, m))
+                    m = proc_memory(pid)
+                    if m.get("rss_mb") is not None:
+                        samples[name].append({"t": round(now, 2), **m})
                 stop.wait(args.rss_every)
 
         th = threading.Thread(target=sampler, daemon=True)
@@ -266,6 +304,7 @@ def run_topology(processes: int, workers: int, args, base_env: dict, logdir: Pat
         }
         lost_or_double["zero_lost_updates"] = all(v for k, v in lost_or_double.items() if isinstance(v, bool))
         warm = 0.2 * args.seconds
+        ack_times = [t - t_start for t in rec["ack_t"]]
         n_pred, n_upd = len(rec["predict_ms"]), len(rec["update_ms"])
         return {
             "topology": f"{processes} process(es) x {workers} worker(s)",
@@ -278,8 +317,9 @@ def run_topology(processes: int, workers: int, args, base_env: dict, logdir: Pat
             "update_ms": {"p50": pct(rec["update_ms"], 50), "p99": pct(rec["update_ms"], 99)},
             "status_counts": dict(sorted(rec["status"].items())),
             "consistency": lost_or_double,
-            "worker_rss": {name: rss_summary(s, warm) for name, s in samples.items() if s},
+            "worker_rss": {name: rss_summary(s, warm, args.seconds / 2, ack_times) for name, s in samples.items() if s},
             "metrics_exposed": "fcl3_update_duration_seconds_count" in metrics_text,
+            "worker_rss_samples": samples,
         }
     finally:
         for a in apis:
@@ -325,7 +365,8 @@ def main(argv=None) -> dict:
         p, w = (int(v) for v in topo.lower().split("x"))
         print(f"running {p} process(es) x {w} worker(s) for {args.seconds:g} s ...", file=sys.stderr, flush=True)
         results["runs"].append(run_topology(p, w, args, base_env, logdir))
-    print(json.dumps(results, indent=2))
+    shown = {**results, "runs": [{k: v for k, v in r.items() if k != "worker_rss_samples"} for r in results["runs"]]}
+    print(json.dumps(shown, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     ok = all(r["consistency"]["zero_lost_updates"] for r in results["runs"])

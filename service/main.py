@@ -24,8 +24,9 @@ import core
 from . import logs, metrics
 from .api.routes import data, health, model, predict, tasks
 from .config import Settings, get_settings
-from .db import make_engine, upgrade_schema
+from .db import make_bulk_engine, make_engine, upgrade_schema
 from .locks import LockBackendDown, LockBusy, make_locks
+from .memory import limit_malloc_arenas
 from .security import FORBIDDEN, UNAUTHORIZED, KeyRing, Redactor, require_read, require_write
 from .store import ModelConfigError, ModelMissing, ModelStore, StaleWrite
 
@@ -196,6 +197,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     redact = Redactor.from_settings(settings)
     keys = KeyRing(settings.API_WRITE_KEYS, settings.API_READ_KEYS)  # malformed entries fail here
     logs.configure(settings.LOG_LEVEL, redact)
+    # Before the request thread pool exists: 2 malloc arenas instead of up to 8 per core
+    # (see service/memory.py: per-thread arenas each kept their own free space, and a soaked
+    # worker's RSS grew with it). MALLOC_ARENA_MAX in the environment takes precedence.
+    limit_malloc_arenas()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -203,11 +208,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             log.warning("NO API KEYS CONFIGURED: the API is OPEN, anyone who can reach it may read and change "
                         "the model. Set API_WRITE_KEYS and API_READ_KEYS before exposing it.")
         engine = make_engine(settings)
+        bulk_engine = make_bulk_engine(settings, engine)
         locks = make_locks(settings)
         app.state.settings = settings
         app.state.engine = engine
         app.state.locks = locks
-        app.state.store = ModelStore(engine, locks, settings.MODEL_NAME, settings.model_settings())
+        app.state.store = ModelStore(engine, locks, settings.MODEL_NAME, settings.model_settings(), bulk_engine)
         if settings.auto_create_schema:
             upgrade_schema(engine)
         try:
@@ -219,6 +225,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         locks.close()
         engine.dispose()
+        if bulk_engine is not engine:
+            bulk_engine.dispose()
 
     app = FastAPI(
         title="FCL3 service",

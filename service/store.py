@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -37,7 +37,7 @@ from sqlalchemy.exc import IntegrityError
 
 import core
 
-from . import metrics
+from . import memory, metrics
 from .locks import LockBusy
 from .models import BatchRow, ModelRow, TaskRow
 
@@ -140,10 +140,17 @@ def _representatives(learner: core.LifelongLearner, previous: list[str], result:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One process's cached view of one stored model version. Never mutated."""
+    """One process's cached view of one stored model version. Never mutated.
+
+    It holds the learner and nothing else of the model's arrays: no exported
+    :class:`core.ModelState`. (It used to keep one, with every task's arrays — the raw rows
+    ``X``, ``y`` included — as read from the database, a second copy of everything the
+    learner already holds, which made a worker's memory grow at twice the rate of the data
+    learned. Only the touched task's export is needed, by an update, and it is made then;
+    ``learner.get_state()`` gives the full state when wanted.)
+    """
 
     version: int
-    state: core.ModelState
     learner: core.LifelongLearner
     info: dict[str, Any]  # the model row without arrays
 
@@ -156,7 +163,7 @@ class Prepared:
     task_id: str
     result: core.UpdateResult
     learner: core.LifelongLearner
-    state: core.ModelState
+    state: core.ModelState  # global part + the one task touched (what the commit writes)
     X: np.ndarray
     y: np.ndarray
     summary: dict[str, Any] = field(default_factory=dict)
@@ -165,8 +172,23 @@ class Prepared:
 class ModelStore:
     """Load, cache, update and commit one named model."""
 
-    def __init__(self, engine: Engine, locks, name: str, model_settings: dict[str, Any]):
+    def __init__(self, engine: Engine, locks, name: str, model_settings: dict[str, Any],
+                 bulk_engine: Engine | None = None):
+        """``engine``: small queries (the per-request ``SELECT version``, task listings);
+        ``bulk_engine`` (default: ``engine``): the statements that move the model's arrays —
+        reading the model row and changed task rows, committing an update, reading batches.
+
+        Why two pools: libpq keeps each connection's input and output buffers at the size of
+        the largest message that connection ever carried (a bytea arrives hex-encoded, twice
+        its size), until the connection is closed. A task row holds all that task's samples,
+        so it grows with the data; spread over a 20-connection pool, every connection ended
+        up holding ~3x the largest row (measured: 3 connections that each fetched a 1 MB
+        bytea and sent one kept 9 MB between them). The few large transfers are serialized
+        anyway (refresh under ``_cache_lock``, commit under the update lock), so a pool of
+        2 connections (``service.db.BULK_POOL_SIZE``) carries them and the request pool
+        stays small."""
         self.engine = engine
+        self.bulk = bulk_engine if bulk_engine is not None else engine
         self.locks = locks
         self.name = name
         self.model_settings = model_settings
@@ -214,10 +236,12 @@ class ModelStore:
             cached = self._cache
             if cached is not None and cached.version >= version:
                 return cached if cached.version == version else self._refresh(None)
-            return self._refresh(cached)
+            snap = self._refresh(cached)
+        memory.trim_after_model_change()  # the old version's buffers are garbage now
+        return snap
 
     def _refresh(self, cached: Snapshot | None) -> Snapshot:
-        conn = self.engine.connect()
+        conn = self.bulk.connect()
         if self._postgres:  # model row and task rows from one snapshot
             conn = conn.execution_options(isolation_level="REPEATABLE READ")
         with conn, conn.begin():
@@ -236,9 +260,9 @@ class ModelStore:
             learner = core.load_state(state)
         else:  # rebuild only the global arrays and the tasks written since the cached version
             learner = cached.learner.with_state(state)
-            state = replace(state, tasks={**cached.state.tasks, **changed})
+        del state, changed  # the learner copied what it needs: keep no second copy of the arrays
         info = {k: v for k, v in row.items() if k != "arrays"}
-        snap = Snapshot(int(row["version"]), state, learner, info)
+        snap = Snapshot(int(row["version"]), learner, info)
         self._set_cache(snap)
         return snap
 
@@ -248,7 +272,7 @@ class ModelStore:
             self._cache = snap
             summary = snap.info.get("summary") or {}
             n_reps = summary.get("n_representatives", len(summary.get("representatives") or []))
-            metrics.set_model(snap.version, len(snap.state.tasks), int(n_reps))
+            metrics.set_model(snap.version, len(snap.learner.task_ids), int(n_reps))
 
     def model_info(self) -> dict[str, Any]:
         with self._reader.connect() as conn:
@@ -278,7 +302,7 @@ class ModelStore:
         q = select(batches_t).where(batches_t.c.model_name == self.name).order_by(batches_t.c.version)
         if task_id is not None:
             q = q.where(batches_t.c.task_id == task_id)
-        with self.engine.connect() as conn:
+        with self.bulk.connect() as conn:
             return [dict(r) for r in conn.execute(q).mappings()]
 
     # ------------------------------------------------------------------ prediction
@@ -340,8 +364,7 @@ class ModelStore:
                 raise core.InputError(f"X has {width[1]} features per row but the model expects {d}")
         learner = snap.learner.copy()  # shares arrays, which learning replaces, never mutates
         result = learner.learn(task_id, X, y)  # InputError (bad or numerically unusable): nothing happened
-        state = learner.get_state(tasks=[task_id])  # global part + the one task touched
-        state.tasks = {**snap.state.tasks, **state.tasks}
+        state = learner.get_state(tasks=[task_id])  # global part + the one task touched: what commit writes
         summary = dict(snap.info.get("summary") or {})
         summary["representatives"] = _representatives(learner, summary.get("representatives", []), result)
         summary["n_representatives"] = int(result.n_representatives)
@@ -356,7 +379,7 @@ class ModelStore:
         task = p.state.tasks[p.task_id]
         now = _now()
         last = result_json(p.result)
-        with self.engine.begin() as conn:
+        with self.bulk.begin() as conn:
             res = conn.execute(
                 update(models_t)
                 .where(models_t.c.name == self.name, models_t.c.version == p.base_version)
@@ -384,5 +407,6 @@ class ModelStore:
         info = dict(self._cache.info) if self._cache is not None else {}
         info.update(version=new_version, params=p.state.params, meta=p.state.meta, summary=p.summary, updated_at=now)
         with self._cache_lock:
-            self._set_cache(Snapshot(new_version, p.state, p.learner, info))
+            self._set_cache(Snapshot(new_version, p.learner, info))
+        memory.trim_after_model_change()
         return new_version

@@ -130,7 +130,7 @@ def test_reload_is_exact_and_raw_batches_replay_to_the_same_model(backend_client
         learner.learn(b["task_id"], b["X"], b["y"])
     for t in "abcd":
         assert learner.predict(t, np.array(probe)).tolist() == before[t]["predictions"]
-    assert core.load_state(store.snapshot().state).get_params() == learner.get_params()
+    assert core.load_state(store.snapshot().learner.get_state()).get_params() == learner.get_params()
 
 
 def test_a_reader_follows_another_writer(make_client, request):

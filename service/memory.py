@@ -1,0 +1,92 @@
+"""Process-level memory settings: cap glibc's malloc arenas (``MALLOC_ARENA_MAX``) and hand
+free heap pages back after a model change (``malloc_trim``).
+
+Why: FastAPI runs the (sync) endpoints in a thread pool, and glibc gives each thread that
+contends for malloc an arena of its own, up to 8 per core. Every update makes megabyte-sized
+short-lived buffers whose size grows with the learned data (task rows read from the
+database, their ``.npy``/zip encodings, the learner's copies): freed, they stay in the arena
+of the thread that used them, and each of up to 16 arenas keeps its own high-water mark of
+such free space. In a soak (16 clients, 5 % updates, one busy worker: 18 threads, 16
+arenas) ``mallinfo2`` showed the heap's *free* part growing as fast as the live part (55 MB
+free next to 55 MB in use after 4 minutes) and ``malloc_trim(0)`` handing 33 MB back at
+once: fragmentation, not live objects. With two arenas the threads share the free space.
+
+Applied at start-up, before the thread pool exists (glibc fixes the arena limit when the
+first extra arena is made). A non-empty ``MALLOC_ARENA_MAX`` in the environment wins: glibc
+reads it itself and this module leaves the process alone (so ``MALLOC_ARENA_MAX=8`` restores
+more arenas). Not glibc (musl, macOS), or jemalloc preloaded: nothing is done.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import sys
+import threading
+import time
+
+log = logging.getLogger("service.memory")
+
+M_ARENA_MAX = -8  # <malloc.h>
+DEFAULT_ARENAS = 2
+
+
+def _glibc():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version  # noqa: B018 - only glibc has it
+        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+def limit_malloc_arenas(n: int = DEFAULT_ARENAS) -> int | None:
+    """Cap the number of glibc malloc arenas of this process; returns the cap applied (None:
+    left alone, because ``MALLOC_ARENA_MAX`` is set or this is not glibc)."""
+    if os.environ.get("MALLOC_ARENA_MAX", "").strip() or n <= 0:
+        return None
+    libc = _glibc()
+    if libc is None or "jemalloc" in os.environ.get("LD_PRELOAD", ""):
+        return None
+    if libc.mallopt(M_ARENA_MAX, n) != 1:
+        log.warning("mallopt(M_ARENA_MAX, %d) refused", n)
+        return None
+    return n
+
+
+TRIM_INTERVAL = 10.0  # seconds between two malloc_trim calls of one process, at most
+_trim_lock = threading.Lock()
+_last_trim = 0.0
+
+
+def trim_after_model_change(now: float | None = None) -> bool:
+    """Hand free heap pages back to the OS (``malloc_trim(0)``), at most every
+    ``TRIM_INTERVAL`` seconds; called after the cached model moved to a new version.
+
+    Why: each update frees buffers as large as its task's row (they grow with the data), and
+    glibc returns free memory to the OS only from the top of a heap; the holes stay resident.
+    With 2 arenas a soaked worker still showed its free heap rise in steps (3 → 30 MB over
+    15 min) next to ~45 MB in use. ``malloc_trim(0)`` releases whole free pages anywhere in
+    the heaps; it takes a few milliseconds and is paid by the request that refreshed the
+    model, at most once per interval. Returns whether it ran (False off glibc)."""
+    global _last_trim
+    libc = _GLIBC
+    if libc is None:
+        return False
+    now = time.monotonic() if now is None else now
+    if now - _last_trim < TRIM_INTERVAL or not _trim_lock.acquire(blocking=False):
+        return False
+    try:
+        _last_trim = now
+        libc.malloc_trim(0)
+        return True
+    finally:
+        _trim_lock.release()
+
+
+_GLIBC = None if "jemalloc" in os.environ.get("LD_PRELOAD", "") else _glibc()
+if _GLIBC is not None:
+    _GLIBC.malloc_trim.argtypes = [ctypes.c_size_t]
