@@ -77,6 +77,7 @@ Decisions on the points the paper leaves open (each covered by a test):
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
@@ -442,8 +443,10 @@ class FCL3(LifelongLearner):
         terms, db, dM, dC = self._contribution_terms(s, w, omega, Z, rep_codes, rep_omegas)
         # a new A (copies of the learner share arrays, so A is never written in place), and its
         # float32 copy when the decoder system may be large enough for the PCG
+        low_precision = self.max_norm is None and d * p >= PCG_MIN_SIZE
         A, A32 = plus_kron_terms(A, old_terms + [(S_j, om_j, 1.0) for S_j, om_j in terms],
-                                 low_precision=self.max_norm is None and d * p >= PCG_MIN_SIZE)
+                                 low_precision=low_precision, out=self._take_spare("_spare_A", A),
+                                 low_out=self._take_spare("_spare_A32", A, np.float32) if low_precision else None)
         b, M, C = b + db, M + dM, C + dC
         T = n_learned
         D_new = self._solve_decoder(A, b, T, D, A32)
@@ -464,6 +467,7 @@ class FCL3(LifelongLearner):
             record.arrays["rep_omegas"] = np.array(rep_omegas).reshape(-1, d, d)
         record.meta = {"assignment_tasks": rep_ids}
         # commit: every attribute replaced at once, after all the work succeeded
+        self._spare_A, self._spare_A32 = self.A_, A32  # reused next time if nothing else holds them
         self.A_, self.b_, self.M_, self.C_ = A, b, M, C
         self.D_, self.L_, self.S_ = D_new, L_new, S
         self.representatives_, self.n_learned_, self.n_seeded_columns_ = representatives, n_learned, seeded
@@ -474,6 +478,26 @@ class FCL3(LifelongLearner):
             outlier_probability=float(Z[-1]), new_representative=new_rep,
             n_representatives=len(representatives),
         )
+
+    def _take_spare(self, name: str, like: np.ndarray, dtype=np.float64) -> np.ndarray | None:
+        """An array kept from an earlier update to write the new ``A`` into, or ``None``.
+
+        Arrays are never written once they are part of a model (copies of the learner, its
+        exports and the service's readers share them), so a spare is used only when nothing
+        but this learner refers to it: CPython's reference count is then exactly the two
+        references of this function (``spare`` and ``getrefcount``'s argument); a copy of
+        the learner, an exported state or a view of the array (``.base``) adds one more.
+        """
+        spare = self.__dict__.pop(name, None)
+        if spare is None or spare.shape != like.shape or spare.dtype != dtype or sys.getrefcount(spare) != 2:
+            return None
+        return spare
+
+    def copy(self) -> "FCL3":
+        clone = super().copy()
+        clone.__dict__.pop("_spare_A", None)
+        clone.__dict__.pop("_spare_A32", None)
+        return clone
 
     def _finite_witness(self, name: str, array: np.ndarray) -> np.ndarray:
         """``A`` is a sum of PSD terms ``kron(S, Omega)``, so ``|A_ij| <= sqrt(A_ii A_jj)`` and a

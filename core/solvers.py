@@ -147,6 +147,7 @@ def add_kron(out: np.ndarray, S: np.ndarray, omega: np.ndarray, sign: float = 1.
 
 def plus_kron_terms(
     A: np.ndarray, terms: list[tuple[np.ndarray, np.ndarray, float]], low_precision: bool = False,
+    out: np.ndarray | None = None, low_out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """``A + sum_j sign_j kron(S_j, Omega_j)`` as a new array (``A`` is not written), and, if
     asked, its float32 copy for :func:`kronecker_sum_pcg`.
@@ -154,12 +155,16 @@ def plus_kron_terms(
     One sweep over ``A``'s block rows does it all while each block row (``d^2 p`` entries) is
     in cache: a separate copy, in-place additions and a float32 conversion would each pass
     over the whole ``(dp)^2`` matrix (52 MB at ``d = 128, p = 20``; these passes are bound by
-    memory bandwidth).
+    memory bandwidth). ``out`` and ``low_out`` are buffers to write into (an earlier update's
+    arrays that nothing references any more): writing into touched memory avoids the page
+    faults of a fresh 52 MB allocation.
     """
     d, p = terms[0][1].shape[0], terms[0][0].shape[0]
     n = d * p
-    new = np.empty((n, n))
-    low = np.empty((n, n), dtype=np.float32) if low_precision else None
+    new = out if out is not None else np.empty((n, n))
+    low = None
+    if low_precision:
+        low = low_out if low_out is not None else np.empty((n, n), dtype=np.float32)
     src, dst = A.reshape(p, d, p, d), new.reshape(p, d, p, d)
     for i in range(p):
         row = dst[i]

@@ -1,4 +1,6 @@
 """FCL3's updates against the minimisers of their stated objectives, and its decisions."""
+import weakref
+
 import numpy as np
 import pytest
 import scipy.optimize
@@ -302,3 +304,30 @@ def test_pcg_and_cholesky_decoder_solves_agree(monkeypatch):
         models.append(m)
     np.testing.assert_allclose(models[0].D_, models[1].D_, rtol=1e-8, atol=1e-10)
     assert models[0].representatives == models[1].representatives
+
+
+def test_statistics_buffers_are_reused_only_when_nothing_else_holds_them():
+    """Updates write the new A into the array of two updates ago when no copy, export or view
+    refers to it any more; anything that still refers to an old array keeps it unchanged."""
+    tasks = clustered_stream(8)
+    m = FCL3(n_components=3)
+    for tid, X, y, _ in tasks[:3]:
+        m.learn(tid, X, y)
+    first = weakref.ref(m.A_)  # a weak reference does not count
+    m.learn(*tasks[3][:3])
+    m.learn(*tasks[4][:3])
+    assert m.A_ is first()  # recycled: nothing held it
+    held = m.A_
+    frozen = held.copy()
+    exported = m.get_state().arrays
+    exported_A = {k: v.copy() for k, v in exported.items()}
+    clone = m.copy()
+    view = held[:2]
+    for tid, X, y, _ in tasks[5:]:
+        m.learn(tid, X, y)
+    assert all(a is not held for a in (m.A_, getattr(m, "_spare_A", None)))
+    np.testing.assert_array_equal(held, frozen)
+    np.testing.assert_array_equal(clone.A_, frozen)
+    for k, v in exported.items():
+        np.testing.assert_array_equal(v, exported_A[k])
+    del view
