@@ -324,32 +324,37 @@ class FCL3(LifelongLearner):
 
         A code component that no task has used yet (``s_t[i] = 0`` for every task, so block
         row ``i`` of ``A`` and block ``i`` of ``b`` are zero) decouples, and its column of ``D``
-        is exactly zero; only the active components are solved for. Small systems are
-        factorised; large ones (``d * n_active >= PCG_MIN_SIZE``) go to the warm-started
-        mixed-precision PCG of :func:`core.solvers.kronecker_sum_pcg`.
+        is exactly zero; only the ``n`` active components are solved for (their blocks
+        gathered into a ``dn x dn`` system). Small systems are factorised; large ones
+        (``d n >= PCG_MIN_SIZE``) go to the warm-started mixed-precision PCG of
+        :func:`core.solvers.kronecker_sum_pcg` (``A32``: ``A`` in float32, used when every
+        component is active).
         """
         d, p = D_previous.shape
-        used = A.diagonal().reshape(p, d).any(axis=1) | b.reshape(p, d).any(axis=1)
-        active = np.flatnonzero(used)
+        active = np.flatnonzero(self._used_components(A, b, p, d))
         D = np.zeros((d, p))
         if active.size == 0:
             return D
         n = d * active.size
-        if self.max_norm is None and n >= PCG_MIN_SIZE:
-            # no gather needed: started at exact zeros, CG keeps the unused components' residual
-            # (hence their values) exactly zero, since their rows and columns of A are zero
-            x0 = np.zeros((d, p))
-            x0[:, active] = D_previous[:, active]
-            x = kronecker_sum_pcg(A, 1.0 / T, self.ridge, b / T, (d, p), x0=x0.reshape(-1, order="F"), A32=A32)
-            D[:, active] = x.reshape((d, p), order="F")[:, active]
-            return D
         if active.size < p:  # gather whole d x d blocks (contiguous rows of d), not single entries
             A = A.reshape(p, d, p, d)[active][:, :, active].reshape(n, n)
             b = b.reshape(p, d)[active].reshape(-1)
+            A32 = None
+        if self.max_norm is None and n >= PCG_MIN_SIZE:
+            x = kronecker_sum_pcg(A, 1.0 / T, self.ridge, b / T, (d, active.size),
+                                  x0=D_previous[:, active].reshape(-1, order="F"), A32=A32)
+            D[:, active] = x.reshape((d, active.size), order="F")
+            return D
         system = A / T
         system.flat[:: n + 1] += self.ridge  # + ridge * I without allocating I
         D[:, active] = solve_ridge_ball(system, b / T, (d, active.size), self.max_norm, axis=0)
         return D
+
+    @staticmethod
+    def _used_components(A: np.ndarray, b: np.ndarray, p: int, d: int) -> np.ndarray:
+        """Code components some task has used: their diagonal block of ``A`` or block of ``b``
+        is non-zero."""
+        return A.diagonal().reshape(p, d).any(axis=1) | b.reshape(p, d).any(axis=1)
 
     def _assignment_costs(self, s_model, ref, rep_models, rep_omegas):
         """Dimensionless costs ``[c_1..c_K, d0]`` of the Z step (see module docstring)."""
@@ -443,7 +448,9 @@ class FCL3(LifelongLearner):
         terms, db, dM, dC = self._contribution_terms(s, w, omega, Z, rep_codes, rep_omegas)
         # a new A (copies of the learner share arrays, so A is never written in place), and its
         # float32 copy when the decoder system may be large enough for the PCG
-        low_precision = self.max_norm is None and d * p >= PCG_MIN_SIZE
+        # the float32 copy serves the PCG on the whole system: only when every component is in use
+        low_precision = self.max_norm is None and d * p >= PCG_MIN_SIZE and bool(
+            np.all(self._used_components(self.A_, self.b_, p, d) | np.any([np.diag(S_j) != 0 for S_j, _ in terms], axis=0)))
         A, A32 = plus_kron_terms(A, old_terms + [(S_j, om_j, 1.0) for S_j, om_j in terms],
                                  low_precision=low_precision, out=self._take_spare("_spare_A", A),
                                  low_out=self._take_spare("_spare_A32", A, np.float32) if low_precision else None)
