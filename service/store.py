@@ -181,8 +181,8 @@ class ModelStore:
         Why two pools: libpq keeps each connection's input and output buffers at the size of
         the largest message that connection ever carried (a bytea arrives hex-encoded, twice
         its size), until the connection is closed. A task row holds all that task's samples,
-        so it grows with the data; spread over a 20-connection pool, every connection ended
-        up holding ~3x the largest row (measured: 3 connections that each fetched a 1 MB
+        so it grows with the data; spread over a 20-connection pool, every connection could
+        end up holding ~3x the largest row (measured: 3 connections that each fetched a 1 MB
         bytea and sent one kept 9 MB between them). The few large transfers are serialized
         anyway (refresh under ``_cache_lock``, commit under the update lock), so a pool of
         2 connections (``service.db.BULK_POOL_SIZE``) carries them and the request pool
