@@ -9,8 +9,8 @@ from core.solvers import admm_assignment, fista_quadratic_l1, project_simplex, s
 SIMPLEX = {"type": "eq", "fun": lambda z: z.sum() - 1.0}
 
 
-def slsqp(fun, x0, constraints=(), bounds=None):
-    res = scipy.optimize.minimize(fun, x0, method="SLSQP", constraints=constraints, bounds=bounds,
+def slsqp(fun, x0, constraints=(), bounds=None, jac=None):
+    res = scipy.optimize.minimize(fun, x0, method="SLSQP", jac=jac, constraints=constraints, bounds=bounds,
                                   options={"ftol": 1e-14, "maxiter": 2000})
     assert res.success, res.message
     return res.x
@@ -116,7 +116,9 @@ def test_rows_in_ball_matches_scipy():
     L = solve_rows_in_ball(G, R, 0.7)
     for i in range(3):
         obj = lambda l: l @ G @ l - 2 * R[i] @ l
-        ref = slsqp(obj, np.zeros(4), [{"type": "ineq", "fun": lambda l: 0.49 - l @ l}])
+        grad = lambda l: 2 * G @ l - 2 * R[i]  # exact gradients: finite differences stall SLSQP at ftol 1e-14
+        ball = {"type": "ineq", "fun": lambda l: 0.49 - l @ l, "jac": lambda l: -2 * l}
+        ref = slsqp(obj, np.zeros(4), [ball], jac=grad)
         np.testing.assert_allclose(L[i], ref, atol=1e-5)
     np.testing.assert_allclose(solve_rows_in_ball(G, R, None), np.linalg.solve(G, R.T).T, rtol=1e-10)
 
