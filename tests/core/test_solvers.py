@@ -115,11 +115,18 @@ def test_rows_in_ball_matches_scipy():
     R = rng.normal(size=(3, 4)) * 2
     L = solve_rows_in_ball(G, R, 0.7)
     for i in range(3):
+        # a convex problem: the KKT conditions certify the minimiser, whatever computed it
+        li = L[i]
+        nu = (R[i] - G @ li) @ li / (li @ li)  # the multiplier that best explains stationarity
+        assert nu >= -1e-10 and li @ li <= 0.49 * (1 + 1e-9)
+        np.testing.assert_allclose((G + nu * np.eye(4)) @ li, R[i], atol=1e-8)  # stationarity
+        assert abs(nu * (li @ li - 0.49)) < 1e-8  # complementary slackness
+        # and an independent solver agrees
         obj = lambda l: l @ G @ l - 2 * R[i] @ l
-        grad = lambda l: 2 * G @ l - 2 * R[i]  # exact gradients: finite differences stall SLSQP at ftol 1e-14
-        ball = {"type": "ineq", "fun": lambda l: 0.49 - l @ l, "jac": lambda l: -2 * l}
-        ref = slsqp(obj, np.zeros(4), [ball], jac=grad)
-        np.testing.assert_allclose(L[i], ref, atol=1e-5)
+        ref = scipy.optimize.minimize(obj, np.zeros(4), jac=lambda l: 2 * G @ l - 2 * R[i], method="trust-constr",
+                                      constraints=[scipy.optimize.NonlinearConstraint(lambda l: l @ l, 0, 0.49)],
+                                      options={"gtol": 1e-12, "xtol": 1e-14, "maxiter": 5000}).x
+        np.testing.assert_allclose(li, ref, atol=1e-5)
     np.testing.assert_allclose(solve_rows_in_ball(G, R, None), np.linalg.solve(G, R.T).T, rtol=1e-10)
 
 
