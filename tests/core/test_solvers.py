@@ -67,13 +67,14 @@ def test_fista_gives_exact_zeros_for_large_l1():
     assert x[0] == 0.0 and x[1] == 0.0
 
 
+@pytest.mark.parametrize("relaxation, beta", [(1.8, None), (1.0, None), (1.0, 1.0)])
 @pytest.mark.parametrize("seed", range(6))
-def test_admm_solves_the_stated_z_problem(seed):
+def test_admm_solves_the_stated_z_problem(seed, relaxation, beta):
     rng = np.random.default_rng(seed)
     k = rng.integers(2, 7)
     costs = rng.uniform(0, 2, size=k)
     lambda2, alpha, rho = [(1.0, 1e-3, 0.1), (0.5, 0.2, 1.0), (2.0, 0.0, 0.05)][seed % 3]
-    z = admm_assignment(costs, lambda2, alpha, rho)
+    z = admm_assignment(costs, lambda2, alpha, rho, beta=beta, relaxation=relaxation)
     closed = project_simplex(-lambda2 * costs / rho)
     np.testing.assert_allclose(z, closed, atol=1e-7)
     obj = lambda x: lambda2 * costs @ x + alpha * np.abs(x).sum() + rho / 2 * x @ x
