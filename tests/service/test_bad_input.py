@@ -126,3 +126,15 @@ def test_over_large_body_is_413(make_client):
     assert c.get("/model").json()["version"] == 0
     ok = c.post("/tasks/small/data", json={"X": X[:5], "y": [1.0, 2.0, 3.0, 4.0, 5.0]})
     assert ok.status_code == 200
+
+
+def test_task_listing_offsets_up_to_the_database_limit(backend_client):
+    """A huge offset is a 422, not a 500 from the database; the largest one it takes works."""
+    c = backend_client
+    assert c.post("/tasks/a/data", json={"X": [[0.0, 1.0], [1.0, 0.0]], "y": [0.5, 1.5]}).status_code == 200
+    top = c.get("/tasks", params={"offset": 2**63 - 1})
+    assert top.status_code == 200 and top.json()["count"] == 0, top.text
+    for offset in (2**63, 10**30):
+        r = c.get("/tasks", params={"offset": offset})
+        assert r.status_code == 422 and "offset" in r.text, r.text
+    assert c.get("/tasks", params={"offset": 0}).json()["count"] == 1

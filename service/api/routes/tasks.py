@@ -15,8 +15,14 @@ def _task_out(row: dict) -> TaskOut:
                    created_at=row["created_at"], updated_at=row["updated_at"], last_update=row["last_update"])
 
 
+#: The largest offset the databases take (a 64-bit signed integer); beyond it SQLite and
+#: PostgreSQL fail on the query itself, so a larger one is refused with 422 like any bad value.
+MAX_OFFSET = 2**63 - 1
+
+
 @router.get("/tasks", response_model=TaskList)
-def list_tasks(store: StoreDep, offset: int = Query(0, ge=0), limit: int = Query(1000, ge=1, le=10000)) -> TaskList:
+def list_tasks(store: StoreDep, offset: int = Query(0, ge=0, le=MAX_OFFSET),
+               limit: int = Query(1000, ge=1, le=10000)) -> TaskList:
     """The learned tasks, oldest first (``last_update`` is the task's latest update result)."""
     rows = store.list_tasks(offset, limit)
     return TaskList(model=store.name, version=store.stored_version(), count=len(rows), tasks=[_task_out(r) for r in rows])
