@@ -87,7 +87,7 @@ import scipy.optimize
 from .base import LifelongLearner, TaskRecord, UpdateResult
 from .losses import half_hessian
 from .preprocessing import InputError
-from .solvers import (add_kron, admm_assignment, fista_quadratic_l1, kronecker_sum_pcg, plus_kron_terms,
+from .solvers import (admm_assignment, fista_quadratic_l1, kronecker_sum_pcg, plus_kron_terms,
                       solve_ridge_ball)
 
 _TINY = 1e-300
@@ -313,9 +313,7 @@ class FCL3(LifelongLearner):
         """A stored task's terms ``dA, db, dM, dC`` with ``dA`` dense (for tests and audits)."""
         terms, db, dM, dC = self._stored_contribution_terms(record)
         d, p = self.D_.shape
-        dA = np.zeros((d * p, d * p))
-        for S, om in terms:
-            add_kron(dA, S, om)
+        dA, _ = plus_kron_terms(np.zeros((d * p, d * p)), [(S, om, 1.0) for S, om in terms])
         return dA, db, dM, dC
 
     def _solve_decoder(self, A: np.ndarray, b: np.ndarray, T: int, D_previous: np.ndarray,

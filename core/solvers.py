@@ -146,21 +146,6 @@ def admm_assignment(
     return J
 
 
-def add_kron(out: np.ndarray, S: np.ndarray, omega: np.ndarray, sign: float = 1.0) -> None:
-    """``out += sign * kron(S, omega)`` in place, without forming the ``dp x dp`` product.
-
-    ``S`` is ``p x p`` and ``omega`` is ``d x d``; entry ``(i*d + k, j*d + l)`` of the
-    Kronecker product is ``S[i, j] * omega[k, l]``, the layout of the column-major ``vec`` of a
-    ``d x p`` matrix. Working one block row at a time keeps the temporaries at ``d^2 p`` (a
-    few MB at ``d = 128, p = 20``) instead of two extra ``(dp)^2`` arrays (2 x 52 MB).
-    """
-    d, p = omega.shape[0], S.shape[0]
-    blocks = out.reshape(p, d, p, d)
-    for i in range(p):
-        if np.any(S[i]):
-            blocks[i] += (sign * S[i])[None, :, None] * omega[:, None, :]
-
-
 def plus_kron_terms(
     A: np.ndarray, terms: list[tuple[np.ndarray, np.ndarray, float]], low_precision: bool = False,
     out: np.ndarray | None = None, low_out: np.ndarray | None = None,
@@ -172,9 +157,13 @@ def plus_kron_terms(
     One sweep over ``A``'s block rows does it all while each block row (``d^2 p`` entries) is
     in cache: a separate copy, in-place additions and a float32 conversion would each pass
     over the whole ``(dp)^2`` matrix (52 MB at ``d = 128, p = 20``; these passes are bound by
-    memory bandwidth). ``out`` and ``low_out`` are buffers to write into (an earlier update's
-    arrays that nothing references any more): writing into touched memory avoids the page
-    faults of a fresh 52 MB allocation.
+    memory bandwidth). Entry ``(i*d + k, j*d + l)`` of ``kron(S, Omega)`` is
+    ``S[i, j] * Omega[k, l]``, the layout of the column-major ``vec`` of a ``d x p`` matrix,
+    so block row ``i`` gains ``S[i, j] * Omega`` in its block ``j``.
+
+    ``out`` and ``low_out`` are buffers to write into (an earlier update's arrays that nothing
+    refers to any more): writing into touched memory avoids the page faults of a fresh 52 MB
+    allocation.
     """
     d, p = terms[0][1].shape[0], terms[0][0].shape[0]
     n = d * p
