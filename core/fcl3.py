@@ -444,11 +444,10 @@ class FCL3(LifelongLearner):
         s, Z = self._solve_code(D, self.L_, w, omega, rep_codes, rep_omegas, scale, use_encoder)
 
         terms, db, dM, dC = self._contribution_terms(s, w, omega, Z, rep_codes, rep_omegas)
-        # a new A (copies of the learner share arrays, so A is never written in place), and its
-        # float32 copy when the decoder system may be large enough for the PCG
-        # the float32 copy serves the PCG on the whole system: only when every component is in use
-        low_precision = self.max_norm is None and d * p >= PCG_MIN_SIZE and bool(
-            np.all(self._used_components(self.A_, self.b_, p, d) | np.any([np.diag(S_j) != 0 for S_j, _ in terms], axis=0)))
+        # a new A (copies of the learner share arrays, so A is never written in place), with
+        # the float32 copy that the PCG on the whole system uses when every component is in use
+        in_use = self._used_components(self.A_, self.b_, p, d) | np.any([np.diag(S_j) != 0 for S_j, _ in terms], axis=0)
+        low_precision = self.max_norm is None and d * p >= PCG_MIN_SIZE and bool(np.all(in_use))
         A, A32 = plus_kron_terms(A, old_terms + [(S_j, om_j, 1.0) for S_j, om_j in terms],
                                  low_precision=low_precision, out=self._take_spare("_spare_A", A),
                                  low_out=self._take_spare("_spare_A32", A, np.float32) if low_precision else None)
