@@ -19,11 +19,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .losses import KINDS, curvature_scale, fit_single_task, sigmoid
+from .losses import KINDS, curvature_scale, fit_single_task, fit_squared_from_moments, sigmoid
 from .preprocessing import InputError, Scaler, UnknownTaskError, as_matrix, as_targets, label_convention
 
-#: Bumped whenever the meaning or names of exported arrays change.
-STATE_FORMAT_VERSION = 1
+#: Bumped whenever the meaning or names of exported arrays change. Format 1 kept every
+#: task's raw rows; format 2 keeps a regression task as its sufficient statistics (format-1
+#: states still load: their rows are summarised on load).
+STATE_FORMAT_VERSION = 2
+READABLE_FORMAT_VERSIONS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -41,17 +44,70 @@ class UpdateResult:
     n_representatives: int = 0
 
 
+@dataclass(frozen=True)
+class TaskRows:
+    """A classification task's rows, raw as sent, with 0/1 targets.
+
+    Logistic loss has no finite summary: refitting ``w_t`` after a new batch, and FCL3's
+    half-Hessians ``Omega_k^t`` at other points ``D s_k``, need every row.
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.X.shape[0])
+
+    def merged(self, later: "TaskRows") -> "TaskRows":
+        return TaskRows(np.vstack([self.X, later.X]), np.concatenate([self.y, later.y]))
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {"X": self.X, "y": self.y}
+
+
+@dataclass(frozen=True)
+class SquaredLossMoments:
+    """A regression task's exact sufficient statistics, in the learner's scaled space.
+
+    Squared loss sees the rows only through ``X'X``, ``X'y`` and ``n`` (``X`` scaled, bias
+    column last; ``y`` scaled), so these refit ``w_t`` and ``Omega_t`` exactly while their
+    size, ``(d+1)^2``, does not grow with the rows learned: a long-lived regression stream
+    keeps constant memory per task. Valid because the scaler is frozen after the first batch.
+    """
+
+    n: int
+    gram: np.ndarray  # X'X
+    moment: np.ndarray  # X'y
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.n)
+
+    def merged(self, later: "SquaredLossMoments") -> "SquaredLossMoments":
+        return SquaredLossMoments(self.n + later.n, self.gram + later.gram, self.moment + later.moment)
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {"gram": self.gram, "moment": self.moment, "n": np.array(self.n, dtype=np.int64)}
+
+
+TaskData = TaskRows | SquaredLossMoments
+
+
 @dataclass
 class TaskRecord:
     """Everything the learner keeps about one task; arrays are replaced, never mutated."""
 
-    X: np.ndarray  # raw rows, as sent
-    y: np.ndarray  # targets; for classification 0/1 whatever convention was sent
+    data: TaskData  # what the single-task fit needs of the rows learned so far
     labels: str = "none"  # "01", "pm1" or "unknown" (only positives seen) for classification
     w: np.ndarray | None = None  # single-task fit (scaled space, bias last)
     omega: np.ndarray | None = None  # half-Hessian at w
     arrays: dict[str, np.ndarray] = field(default_factory=dict)  # learner-specific (code, Z, ...)
     meta: dict[str, Any] = field(default_factory=dict)  # learner-specific JSON-able values
+
+    @property
+    def n_samples(self) -> int:
+        return self.data.n_samples
 
 
 @dataclass
@@ -160,16 +216,16 @@ class LifelongLearner:
                 self._init_learned(X.shape[1])
                 y01 = (y == 1.0).astype(float) if self.kind == "classification" else y
                 self.scaler_ = Scaler.fit(X, y01, self.kind, self.standardize)
-            y_store = (y == 1.0).astype(float) if self.kind == "classification" else y.copy()
-            if previous is None:
-                record = TaskRecord(X=X.copy(), y=y_store, labels=labels)
-            else:
-                record = TaskRecord(
-                    X=np.vstack([previous.X, X]), y=np.concatenate([previous.y, y_store]), labels=labels,
-                    w=previous.w, omega=previous.omega, arrays=dict(previous.arrays), meta=dict(previous.meta),
-                )
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # checked below
-                record.w, record.omega = self._single_task(record)
+                data = self._summarise(X, y)
+                if previous is None:
+                    record = TaskRecord(data=data, labels=labels)
+                else:
+                    record = TaskRecord(
+                        data=previous.data.merged(data), labels=labels, w=previous.w, omega=previous.omega,
+                        arrays=dict(previous.arrays), meta=dict(previous.meta),
+                    )
+                record.w, record.omega = self._single_task(record.data)
                 result = self._update(task_id, record, previous)
             self._check_finite(task_id)
         except BaseException as exc:
@@ -187,7 +243,7 @@ class LifelongLearner:
         """Refuse an update whose learned arrays are not all finite (the caller rolls back)."""
         arrays = [self._finite_witness(a, getattr(self, a)) for a in self._state_attrs]
         record = self.tasks_[task_id]
-        arrays += [record.w, record.omega, *record.arrays.values()]
+        arrays += [record.w, record.omega, *record.arrays.values(), *record.data.to_arrays().values()]
         if not all(np.all(np.isfinite(a)) for a in arrays):
             raise FloatingPointError("learning gave non-finite parameters")
 
@@ -196,16 +252,27 @@ class LifelongLearner:
         unless a subclass knows better: a large PSD matrix is finite when its diagonal is)."""
         return array
 
-    def _design(self, record: TaskRecord, scaler: Scaler | None = None) -> tuple[np.ndarray, np.ndarray, float]:
-        """The task's scaled design (bias last), its targets and its absolute ridge
-        (``scaler`` defaults to the learner's own; ELLA-Info scores candidates before it exists)."""
-        scaler = self.scaler_ if scaler is None else scaler
-        Xd = scaler.design(record.X)
-        target = record.y if self.kind == "classification" else scaler.target(record.y)
-        return Xd, target, self.mu * curvature_scale(self.kind, Xd, target)
+    def _summarise(self, X: np.ndarray, y: np.ndarray, scaler: Scaler | None = None) -> TaskData:
+        """What the learner keeps of a checked batch (``y`` in the convention it was sent).
 
-    def _single_task(self, record: TaskRecord, scaler: Scaler | None = None) -> tuple[np.ndarray, np.ndarray]:
-        Xd, target, mu = self._design(record, scaler)
+        ``scaler`` defaults to the learner's own; ELLA-Info scores candidates before it exists.
+        """
+        if self.kind == "classification":
+            return TaskRows(X.copy(), (y == 1.0).astype(float))
+        scaler = self.scaler_ if scaler is None else scaler
+        Xd = scaler.design(X)
+        return SquaredLossMoments(X.shape[0], Xd.T @ Xd, Xd.T @ scaler.target(y))
+
+    def _design(self, rows: TaskRows, scaler: Scaler | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+        """A classification task's scaled design (bias last), its 0/1 targets and its absolute ridge."""
+        Xd = (self.scaler_ if scaler is None else scaler).design(rows.X)
+        return Xd, rows.y, self.mu * curvature_scale(self.kind, Xd, rows.y)
+
+    def _single_task(self, data: TaskData, scaler: Scaler | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(w_t, Omega_t)``; regression's ``curvature_scale`` is 1, so ``mu`` is absolute there."""
+        if isinstance(data, SquaredLossMoments):
+            return fit_squared_from_moments(data.gram, data.moment, data.n, self.mu)
+        Xd, target, mu = self._design(data, scaler)
         return fit_single_task(self.kind, Xd, target, mu)
 
     def _update(self, task_id: str, record: TaskRecord, previous: TaskRecord | None) -> UpdateResult:
@@ -276,7 +343,7 @@ class LifelongLearner:
     def task_state(self, task_id: str) -> dict[str, Any]:
         """One task's exported state (arrays and JSON-able meta)."""
         r = self._record(task_id)
-        arrays = {"X": r.X, "y": r.y, "w": r.w, "omega": r.omega}
+        arrays = {**r.data.to_arrays(), "w": r.w, "omega": r.omega}
         arrays.update({f"arr_{k}": v for k, v in r.arrays.items()})
         return {"arrays": {k: np.array(v, copy=True) for k, v in arrays.items()},
                 "meta": {"labels": r.labels, **copy.deepcopy(r.meta)}}
@@ -311,7 +378,7 @@ class LifelongLearner:
         model._set_global_state(state)
         if set(state.meta["task_order"]) != set(state.tasks):
             raise ValueError("state is inconsistent: task_order does not list exactly the stored tasks")
-        model.tasks_ = {tid: _task_record(state.tasks[tid]) for tid in state.meta["task_order"]}
+        model.tasks_ = {tid: model._task_record(state.tasks[tid]) for tid in state.meta["task_order"]}
         return model
 
     def _set_global_state(self, state: ModelState) -> None:
@@ -340,26 +407,37 @@ class LifelongLearner:
         if missing or set(known) - set(order):
             raise ValueError(f"state is inconsistent with this model: tasks {missing or sorted(set(known) - set(order))}")
         for tid, task in state.tasks.items():
-            known[tid] = _task_record(task)
+            known[tid] = model._task_record(task)
         model.tasks_ = {tid: known[tid] for tid in order}
         return model
 
+    def _task_record(self, task: dict[str, Any]) -> TaskRecord:
+        """One task from its export; format-1 regression rows are summarised here, once.
 
-def _task_record(task: dict[str, Any]) -> TaskRecord:
-    a = {k: np.array(v, copy=True) for k, v in task["arrays"].items()}
-    meta = dict(task["meta"])
-    labels = meta.pop("labels")
-    return TaskRecord(
-        X=a.pop("X"), y=a.pop("y"), labels=labels, w=a.pop("w"), omega=a.pop("omega"),
-        arrays={k[len("arr_"):]: v for k, v in a.items()}, meta=meta,
-    )
+        Decided per task, not per state, because a store upgraded in place holds format-1
+        task rows until an update rewrites them.
+        """
+        a = {k: np.array(v, copy=True) for k, v in task["arrays"].items()}
+        meta = dict(task["meta"])
+        labels = meta.pop("labels")
+        if "gram" in a:
+            data: TaskData = SquaredLossMoments(int(a.pop("n")), a.pop("gram"), a.pop("moment"))
+        elif self.kind == "regression":
+            X, y = a.pop("X"), a.pop("y")
+            data = self._summarise(X, y)
+        else:
+            data = TaskRows(a.pop("X"), a.pop("y"))
+        return TaskRecord(
+            data=data, labels=labels, w=a.pop("w"), omega=a.pop("omega"),
+            arrays={k[len("arr_"):]: v for k, v in a.items()}, meta=meta,
+        )
 
 
 def load_state(state: ModelState) -> LifelongLearner:
     """Rebuild a learner from :meth:`LifelongLearner.get_state` output, bit for bit."""
-    if state.format_version != STATE_FORMAT_VERSION:
+    if state.format_version not in READABLE_FORMAT_VERSIONS:
         raise ValueError(
-            f"state format {state.format_version} is not supported (this version reads {STATE_FORMAT_VERSION})"
+            f"state format {state.format_version} is not supported (this version reads {READABLE_FORMAT_VERSIONS})"
         )
     if state.estimator not in _REGISTRY:
         raise ValueError(f"unknown estimator {state.estimator!r}")

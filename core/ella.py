@@ -321,7 +321,7 @@ class ELLA(LifelongLearner):
         self.A_, self.b_, self.n_tasks_, self.L_ = A, b, np.array(T, dtype=np.int64), L
         self.tasks_ = {**self.tasks_, task_id: record}
         return UpdateResult(
-            task_id=task_id, n_samples=int(record.X.shape[0]), new_task=previous is None, code=s.copy(),
+            task_id=task_id, n_samples=record.n_samples, new_task=previous is None, code=s.copy(),
         )
 
     def _theta(self, task_id: str) -> np.ndarray:
@@ -350,7 +350,7 @@ class ELLA(LifelongLearner):
             A, T = np.zeros((d * k, d * k)), 0
             L = self._redraw_dead(np.zeros((d, k)), 0)
         # the very single-task fit learn() would run (base class), with this scaler
-        w, omega = self._single_task(TaskRecord(X=X, y=y01), scaler)
+        w, omega = self._single_task(self._summarise(X, y, scaler), scaler)
         k = int(self.n_components)
         if self.init_with_first_tasks and T < k:
             s = np.zeros(k)

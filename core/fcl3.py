@@ -273,7 +273,7 @@ class FCL3(LifelongLearner):
         (with the task's own intercept when ``task_intercept``), in :meth:`_quadratic` form."""
         if self.kind == "regression":
             return [self._quadratic(record.w, record.omega)[1]] * len(rep_codes)
-        Xd, _, mu = self._design(record)
+        Xd, _, mu = self._design(record.data)
         out = []
         for s_k in rep_codes:
             om = half_hessian(self.kind, Xd, self._full_model(record, D @ s_k), mu)
@@ -477,7 +477,7 @@ class FCL3(LifelongLearner):
         self.representatives_, self.n_learned_, self.n_seeded_columns_ = representatives, n_learned, seeded
         self.tasks_ = {**self.tasks_, task_id: record}
         return UpdateResult(
-            task_id=task_id, n_samples=int(record.X.shape[0]), new_task=previous is None,
+            task_id=task_id, n_samples=record.n_samples, new_task=previous is None,
             code=s.copy(), assignment=Z.copy(), assignment_tasks=tuple(rep_ids),
             outlier_probability=float(Z[-1]), new_representative=new_rep,
             n_representatives=len(representatives),

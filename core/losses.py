@@ -88,6 +88,23 @@ def curvature_scale(kind: str, X: np.ndarray, y: np.ndarray) -> float:
     return ybar * (1.0 - ybar) / 2.0
 
 
+def fit_squared_from_moments(gram: np.ndarray, moment: np.ndarray, n: int, mu: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(w_t, Omega_t)`` of squared loss from its sufficient statistics ``X'X``, ``X'y``, ``n``.
+
+    The squared-loss objective depends on the rows only through these, so a regression task
+    is kept as them (constant size, however many rows it has seen) and refitted exactly.
+    """
+    d = gram.shape[0]
+    omega = gram / n
+    omega[np.diag_indices(d)] += _penalty_diagonal(d, mu, 0.0)
+    rhs = moment / n
+    try:
+        w = np.linalg.solve(omega, rhs)
+    except np.linalg.LinAlgError:  # rank deficient in a way mu does not cover (mu = 0)
+        w = np.linalg.lstsq(omega, rhs, rcond=None)[0]
+    return w, omega
+
+
 def fit_single_task(
     kind: str, X: np.ndarray, y: np.ndarray, mu: float, *, max_newton: int = 100, tol: float = 1e-3
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -99,17 +116,7 @@ def fit_single_task(
     """
     n, d = X.shape
     if kind == "regression":
-        pen = _penalty_diagonal(d, mu, 0.0)
-        gram = X.T @ X / n
-        gram[np.diag_indices(d)] += pen
-        # A tiny ridge on the bias keeps an all-zero column set solvable; it only matters
-        # when a batch is rank deficient in a way mu does not cover.
-        rhs = X.T @ y / n
-        try:
-            w = np.linalg.solve(gram, rhs)
-        except np.linalg.LinAlgError:
-            w = np.linalg.lstsq(gram, rhs, rcond=None)[0]
-        return w, half_hessian(kind, X, w, mu)
+        return fit_squared_from_moments(X.T @ X, X.T @ y, n, mu)
     if kind != "classification":
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     pen = _penalty_diagonal(d, mu, LOGISTIC_BIAS_PENALTY)

@@ -143,6 +143,62 @@ def test_more_data_for_a_known_task_is_appended(cls, kind):
     assert not r.new_task and r.n_samples == 37 and len(m.task_ids) == len(data)
 
 
+@params
+def test_a_task_learned_in_batches_has_the_single_task_fit_of_all_its_rows(cls, kind):
+    data = stream(kind)
+    whole, split = make(cls, kind), make(cls, kind)
+    fit(whole, data[:3])
+    fit(split, data[:2])
+    tid, X, y = data[2]
+    for rows in (slice(0, 7), slice(7, 19), slice(19, None)):
+        split.learn(tid, X[rows], y[rows])
+    a, b = whole.tasks_[tid], split.tasks_[tid]
+    assert a.n_samples == b.n_samples == 30
+    np.testing.assert_allclose(b.w, a.w, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(b.omega, a.omega, rtol=1e-9, atol=1e-12)
+
+
+@params
+def test_a_regression_task_stays_the_same_size_however_many_rows_it_learns(cls, kind):
+    """Regression keeps sufficient statistics; classification needs (and keeps) its rows."""
+    data = stream(kind)
+    m = make(cls, kind)
+    fit(m, data)
+    tid, X, y = data[1]
+    size = lambda: sum(a.nbytes for a in m.tasks_[tid].data.to_arrays().values())  # what it keeps of the rows
+    before = size()
+    for _ in range(5):
+        m.learn(tid, X, y)
+    row_bytes = 5 * (X.nbytes + y.nbytes)
+    assert size() == before if kind == "regression" else size() == before + row_bytes
+
+
+@params
+def test_a_format_1_state_with_raw_rows_still_loads(cls, kind):
+    data = stream(kind)
+    m = make(cls, kind)
+    fit(m, data)
+    tid, X, y = data[0]
+    m.learn(tid, X[:9], y[:9])
+    state = m.get_state()
+    rows = {t: (X_, y_) for t, X_, y_ in data}
+    rows[tid] = (np.vstack([X, X[:9]]), np.concatenate([y, y[:9]]))
+    for t, task in state.tasks.items():  # format 1 stored every task's raw rows
+        arrays = {k: v for k, v in task["arrays"].items() if k not in ("gram", "moment", "n", "X", "y")}
+        X_, y_ = rows[t]
+        task["arrays"] = {"X": X_, "y": (y_ == 1.0).astype(float) if kind == "classification" else y_, **arrays}
+    state.format_version = 1
+    old = load_state(state)
+    probe = data[3][1]
+    for t in m.task_ids:
+        np.testing.assert_allclose(old.decision_function(t, probe), m.decision_function(t, probe), rtol=1e-12)
+        for k, v in m.task_state(t)["arrays"].items():
+            np.testing.assert_allclose(old.task_state(t)["arrays"][k], v, rtol=1e-10, atol=1e-10, err_msg=k)
+    r_old, r_new = old.learn("t9", *data[4][1:]), m.learn("t9", *data[4][1:])
+    np.testing.assert_allclose(old.theta("t9"), m.theta("t9"), rtol=1e-8, atol=1e-10)
+    assert r_old.n_samples == r_new.n_samples
+
+
 BAD_BATCHES = {
     "wrong width": lambda X, y: (X[:, :3], y),
     "nan": lambda X, y: (np.where(np.arange(X.size).reshape(X.shape) == 4, np.nan, X), y),

@@ -63,7 +63,7 @@ def test_s_step_minimises_its_objective(kind):
     s, _ = m_fixed._solve_code(m.D_, m.L_, w_q, om_q, rep_codes, rep_omegas, scale, True)
     # with max_outer_iter=0 the s step ran with the uniform Z: check against that objective
     Zu = np.full(len(rep_codes) + 1, 1 / (len(rep_codes) + 1))
-    rec2 = type(rec)(X=rec.X, y=rec.y, w=rec.w, omega=rec.omega,
+    rec2 = type(rec)(data=rec.data, w=rec.w, omega=rec.omega,
                      arrays={"rep_codes": rep_codes, "rep_omegas": np.array(rep_omegas)})
     f = lambda v: s_objective(m, rec2, v, Zu)
     p = s.size
@@ -183,7 +183,9 @@ def test_relearning_removes_the_old_contribution():
     before = m.n_learned_
     r = m.learn(tid, X[20:], y[20:])
     assert not r.new_task and r.n_samples == 40 and m.n_learned_ == before == 6
-    np.testing.assert_array_equal(m.tasks_[tid].X, X)
+    Xd = m.scaler_.design(X)  # the task is kept as the statistics of all 40 rows, not the rows
+    np.testing.assert_allclose(m.tasks_[tid].data.gram, Xd.T @ Xd, rtol=1e-12)
+    np.testing.assert_allclose(m.tasks_[tid].data.moment, Xd.T @ m.scaler_.target(y), rtol=1e-12, atol=1e-12)
     A = sum(m._stored_contribution(rec)[0] for rec in m.tasks_.values())
     M = sum(m._stored_contribution(rec)[2] for rec in m.tasks_.values())
     np.testing.assert_allclose(m.A_, A, atol=1e-10)

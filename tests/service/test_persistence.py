@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis.extra import numpy as hnp
-from sqlalchemy import create_engine, inspect, select
+from sqlalchemy import create_engine, inspect, select, update
 
 import core
-from service.models import BatchRow, TaskRow, array_from_bytes, array_to_bytes
+from service.models import BatchRow, ModelRow, TaskRow, array_from_bytes, array_to_bytes
 
 from .conftest import ROOT, create_pg_database, drop_pg_database, pg_url, regression_batch
 
@@ -148,3 +148,51 @@ def test_a_reader_follows_another_writer(make_client, request):
     pa, pb = a.post("/predict", json=probe).json(), b.post("/predict", json=probe).json()
     assert pa == pb and pa["version"] == 3 and pa["predictions"] != first["predictions"]
     assert a.get("/tasks/u").status_code == 200
+
+
+def test_a_database_of_format_1_task_rows_is_read_and_upgraded_one_task_at_a_time(backend_client, make_client, request):
+    """Format 1 stored every task's raw rows; such a database keeps serving, and an update
+    rewrites only its own task in format 2 (sufficient statistics, constant size)."""
+    c = backend_client
+    s = c.app.state.settings
+    store = c.app.state.store
+    rng = np.random.default_rng(12)
+    for i, task in enumerate(["a", "b", "a", "c"]):
+        _post(c, task, *regression_batch(rng, n=9 + i, task=i))
+    probe = rng.normal(size=(4, 4)).tolist()
+    before = {t: c.post("/predict", json={"task_id": t, "X": probe}).json()["predictions"] for t in "abc"}
+    with store.engine.begin() as conn:  # turn the stored model back into format 1
+        rows = {}
+        for b in store.batches():
+            X, y = rows.get(b["task_id"], (np.zeros((0, 4)), np.zeros(0)))
+            rows[b["task_id"]] = (np.vstack([X, b["X"]]), np.concatenate([y, b["y"]]))
+        for r in conn.execute(select(TaskRow.task_id, TaskRow.arrays).where(TaskRow.model_name == store.name)).all():
+            assert {"gram", "moment", "n"} <= set(r.arrays) and "X" not in r.arrays
+            arrays = {k: v for k, v in r.arrays.items() if k not in ("gram", "moment", "n")}
+            X, y = rows[r.task_id]
+            conn.execute(update(TaskRow).where(TaskRow.model_name == store.name, TaskRow.task_id == r.task_id)
+                         .values(arrays={"X": X, "y": y, **arrays}))
+        conn.execute(update(ModelRow).where(ModelRow.name == store.name).values(format_version=1))
+
+    if s.DATABASE_URL:
+        fresh = make_client("postgres", _request=request, MODEL_NAME=s.MODEL_NAME, REDIS_PREFIX=s.REDIS_PREFIX)
+    else:
+        fresh = make_client(SQLITE_PATH=s.SQLITE_PATH, MODEL_NAME=s.MODEL_NAME)
+    for t in "abc":
+        got = fresh.post("/predict", json={"task_id": t, "X": probe}).json()["predictions"]
+        np.testing.assert_allclose(got, before[t], rtol=1e-10)
+    _post(fresh, "b", *regression_batch(rng, n=7, task=1))
+    with store.engine.connect() as conn:
+        kept = {r.task_id: set(r.arrays) for r in conn.execute(
+            select(TaskRow.task_id, TaskRow.arrays).where(TaskRow.model_name == store.name))}
+        version = conn.execute(select(ModelRow.format_version).where(ModelRow.name == store.name)).scalar()
+    assert "gram" in kept["b"] and "X" not in kept["b"] and "X" in kept["a"] and "X" in kept["c"]
+    assert version == core.STATE_FORMAT_VERSION == 2
+    from service.store import make_learner
+
+    replay = make_learner(fresh.app.state.store.snapshot().info["settings"])
+    for b in fresh.app.state.store.batches():
+        replay.learn(b["task_id"], b["X"], b["y"])
+    for t in "abc":
+        got = fresh.post("/predict", json={"task_id": t, "X": probe}).json()["predictions"]
+        np.testing.assert_allclose(got, replay.predict(t, np.array(probe)), rtol=1e-9)
