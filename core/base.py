@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -46,24 +47,46 @@ class UpdateResult:
 
 @dataclass(frozen=True)
 class TaskRows:
-    """A classification task's rows, raw as sent, with 0/1 targets.
+    """A classification task's rows, raw as sent, with 0/1 targets; ``n`` rows seen in all.
 
     Logistic loss has no finite summary: refitting ``w_t`` after a new batch, and FCL3's
-    half-Hessians ``Omega_k^t`` at other points ``D s_k``, need every row.
+    half-Hessians ``Omega_k^t`` at other points ``D s_k``, need the rows. All of them are
+    kept unless the learner's ``max_task_rows`` caps them, in which case these are a uniform
+    random sample of the ``n`` seen (a reservoir): every loss here is a *mean* over rows, so
+    the sample's mean loss is an unbiased estimate of the mean over all rows.
     """
 
     X: np.ndarray
     y: np.ndarray
+    n: int
 
     @property
     def n_samples(self) -> int:
-        return int(self.X.shape[0])
+        return int(self.n)
 
-    def merged(self, later: "TaskRows") -> "TaskRows":
-        return TaskRows(np.vstack([self.X, later.X]), np.concatenate([self.y, later.y]))
+    def merged(self, later: "TaskRows", max_rows: int | None = None,
+               rng: np.random.Generator | None = None) -> "TaskRows":
+        """These rows followed by ``later``'s, reservoir-sampled down to ``max_rows``.
+
+        Algorithm R (Vitter 1985): the ``j``-th row seen (0-based) enters a full reservoir
+        with probability ``max_rows / (j + 1)``, replacing a uniformly chosen slot, which
+        leaves every row seen so far in the sample with the same probability.
+        """
+        n = self.n + later.n
+        if max_rows is None or self.X.shape[0] + later.X.shape[0] <= max_rows:
+            return TaskRows(np.vstack([self.X, later.X]), np.concatenate([self.y, later.y]), n)
+        free = max(max_rows - self.X.shape[0], 0)  # slots still empty (the reservoir fills first)
+        X = np.vstack([self.X, later.X[:free]])
+        y = np.concatenate([self.y, later.y[:free]])
+        seen = self.n + free + np.arange(later.X.shape[0] - free)  # index j of each remaining row
+        slots = rng.integers(0, seen + 1)
+        for i in np.flatnonzero(slots < max_rows):  # in order: a later row wins a slot
+            X[slots[i]] = later.X[free + i]
+            y[slots[i]] = later.y[free + i]
+        return TaskRows(X, y, n)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"X": self.X, "y": self.y}
+        return {"X": self.X, "y": self.y, "n": np.array(self.n, dtype=np.int64)}
 
 
 @dataclass(frozen=True)
@@ -136,6 +159,14 @@ class LifelongLearner:
     Subclasses implement :meth:`_update` (learn the task whose record was just extended)
     and :meth:`_theta` (the task's current parameters), and list their global learned
     attributes in ``_state_attrs``.
+
+    Parameters shared by every learner: ``kind`` ("regression" or "classification"); ``mu``,
+    the single-task ridge (relative to the loss curvature, see :mod:`core.losses`);
+    ``standardize``, scale features (and regression targets) with first-batch statistics;
+    ``random_state``; ``max_task_rows``: ``None`` keeps every row of a classification task
+    (exact refits, memory growing with the data), an integer keeps a uniform random sample
+    of that many (:class:`TaskRows`). Regression tasks are exact sufficient statistics
+    (:class:`SquaredLossMoments`) either way.
     """
 
     _state_attrs: ClassVar[tuple[str, ...]] = ()  # global learned arrays
@@ -145,11 +176,13 @@ class LifelongLearner:
         super().__init_subclass__(**kwargs)
         _REGISTRY[cls.__name__] = cls
 
-    def __init__(self, kind: str = "regression", mu: float = 0.1, standardize: bool = True, random_state: int = 0):
+    def __init__(self, kind: str = "regression", mu: float = 0.1, standardize: bool = True, random_state: int = 0,
+                 max_task_rows: int | None = None):
         self.kind = kind
         self.mu = mu
         self.standardize = standardize
         self.random_state = random_state
+        self.max_task_rows = max_task_rows
 
     # ----------------------------------------------------------------- parameters
     @classmethod
@@ -167,11 +200,19 @@ class LifelongLearner:
     def get_params(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self._param_names()}
 
+    def check_params(self) -> None:
+        """Raise :class:`InputError` for a bad hyper-parameter. :meth:`learn` calls it before
+        any work; a service calls it at start-up, so a bad setting never reaches a client."""
+        self._check_params()
+
     def _check_params(self) -> None:
         if self.kind not in KINDS:
             raise InputError(f"kind must be one of {KINDS}, got {self.kind!r}")
         if not (np.isfinite(self.mu) and self.mu >= 0):
             raise InputError(f"mu must be a finite number >= 0, got {self.mu!r}")
+        cap = self.max_task_rows
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1):
+            raise InputError(f"max_task_rows must be None or an integer >= 1, got {cap!r}")
 
     # ----------------------------------------------------------------- learned state
     @property
@@ -217,12 +258,12 @@ class LifelongLearner:
                 y01 = (y == 1.0).astype(float) if self.kind == "classification" else y
                 self.scaler_ = Scaler.fit(X, y01, self.kind, self.standardize)
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # checked below
-                data = self._summarise(X, y)
+                data = self._merged(task_id, previous.data if previous else None, self._summarise(X, y))
                 if previous is None:
                     record = TaskRecord(data=data, labels=labels)
                 else:
                     record = TaskRecord(
-                        data=previous.data.merged(data), labels=labels, w=previous.w, omega=previous.omega,
+                        data=data, labels=labels, w=previous.w, omega=previous.omega,
                         arrays=dict(previous.arrays), meta=dict(previous.meta),
                     )
                 record.w, record.omega = self._single_task(record.data)
@@ -258,10 +299,23 @@ class LifelongLearner:
         ``scaler`` defaults to the learner's own; ELLA-Info scores candidates before it exists.
         """
         if self.kind == "classification":
-            return TaskRows(X.copy(), (y == 1.0).astype(float))
+            return TaskRows(X.copy(), (y == 1.0).astype(float), X.shape[0])
         scaler = self.scaler_ if scaler is None else scaler
         Xd = scaler.design(X)
         return SquaredLossMoments(X.shape[0], Xd.T @ Xd, Xd.T @ scaler.target(y))
+
+    def _merged(self, task_id: str, kept: TaskData | None, batch: TaskData) -> TaskData:
+        """What the task keeps after ``batch``: summed statistics, or rows (capped at
+        ``max_task_rows`` by a reservoir whose draws depend only on ``random_state``, the
+        task id and the rows seen before, so replaying the same batches gives the same model)."""
+        if isinstance(batch, SquaredLossMoments):
+            return batch if kept is None else kept.merged(batch)
+        if kept is None:
+            kept = TaskRows(batch.X[:0], batch.y[:0], 0)
+        rng = None
+        if self.max_task_rows is not None:
+            rng = np.random.default_rng([int(self.random_state) & 0xFFFFFFFF, zlib.crc32(task_id.encode()), kept.n])
+        return kept.merged(batch, self.max_task_rows, rng)
 
     def _design(self, rows: TaskRows, scaler: Scaler | None = None) -> tuple[np.ndarray, np.ndarray, float]:
         """A classification task's scaled design (bias last), its 0/1 targets and its absolute ridge."""
@@ -425,8 +479,9 @@ class LifelongLearner:
         elif self.kind == "regression":
             X, y = a.pop("X"), a.pop("y")
             data = self._summarise(X, y)
-        else:
-            data = TaskRows(a.pop("X"), a.pop("y"))
+        else:  # format 1 had no "n": every row was kept
+            X, y = a.pop("X"), a.pop("y")
+            data = TaskRows(X, y, int(a.pop("n")) if "n" in a else X.shape[0])
         return TaskRecord(
             data=data, labels=labels, w=a.pop("w"), omega=a.pop("omega"),
             arrays={k[len("arr_"):]: v for k, v in a.items()}, meta=meta,

@@ -207,7 +207,7 @@ class ELLA(LifelongLearner):
         ``lambda`` of the ELLA paper: ridge on ``L`` in the basis update (v1.0 demo: ``e^-10``).
     init_with_first_tasks : bool
         v1.0's ``initializeWithFirstKTasks``: the ``j``-th task (``j <= k``) gets code ``e_j``.
-    standardize, random_state
+    standardize, random_state, max_task_rows
         As in :class:`core.base.LifelongLearner`.
 
     Examples
@@ -234,8 +234,10 @@ class ELLA(LifelongLearner):
         init_with_first_tasks: bool = True,
         standardize: bool = True,
         random_state: int = 0,
+        max_task_rows: int | None = None,
     ):
-        super().__init__(kind=kind, mu=mu, standardize=standardize, random_state=random_state)
+        super().__init__(kind=kind, mu=mu, standardize=standardize, random_state=random_state,
+                         max_task_rows=max_task_rows)
         self.n_components = n_components
         self.code_l1 = code_l1
         self.ridge = ridge

@@ -170,7 +170,11 @@ class FCL3(LifelongLearner):
         representative before any assignment is made and can collapse every task into one
         cluster (the pull shrinks the very distances the ``Z`` step then compares).
     standardize : scale features (and regression targets) with first-batch statistics.
-    random_state : seed of the initial ``D``.
+    random_state : seed of the initial ``D`` (and of the row reservoir, see ``max_task_rows``).
+    max_task_rows : ``None`` (default) keeps every row of a classification task, as the
+        paper's algorithm needs for exact refits; an integer keeps a uniform random sample of
+        that many (bounded memory for endless streams, approximate fits). Regression tasks
+        are kept as exact sufficient statistics either way.
     """
 
     _state_attrs = ("D_", "L_", "A_", "b_", "M_", "C_", "S_")
@@ -184,9 +188,10 @@ class FCL3(LifelongLearner):
         joint: bool = True, max_outer_iter: int = 20, tol: float = 1e-6,
         task_intercept: bool = True, z_init: str = "single_task", seed_columns: str = "novel",
         standardize: bool = True,
-        random_state: int = 0,
+        random_state: int = 0, max_task_rows: int | None = None,
     ):
-        super().__init__(kind=kind, mu=mu, standardize=standardize, random_state=random_state)
+        super().__init__(kind=kind, mu=mu, standardize=standardize, random_state=random_state,
+                         max_task_rows=max_task_rows)
         self.n_components = n_components
         self.lambda1 = lambda1
         self.lambda2 = lambda2
@@ -531,11 +536,12 @@ class FCL3WithoutDecoder(FCL3):
         joint: bool = True, max_outer_iter: int = 20, tol: float = 1e-6,
         task_intercept: bool = True, z_init: str = "single_task", seed_columns: str = "novel",
         standardize: bool = True,
-        random_state: int = 0,
+        random_state: int = 0, max_task_rows: int | None = None,
     ):
         super().__init__(kind, n_components, mu, lambda1, lambda2, alpha, gamma, encoder_weight,
                          assignment_ridge, phi, ridge, encoder_ridge, max_norm, joint,
-                         max_outer_iter, tol, task_intercept, z_init, seed_columns, standardize, random_state)
+                         max_outer_iter, tol, task_intercept, z_init, seed_columns, standardize, random_state,
+                         max_task_rows)
 
 
 class CL3(FCL3):
@@ -550,8 +556,9 @@ class CL3(FCL3):
         joint: bool = False, max_outer_iter: int = 20, tol: float = 1e-6,
         task_intercept: bool = True, z_init: str = "single_task", seed_columns: str = "novel",
         standardize: bool = True,
-        random_state: int = 0,
+        random_state: int = 0, max_task_rows: int | None = None,
     ):
         super().__init__(kind, n_components, mu, lambda1, lambda2, alpha, gamma, encoder_weight,
                          assignment_ridge, phi, ridge, encoder_ridge, max_norm, joint,
-                         max_outer_iter, tol, task_intercept, z_init, seed_columns, standardize, random_state)
+                         max_outer_iter, tol, task_intercept, z_init, seed_columns, standardize, random_state,
+                         max_task_rows)

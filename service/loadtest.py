@@ -21,9 +21,11 @@ processes (client-side balancing). For each topology, for ``--seconds``:
   says whether memory is flat: ``second_half_mb_per_min``, the slope over the second half of
   the run only (a worker still filling its allocator's arenas or touching library pages
   grows early and then levels off; a leak keeps the same slope). ``second_half_kb_per_update``
-  divides the second-half growth by the updates committed meanwhile: the engine keeps every
-  learned sample (each task's ``X``, ``y``), so a worker's model grows with the data by design;
-  this says whether the growth is of that size. The raw samples are in the ``--json`` file.
+  divides the second-half growth by the updates committed meanwhile. The load is regression:
+  the engine keeps a regression task as its sufficient statistics, whose size does not depend
+  on the rows learned, so a worker's model stops growing once every task exists and both
+  figures should be about 0 (a classification task keeps its rows: see the README). The raw
+  samples are in the ``--json`` file.
 
 The load generator is one asyncio process with a minimal HTTP/1.1 client: it shares the
 machine with the servers, so on a small machine the figures are a floor.
@@ -197,7 +199,7 @@ def run_load(ports: list[int], args, seconds: float) -> tuple[dict, float]:
         X = [[rng.gauss(0, 1) for _ in range(args.d)] for _ in range(n)]
         w = weights[task]
         y = [float(np.dot(r, w)) + rng.gauss(0, 0.1) for r in X]
-        return X, y
+        return X, (y if args.kind == "regression" else [float(v > 0) for v in y])
 
     rec = {"update_ms": [], "predict_ms": [], "status": {}, "acks": [], "ack_t": []}
 
@@ -260,6 +262,7 @@ def run_topology(processes: int, workers: int, args, base_env: dict, logdir: Pat
             for t in range(args.tasks):
                 X = rng.normal(size=(args.rows, args.d))
                 y = X @ np.random.default_rng(t).normal(size=args.d)
+                y = y if args.kind == "regression" else (y > 0).astype(float)
                 r = c.post(f"{apis[0].url}/tasks/task-{t}/data", json={"X": X.tolist(), "y": y.tolist()})
                 r.raise_for_status()
                 seed_acks.append((f"task-{t}", args.rows, r.json()["version"]))
@@ -327,6 +330,34 @@ def run_topology(processes: int, workers: int, args, base_env: dict, logdir: Pat
         drop_throwaway_backend(args.pg_admin_url, dbname, args.redis_url, prefix)
 
 
+def plot_rss(results: dict, path: str) -> str:
+    """Every worker's RSS against time, one panel per topology, with the warm-up shaded:
+    flat lines are the claim, so the figure shows them with the committed-update count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = results["runs"]
+    fig, axes = plt.subplots(1, len(runs), figsize=(6.5 * len(runs), 3.8), squeeze=False)
+    for ax, run in zip(axes[0], runs):
+        for name, samples in run["worker_rss_samples"].items():
+            ax.plot([s["t"] / 60 for s in samples], [s["rss_mb"] for s in samples], lw=1.2, label=name)
+        ax.axvspan(0, 0.2 * run["seconds"] / 60, color="0.9", label="warm-up (not in the slopes)")
+        n = run["consistency"]["acknowledged_updates"]
+        ax.set(xlabel="minutes", ylabel="worker RSS (MB)", ylim=(0, None),
+               title=f"{run['topology']}: {run['requests_per_s']:.0f} req/s, {n} updates acked")
+        ax.legend(fontsize=7, loc="lower right")
+        ax.grid(alpha=0.3)
+    setup = results["setup"]
+    fig.suptitle(f"{setup['estimator']} {setup.get('kind', 'regression')}, d={setup['d']}, "
+                 f"{setup['clients']} clients, {setup['update_fraction']:.0%} updates", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=180.0, help="duration of each topology's run")
@@ -337,16 +368,19 @@ def main(argv=None) -> dict:
     ap.add_argument("--rows", type=int, default=10, help="rows per update batch")
     ap.add_argument("--d", type=int, default=8, help="features")
     ap.add_argument("--estimator", default="FCL3")
+    ap.add_argument("--kind", choices=["regression", "classification"], default="regression",
+                    help="classification tasks keep their rows, so their workers grow with the data")
     ap.add_argument("--params", default="{}", help="FCL3_PARAMS JSON")
     ap.add_argument("--lock-wait", type=float, default=5.0)
     ap.add_argument("--rss-every", type=float, default=2.0, help="seconds between RSS samples")
     ap.add_argument("--pg-admin-url", default="postgresql://postgres@127.0.0.1:5432/test")
     ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--plot", default=None, help="draw every worker's RSS over time to this PNG")
     args = ap.parse_args(argv)
 
     base_env = {**os.environ, "REDIS_URL": args.redis_url, "FCL3_ESTIMATOR": args.estimator,
-                "FCL3_PARAMS": args.params, "FCL3_KIND": "regression", "AUTO_CREATE_SCHEMA": "false",
+                "FCL3_PARAMS": args.params, "FCL3_KIND": args.kind, "AUTO_CREATE_SCHEMA": "false",
                 "MODEL_NAME": "load", "API_WRITE_KEYS": WRITE_KEY, "API_READ_KEYS": READ_KEY,
                 "LOCK_WAIT": str(args.lock_wait), "DB_POOL_SIZE": "10", "OPENBLAS_NUM_THREADS": "1",
                 "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -356,7 +390,7 @@ def main(argv=None) -> dict:
         "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
                     "loadavg_at_start": os.getloadavg()},
         "setup": {"clients": args.clients, "update_fraction": args.update_fraction, "tasks": args.tasks,
-                  "rows_per_update": args.rows, "d": args.d, "estimator": args.estimator,
+                  "rows_per_update": args.rows, "d": args.d, "estimator": args.estimator, "kind": args.kind,
                   "params": json.loads(args.params), "database": "postgresql", "lock": "redis",
                   "logs": str(logdir)},
         "runs": [],
@@ -369,6 +403,8 @@ def main(argv=None) -> dict:
     print(json.dumps(shown, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
+    if args.plot:
+        plot_rss(results, args.plot)
     ok = all(r["consistency"]["zero_lost_updates"] for r in results["runs"])
     if not ok:
         print("LOST OR DOUBLED UPDATES", file=sys.stderr)

@@ -3,8 +3,9 @@ free heap pages back after a model change (``malloc_trim``).
 
 Why: FastAPI runs the (sync) endpoints in a thread pool, and glibc gives each thread that
 contends for malloc an arena of its own, up to 8 per core. Every update makes megabyte-sized
-short-lived buffers whose size grows with the learned data (task rows read from the
-database, their ``.npy``/zip encodings, the learner's copies): freed, they stay in the arena
+short-lived buffers the size of a task row (read from the database, its ``.npy``/zip
+encodings, the learner's copies; with engine state format 1 a row held every sample of its
+task, and a classification task's still does): freed, they stay in the arena
 of the thread that used them, and each of up to 16 arenas keeps its own high-water mark of
 such free space. In a soak (16 clients, 5 % updates, one busy worker: 18 threads, 16
 arenas) ``mallinfo2`` showed the heap's *free* part growing as fast as the live part (55 MB
@@ -66,7 +67,8 @@ def trim_after_model_change(now: float | None = None) -> bool:
     """Hand free heap pages back to the OS (``malloc_trim(0)``), at most every
     ``TRIM_INTERVAL`` seconds; called after the cached model moved to a new version.
 
-    Why: each update frees buffers as large as its task's row (they grow with the data), and
+    Why: each update frees buffers as large as its task's row (a classification row grows
+    with its task's data), and
     glibc returns free memory to the OS only from the top of a heap; the holes stay resident.
     With 2 arenas a soaked worker still showed its free heap rise in steps (3 → 30 MB over
     15 min) next to ~45 MB in use. ``malloc_trim(0)`` releases whole free pages anywhere in

@@ -91,7 +91,8 @@ def make_learner(model_settings: dict[str, Any]) -> core.LifelongLearner:
     params.pop("kind", None)
     try:
         learner = cls(kind=model_settings["kind"], **params)
-    except TypeError as exc:
+        learner.check_params()
+    except (TypeError, core.InputError) as exc:
         raise ModelConfigError(f"bad FCL3_PARAMS for {cls.__name__}: {exc}") from exc
     return learner
 
@@ -180,8 +181,9 @@ class ModelStore:
 
         Why two pools: libpq keeps each connection's input and output buffers at the size of
         the largest message that connection ever carried (a bytea arrives hex-encoded, twice
-        its size), until the connection is closed. A task row holds all that task's samples,
-        so it grows with the data; spread over a 20-connection pool, every connection could
+        its size), until the connection is closed. A classification task's row holds all its
+        samples, so it grows with the data (a regression task's is a fixed-size summary, but
+        the model row is ~(d k)^2 floats); spread over a 20-connection pool, every connection could
         end up holding ~3x the largest row (measured: 3 connections that each fetched a 1 MB
         bytea and sent one kept 9 MB between them). The few large transfers are serialized
         anyway (refresh under ``_cache_lock``, commit under the update lock), so a pool of

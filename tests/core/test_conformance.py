@@ -174,6 +174,44 @@ def test_a_regression_task_stays_the_same_size_however_many_rows_it_learns(cls, 
 
 
 @params
+def test_max_task_rows_bounds_a_task_and_replays_identically(cls, kind):
+    data = stream(kind)
+    capped, again, exact = make(cls, kind, max_task_rows=45), make(cls, kind, max_task_rows=45), make(cls, kind)
+    for m in (capped, again, exact):
+        fit(m, data)
+    tid, X, y = data[1]
+    for i in range(6):  # 30 + 6 x 30 rows of task t1
+        for m in (capped, again):
+            m.learn(tid, X[::-1] if i % 2 else X, y[::-1] if i % 2 else y)
+    assert capped.tasks_[tid].n_samples == 210
+    assert_same_state(capped, again)  # the reservoir's draws are a function of the batches
+    kept = capped.tasks_[tid].data.to_arrays()
+    if kind == "classification":
+        assert kept["X"].shape == (45, X.shape[1]) and kept["y"].shape == (45,)
+        assert {tuple(r) for r in kept["X"]} <= {tuple(r) for r in X}  # a sample of what was sent
+    else:  # exact statistics: the cap does not apply
+        assert kept["gram"].shape == (X.shape[1] + 1,) * 2
+    # a cap no task reaches changes nothing
+    loose = make(cls, kind, max_task_rows=10_000)
+    fit(loose, data)
+    for t in exact.task_ids:
+        np.testing.assert_array_equal(loose.theta(t), exact.theta(t))
+    rebuilt = load_state(capped.get_state())
+    assert rebuilt.get_params()["max_task_rows"] == 45
+    r1, r2 = rebuilt.learn(tid, X, y), capped.learn(tid, X, y)
+    np.testing.assert_array_equal(rebuilt.theta(tid), capped.theta(tid))
+    assert r1.n_samples == r2.n_samples == 240
+
+
+@pytest.mark.parametrize("cap", [0, -1, 2.5, True, "10"])
+def test_bad_max_task_rows_is_refused(cap):
+    m = STL(max_task_rows=cap)
+    with pytest.raises(InputError, match="max_task_rows"):
+        m.learn("a", np.ones((3, 2)), np.ones(3))
+    assert not m.is_fitted
+
+
+@params
 def test_a_format_1_state_with_raw_rows_still_loads(cls, kind):
     data = stream(kind)
     m = make(cls, kind)

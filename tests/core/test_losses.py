@@ -57,3 +57,27 @@ def test_single_class_logistic_task_stays_finite():
     X = np.hstack([np.random.default_rng(0).normal(size=(20, 3)), np.ones((20, 1))])
     w, omega = fit_single_task("classification", X, np.ones(20), mu=0.01)
     assert np.all(np.isfinite(w)) and np.all(np.isfinite(omega))
+
+
+def test_task_row_reservoir_keeps_every_row_with_equal_probability():
+    """Algorithm R: after n rows (sent in uneven batches) each is kept with probability m/n."""
+    from core.base import TaskRows
+
+    m, sizes = 20, [7, 30, 1, 50, 12]  # 100 rows
+    n, trials = sum(sizes), 3000
+    counts = np.zeros(n)
+    rng = np.random.default_rng(1)
+    for _ in range(trials):
+        kept, start = TaskRows(np.zeros((0, 1)), np.zeros(0), 0), 0
+        for b in sizes:
+            idx = np.arange(start, start + b, dtype=float)
+            kept = kept.merged(TaskRows(idx[:, None], idx, b), m, rng)
+            start += b
+        assert kept.X.shape == (m, 1) and kept.n == n and len(set(kept.y)) == m
+        np.testing.assert_array_equal(kept.X[:, 0], kept.y)  # rows stay whole
+        counts[kept.y.astype(int)] += 1
+    p = m / n
+    sd = np.sqrt(trials * p * (1 - p))
+    assert np.all(np.abs(counts - trials * p) < 4.5 * sd), counts  # each row: binomial(trials, m/n)
+    # early and late rows alike (a replacement bug favours one end): group means within 1 %
+    assert abs(counts[:50].mean() - counts[50:].mean()) < 0.02 * trials * p

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from .conftest import ESTIMATOR, regression_batch
 
@@ -121,3 +122,25 @@ def test_two_models_in_one_database_are_independent(make_client, tmp_path):
     assert post(a, "t", X, y).json()["version"] == 1
     assert b.get("/model").json()["version"] == 0
     assert b.get("/predict", params={"task_id": "t", "x": "1,2,3,4"}).status_code == 404
+
+
+@pytest.mark.parametrize("params", [{"max_task_rows": 0}, {"lambda2": -1.0}, {"no_such_setting": 1}])
+def test_bad_model_settings_stop_the_service_at_start_up(make_client, params):
+    """A bad FCL3_PARAMS is the operator's error: the service refuses to start and says why,
+    rather than starting and answering every client's first update with an error."""
+    from service.store import ModelConfigError
+
+    with pytest.raises(ModelConfigError, match="bad FCL3_PARAMS"):
+        make_client(FCL3_PARAMS={**_params(), **params})
+
+
+def test_classification_rows_can_be_capped_per_task(make_client):
+    c = make_client(FCL3_KIND="classification", FCL3_PARAMS={**_params(), "max_task_rows": 25})
+    rng = np.random.default_rng(4)
+    for _ in range(4):
+        X = rng.normal(size=(20, 3))
+        r = c.post("/tasks/a/data", json={"X": X.tolist(), "y": (X[:, 0] > 0).astype(float).tolist()})
+        assert r.status_code == 200, r.text
+    assert c.get("/tasks/a").json()["n_samples"] == 80
+    assert c.get("/model").json()["hyperparameters"]["max_task_rows"] == 25
+    assert c.app.state.store.snapshot().learner.tasks_["a"].data.X.shape == (25, 3)

@@ -59,6 +59,21 @@ def test_the_cached_snapshot_holds_no_second_copy_of_the_model(make_client):
         assert held <= learner * 1.05, (held, learner)
 
 
+def test_a_regression_stream_stops_growing_once_its_tasks_exist(make_client):
+    """A worker's cached model, and each stored task row, keep a fixed size however many rows
+    the tasks learn (engine state format 2; format 1 grew by every row, ~6 KB per 30 updates here)."""
+    writer = make_client()
+    s = writer.app.state.settings
+    reader = make_client(SQLITE_PATH=s.SQLITE_PATH, MODEL_NAME=s.MODEL_NAME)
+    _stream(writer, reader, 6)  # every task exists, every code column the stream uses is in use
+    sizes = []
+    for _ in range(3):
+        _stream(writer, reader, 15, seed=len(sizes))
+        sizes.append([array_bytes(c.app.state.store.snapshot().learner) for c in (writer, reader)])
+    assert sizes[0] == sizes[1] == sizes[2], sizes
+    assert writer.app.state.store.snapshot().learner.tasks_["t0"].n_samples == 12 * (2 + 15)
+
+
 def test_old_model_versions_are_released(make_client):
     """Each process keeps one cached version: earlier snapshots and their learners are freed."""
     writer = make_client()
@@ -93,6 +108,19 @@ def test_loadtest_reports_second_half_growth():
     assert out["second_half_updates"] == 600  # acks at 300.0, 300.5, ..., 599.5 s
     assert abs(out["second_half_kb_per_update"] - 1024 * 5 / 600) < 1e-2
     assert out["second_half_anon_mb_per_min"] == 0.0 and out["threads_max"] == 3
+
+
+def test_loadtest_plots_every_workers_rss(tmp_path):
+    from service.loadtest import plot_rss
+
+    samples = {f"api0/pid{i}": [{"t": t, "rss_mb": 160.0 + i, "anon_mb": 90.0, "threads": 9} for t in range(0, 61, 2)]
+               for i in range(2)}
+    run = {"topology": "1 process(es) x 2 worker(s)", "seconds": 60.0, "requests_per_s": 600.0,
+           "consistency": {"acknowledged_updates": 1800}, "worker_rss_samples": samples}
+    results = {"setup": {"estimator": "FCL3", "kind": "regression", "d": 8, "clients": 16, "update_fraction": 0.05},
+               "runs": [run, run]}
+    path = plot_rss(results, str(tmp_path / "rss.png"))
+    assert open(path, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
 
 def test_malloc_trim_is_rate_limited(monkeypatch):
