@@ -15,19 +15,15 @@ from __future__ import annotations
 import copy
 import inspect
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
+from .exceptions import InputError, UnknownTaskError
 from .losses import KINDS, curvature_scale, fit_single_task, fit_squared_from_moments, sigmoid
-from .preprocessing import InputError, Scaler, UnknownTaskError, as_matrix, as_targets, label_convention
-
-#: Bumped whenever the meaning or names of exported arrays change. Format 1 kept every
-#: task's raw rows; format 2 keeps a regression task as its sufficient statistics (format-1
-#: states still load: their rows are summarised on load).
-STATE_FORMAT_VERSION = 2
-READABLE_FORMAT_VERSIONS = (1, 2)
+from .preprocessing import Scaler, as_matrix, as_targets, label_convention
+from .state import ModelState, SquaredLossMoments, TaskData, TaskRecord, TaskRows, load_state
 
 
 @dataclass(frozen=True)
@@ -43,114 +39,6 @@ class UpdateResult:
     outlier_probability: float | None = None
     new_representative: bool = False
     n_representatives: int = 0
-
-
-@dataclass(frozen=True)
-class TaskRows:
-    """A classification task's rows, raw as sent, with 0/1 targets; ``n`` rows seen in all.
-
-    Logistic loss has no finite summary: refitting ``w_t`` after a new batch, and FCL3's
-    half-Hessians ``Omega_k^t`` at other points ``D s_k``, need the rows. All of them are
-    kept unless the learner's ``max_task_rows`` caps them, in which case these are a uniform
-    random sample of the ``n`` seen (a reservoir): every loss here is a *mean* over rows, so
-    the sample's mean loss is an unbiased estimate of the mean over all rows.
-    """
-
-    X: np.ndarray
-    y: np.ndarray
-    n: int
-
-    @property
-    def n_samples(self) -> int:
-        return int(self.n)
-
-    def merged(self, later: "TaskRows", max_rows: int | None = None,
-               rng: np.random.Generator | None = None) -> "TaskRows":
-        """These rows followed by ``later``'s, reservoir-sampled down to ``max_rows``.
-
-        Algorithm R (Vitter 1985): the ``j``-th row seen (0-based) enters a full reservoir
-        with probability ``max_rows / (j + 1)``, replacing a uniformly chosen slot, which
-        leaves every row seen so far in the sample with the same probability.
-        """
-        n = self.n + later.n
-        if max_rows is None or self.X.shape[0] + later.X.shape[0] <= max_rows:
-            return TaskRows(np.vstack([self.X, later.X]), np.concatenate([self.y, later.y]), n)
-        free = max(max_rows - self.X.shape[0], 0)  # slots still empty (the reservoir fills first)
-        X = np.vstack([self.X, later.X[:free]])
-        y = np.concatenate([self.y, later.y[:free]])
-        seen = self.n + free + np.arange(later.X.shape[0] - free)  # index j of each remaining row
-        slots = rng.integers(0, seen + 1)
-        for i in np.flatnonzero(slots < max_rows):  # in order: a later row wins a slot
-            X[slots[i]] = later.X[free + i]
-            y[slots[i]] = later.y[free + i]
-        return TaskRows(X, y, n)
-
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"X": self.X, "y": self.y, "n": np.array(self.n, dtype=np.int64)}
-
-
-@dataclass(frozen=True)
-class SquaredLossMoments:
-    """A regression task's exact sufficient statistics, in the learner's scaled space.
-
-    Squared loss sees the rows only through ``X'X``, ``X'y`` and ``n`` (``X`` scaled, bias
-    column last; ``y`` scaled), so these refit ``w_t`` and ``Omega_t`` exactly while their
-    size, ``(d+1)^2``, does not grow with the rows learned: a long-lived regression stream
-    keeps constant memory per task. Valid because the scaler is frozen after the first batch.
-    """
-
-    n: int
-    gram: np.ndarray  # X'X
-    moment: np.ndarray  # X'y
-
-    @property
-    def n_samples(self) -> int:
-        return int(self.n)
-
-    def merged(self, later: "SquaredLossMoments") -> "SquaredLossMoments":
-        return SquaredLossMoments(self.n + later.n, self.gram + later.gram, self.moment + later.moment)
-
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"gram": self.gram, "moment": self.moment, "n": np.array(self.n, dtype=np.int64)}
-
-
-TaskData = TaskRows | SquaredLossMoments
-
-
-@dataclass
-class TaskRecord:
-    """Everything the learner keeps about one task; arrays are replaced, never mutated."""
-
-    data: TaskData  # what the single-task fit needs of the rows learned so far
-    labels: str = "none"  # "01", "pm1" or "unknown" (only positives seen) for classification
-    w: np.ndarray | None = None  # single-task fit (scaled space, bias last)
-    omega: np.ndarray | None = None  # half-Hessian at w
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)  # learner-specific (code, Z, ...)
-    meta: dict[str, Any] = field(default_factory=dict)  # learner-specific JSON-able values
-
-    @property
-    def n_samples(self) -> int:
-        return self.data.n_samples
-
-
-@dataclass
-class ModelState:
-    """A learner's complete state: JSON-able settings and named arrays, split per task.
-
-    ``arrays`` holds the global learned arrays; ``tasks[task_id]`` holds one task's arrays
-    and JSON-able ``meta``. A store may persist tasks separately and rewrite only the task an
-    update touched (the :class:`UpdateResult` names it) plus the global part.
-    """
-
-    estimator: str
-    params: dict[str, Any]
-    meta: dict[str, Any]
-    arrays: dict[str, np.ndarray]
-    tasks: dict[str, dict[str, Any]]
-    format_version: int = STATE_FORMAT_VERSION
-
-
-_REGISTRY: dict[str, type["LifelongLearner"]] = {}
 
 
 class LifelongLearner:
@@ -171,10 +59,6 @@ class LifelongLearner:
 
     _state_attrs: ClassVar[tuple[str, ...]] = ()  # global learned arrays
     _meta_attrs: ClassVar[tuple[str, ...]] = ()  # global learned JSON-able values
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        _REGISTRY[cls.__name__] = cls
 
     def __init__(self, kind: str = "regression", mu: float = 0.1, standardize: bool = True, random_state: int = 0,
                  max_task_rows: int | None = None):
@@ -269,14 +153,15 @@ class LifelongLearner:
                 record.w, record.omega = self._single_task(record.data)
                 result = self._update(task_id, record, previous)
             self._check_finite(task_id)
-        except BaseException as exc:
+        except (np.linalg.LinAlgError, ArithmeticError) as exc:
+            # finite input whose scale breaks the arithmetic (values ~1e16 and beyond): the
+            # solvers raise FloatingPointError where they meet non-finite values
             self._restore(snapshot)
-            if isinstance(exc, (np.linalg.LinAlgError, ArithmeticError)) or (
-                    type(exc) is ValueError and "infs or NaNs" in str(exc)):
-                # finite input whose scale breaks the arithmetic (values ~1e16 and beyond)
-                raise InputError(
-                    f"this batch could not be learned: numerical failure ({type(exc).__name__}); "
-                    "check the scale of its values. Nothing was changed") from None
+            raise InputError(
+                f"this batch could not be learned: numerical failure ({type(exc).__name__}); "
+                "check the scale of its values. Nothing was changed") from None
+        except BaseException:
+            self._restore(snapshot)
             raise
         return result
 
@@ -479,7 +364,7 @@ class LifelongLearner:
         elif self.kind == "regression":
             X, y = a.pop("X"), a.pop("y")
             data = self._summarise(X, y)
-        else:  # format 1 had no "n": every row was kept
+        else:  # a format-1 task has no "n": it kept every row
             X, y = a.pop("X"), a.pop("y")
             data = TaskRows(X, y, int(a.pop("n")) if "n" in a else X.shape[0])
         return TaskRecord(
@@ -488,12 +373,3 @@ class LifelongLearner:
         )
 
 
-def load_state(state: ModelState) -> LifelongLearner:
-    """Rebuild a learner from :meth:`LifelongLearner.get_state` output, bit for bit."""
-    if state.format_version not in READABLE_FORMAT_VERSIONS:
-        raise ValueError(
-            f"state format {state.format_version} is not supported (this version reads {READABLE_FORMAT_VERSIONS})"
-        )
-    if state.estimator not in _REGISTRY:
-        raise ValueError(f"unknown estimator {state.estimator!r}")
-    return _REGISTRY[state.estimator]._from_state(state)

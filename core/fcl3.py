@@ -61,15 +61,10 @@ Decisions on the points the paper leaves open (each covered by a test):
   see the ``z_init`` parameter for why. ``z_init="uniform"`` restores the paper's start.
 * **Ridges**: every solve adds ``ridge`` (decoder) or ``encoder_ridge`` (encoder) times the
   identity, since ``A`` and ``C`` are singular while few tasks are seen.
-* **Defaults** (what the service runs untuned): chosen from sweeps of single 50/50 splits of
-  School, Landmine, Parkinson and Disjoint (``python -m core.bench --no-tune`` and the grids
-  in :mod:`core.bench`): ``mu=0.1`` relative to the intercept curvature suits both losses
-  (School and Parkinson preferred 0.1-1, Landmine 0.01-0.1 in relative terms);
-  ``lambda2`` is the weight the data sets disagree on most (School liked 5, Parkinson 1,
-  Landmine 0.5), so the default is the middle value 1; ``gamma=0.5`` opened 2-8
-  representatives on the real data and found the Disjoint clusters; ``n_components=5``
-  was as good as 3 and 10 and cheaper than 10; ``encoder_weight=0.1`` (see the parameter).
-  The benchmark itself tunes ``mu``, ``lambda2`` and ``gamma`` on validation splits.
+* **Defaults** (what the service runs untuned): ``mu=0.1`` relative to the loss curvature
+  (one value for both losses), ``lambda2=1`` (the middle of the weights the data sets prefer),
+  ``gamma=0.5`` (a few representatives per data set), ``n_components=5`` (small and cheap),
+  ``encoder_weight=0.1`` (see the parameter); how the defaults were chosen: docs/design.md.
 * **More data for a known task**: its earlier contribution to ``A, b, M, C`` is removed (its
   codes, assignment, the representative codes and Hessians it used are stored with it), the
   task is re-learned on all its data, and ``T`` is not incremented. It is not compared with
@@ -77,24 +72,18 @@ Decisions on the points the paper leaves open (each covered by a test):
 """
 from __future__ import annotations
 
-import sys
-from typing import Any
-
 import numpy as np
-import scipy.linalg
-import scipy.optimize
 
 from .base import LifelongLearner, TaskRecord, UpdateResult
+from .exceptions import InputError
 from .losses import half_hessian
-from .preprocessing import InputError
 from .solvers import (admm_assignment, fista_quadratic_l1, kronecker_sum_pcg, plus_kron_terms,
-                      solve_ridge_ball)
+                      solve_ridge_ball, solve_rows_in_ball)
 
 _TINY = 1e-300
 #: From this size of the decoder system (d times the number of active components) on, D is
-#: solved by the mixed-precision PCG instead of a Cholesky factorisation. Measured on FCL3's
-#: own systems (p = 20, every component active; ratios of medians in one run): PCG/Cholesky
-#: time 1.41 at 280, 0.98 at 420, 0.75 at 560, 0.68 at 800.
+#: solved by the mixed-precision PCG instead of a Cholesky factorisation: the measured
+#: crossover of the two on FCL3's own systems (see docs/benchmarks.md).
 PCG_MIN_SIZE = 450
 _ATANH_CLIP = 1.0 - 1e-6
 
@@ -107,33 +96,6 @@ def phi_inverse(name: str, s: np.ndarray) -> np.ndarray:
     if name == "identity":
         return s
     return np.arctanh(np.clip(s, -_ATANH_CLIP, _ATANH_CLIP))
-
-
-def solve_rows_in_ball(G: np.ndarray, R: np.ndarray, max_norm: float | None) -> np.ndarray:
-    """Minimise ``sum_i l_i' G l_i - 2 r_i' l_i`` over the rows ``l_i`` of ``L`` with
-    ``||l_i|| <= max_norm``; ``G`` symmetric positive definite, ``R`` holds the ``r_i``.
-
-    Each row is a trust-region subproblem solved exactly: ``l_i = (G + nu I)^-1 r_i`` with the
-    smallest ``nu >= 0`` that satisfies the norm bound (root-found with ``brentq`` in the
-    eigenbasis of ``G``).
-    """
-    evals, Q = scipy.linalg.eigh(G)
-    Rt = R @ Q  # rows in the eigenbasis
-    L = Rt / evals
-    if max_norm is None:
-        return L @ Q.T
-    for i in range(R.shape[0]):
-        if np.linalg.norm(L[i]) <= max_norm:
-            continue
-        r = Rt[i]
-
-        def excess(nu, r=r):
-            return np.linalg.norm(r / (evals + nu)) - max_norm
-
-        hi = np.linalg.norm(r) / max_norm
-        nu = scipy.optimize.brentq(excess, 0.0, hi, xtol=1e-14, rtol=1e-14)
-        L[i] = r / (evals + nu)
-    return L @ Q.T
 
 
 class FCL3(LifelongLearner):
@@ -454,8 +416,7 @@ class FCL3(LifelongLearner):
         in_use = self._used_components(self.A_, self.b_, p, d) | np.any([np.diag(S_j) != 0 for S_j, _ in terms], axis=0)
         low_precision = self.max_norm is None and d * p >= PCG_MIN_SIZE and bool(np.all(in_use))
         A, A32 = plus_kron_terms(A, old_terms + [(S_j, om_j, 1.0) for S_j, om_j in terms],
-                                 low_precision=low_precision, out=self._take_spare("_spare_A", A),
-                                 low_out=self._take_spare("_spare_A32", A, np.float32) if low_precision else None)
+                                 low_precision=low_precision)
         b, M, C = b + db, M + dM, C + dC
         T = n_learned
         D_new = self._solve_decoder(A, b, T, D, A32)
@@ -476,7 +437,6 @@ class FCL3(LifelongLearner):
             record.arrays["rep_omegas"] = np.array(rep_omegas).reshape(-1, d, d)
         record.meta = {"assignment_tasks": rep_ids}
         # commit: every attribute replaced at once, after all the work succeeded
-        self._spare_A, self._spare_A32 = self.A_, A32  # reused next time if nothing else holds them
         self.A_, self.b_, self.M_, self.C_ = A, b, M, C
         self.D_, self.L_, self.S_ = D_new, L_new, S
         self.representatives_, self.n_learned_, self.n_seeded_columns_ = representatives, n_learned, seeded
@@ -487,26 +447,6 @@ class FCL3(LifelongLearner):
             outlier_probability=float(Z[-1]), new_representative=new_rep,
             n_representatives=len(representatives),
         )
-
-    def _take_spare(self, name: str, like: np.ndarray, dtype=np.float64) -> np.ndarray | None:
-        """An array kept from an earlier update to write the new ``A`` into, or ``None``.
-
-        Arrays are never written once they are part of a model (copies of the learner, its
-        exports and the service's readers share them), so a spare is used only when nothing
-        but this learner refers to it: CPython's reference count is then exactly the two
-        references of this function (``spare`` and ``getrefcount``'s argument); a copy of
-        the learner, an exported state or a view of the array (``.base``) adds one more.
-        """
-        spare = self.__dict__.pop(name, None)
-        if spare is None or spare.shape != like.shape or spare.dtype != dtype or sys.getrefcount(spare) != 2:
-            return None
-        return spare
-
-    def copy(self) -> "FCL3":
-        clone = super().copy()
-        clone.__dict__.pop("_spare_A", None)
-        clone.__dict__.pop("_spare_A32", None)
-        return clone
 
     def _finite_witness(self, name: str, array: np.ndarray) -> np.ndarray:
         """``A`` is a sum of PSD terms ``kron(S, Omega)``, so ``|A_ij| <= sqrt(A_ii A_jj)`` and a
@@ -538,10 +478,14 @@ class FCL3WithoutDecoder(FCL3):
         standardize: bool = True,
         random_state: int = 0, max_task_rows: int | None = None,
     ):
-        super().__init__(kind, n_components, mu, lambda1, lambda2, alpha, gamma, encoder_weight,
-                         assignment_ridge, phi, ridge, encoder_ridge, max_norm, joint,
-                         max_outer_iter, tol, task_intercept, z_init, seed_columns, standardize, random_state,
-                         max_task_rows)
+        super().__init__(
+            kind=kind, n_components=n_components, mu=mu, lambda1=lambda1, lambda2=lambda2, alpha=alpha,
+            gamma=gamma, encoder_weight=encoder_weight, assignment_ridge=assignment_ridge, phi=phi,
+            ridge=ridge, encoder_ridge=encoder_ridge, max_norm=max_norm, joint=joint,
+            max_outer_iter=max_outer_iter, tol=tol, task_intercept=task_intercept, z_init=z_init,
+            seed_columns=seed_columns, standardize=standardize, random_state=random_state,
+            max_task_rows=max_task_rows,
+        )
 
 
 class CL3(FCL3):
@@ -558,7 +502,11 @@ class CL3(FCL3):
         standardize: bool = True,
         random_state: int = 0, max_task_rows: int | None = None,
     ):
-        super().__init__(kind, n_components, mu, lambda1, lambda2, alpha, gamma, encoder_weight,
-                         assignment_ridge, phi, ridge, encoder_ridge, max_norm, joint,
-                         max_outer_iter, tol, task_intercept, z_init, seed_columns, standardize, random_state,
-                         max_task_rows)
+        super().__init__(
+            kind=kind, n_components=n_components, mu=mu, lambda1=lambda1, lambda2=lambda2, alpha=alpha,
+            gamma=gamma, encoder_weight=encoder_weight, assignment_ridge=assignment_ridge, phi=phi,
+            ridge=ridge, encoder_ridge=encoder_ridge, max_norm=max_norm, joint=joint,
+            max_outer_iter=max_outer_iter, tol=tol, task_intercept=task_intercept, z_init=z_init,
+            seed_columns=seed_columns, standardize=standardize, random_state=random_state,
+            max_task_rows=max_task_rows,
+        )

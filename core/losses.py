@@ -142,7 +142,3 @@ def fit_single_task(
             break
     return w, half_hessian(kind, X, w, mu)
 
-
-def predict_raw(X: np.ndarray, theta: np.ndarray) -> np.ndarray:
-    """Linear score ``X theta`` (``X`` with the bias column)."""
-    return X @ theta

@@ -15,16 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
-class InputError(ValueError):
-    """A batch or request the learner refuses; the learner's state is left untouched."""
-
-
-class UnknownTaskError(LookupError):
-    """Prediction or lookup for a task the learner has never seen."""
-
-    def __str__(self) -> str:  # LookupError would print the repr of the argument
-        return str(self.args[0]) if self.args else "unknown task"
+from .exceptions import InputError
 
 
 def as_matrix(X, n_features: int | None, what: str = "X") -> np.ndarray:

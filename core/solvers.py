@@ -1,13 +1,22 @@
-"""The numeric solvers FCL3 is built from, each small enough to test against scipy.
+"""Every numeric solver the learners are built from, each small enough to test against scipy.
 
 * :func:`project_simplex` — Euclidean projection onto the probability simplex
   (Duchi, Shalev-Shwartz, Singer & Chandra 2008, the O(K log K) sort-based algorithm).
-* :func:`fista_quadratic_l1` — accelerated proximal gradient (FISTA, Beck & Teboulle 2009)
-  for ``min_x x'Hx - 2 g'x + lam ||x||_1`` — the FCL3 ``s`` step.
+* :func:`soft_threshold` — the proximal operator of the l1 norm.
+* :func:`fista` — accelerated proximal gradient with restart (FISTA, Beck & Teboulle 2009),
+  used by :func:`fista_quadratic_l1` (``min_x x'Hx - 2 g'x + lam ||x||_1``, the FCL3 ``s``
+  step) and by :func:`solve_ridge_ball`.
 * :func:`admm_assignment` — ADMM for the FCL3 ``Z`` step (the paper's Algorithm 3 with its
   sign typos fixed).
+* :func:`plus_kron_terms` and :func:`kronecker_sum_pcg` — FCL3's decoder statistics and the
+  mixed-precision conjugate-gradient solve of its large decoder systems.
 * :func:`solve_ridge_ball` — the library updates: a ridge-regularised quadratic in a matrix
-  whose columns (or rows) must stay in the unit ball.
+  whose columns (or rows) must stay in a ball.
+* :func:`solve_rows_in_ball` — FCL3's encoder update: one trust-region problem per row.
+* :func:`lasso_gram` — ELLA's sparse code: an exact lasso in Gram form.
+
+Where a non-finite value would reach a scipy routine that checks for one, the solver raises
+:class:`FloatingPointError` itself (a typed error the learners turn into ``InputError``).
 """
 from __future__ import annotations
 
@@ -17,6 +26,7 @@ import numpy as np
 import scipy.linalg
 import scipy.linalg.blas
 import scipy.linalg.lapack
+import scipy.optimize
 
 
 def project_simplex(v: np.ndarray) -> np.ndarray:
@@ -45,20 +55,43 @@ def soft_threshold(v: np.ndarray, t: float) -> np.ndarray:
     return np.sign(v) * np.maximum(np.abs(v) - t, 0.0)
 
 
+def fista(forward, x0: np.ndarray, converged, max_iter: int = 1000) -> np.ndarray:
+    """Accelerated proximal gradient (FISTA, Beck & Teboulle 2009) with gradient restart.
+
+    ``forward(y)`` is one proximal-gradient step from ``y``, ``prox(y - step * grad f(y))``
+    with ``step`` the inverse Lipschitz constant of ``grad f``. Each iteration takes that step
+    from the extrapolated point and adds Nesterov momentum, restarted whenever it points
+    uphill (the gradient restart of O'Donoghue & Candes 2015), which keeps convergence fast
+    on small, well-conditioned problems. Stops when ``converged(||x_new - x||^2, ||x_new||^2)``
+    (the caller's relative tolerance) or after ``max_iter`` iterations. The loop uses dot
+    products only: it runs a few hundred times per update, so its numpy call count is its cost.
+    """
+    x = x0
+    y, t = x.copy(), 1.0
+    for _ in range(max_iter):
+        x_new = forward(y)
+        diff = x_new - x
+        t_new = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * t * t))
+        if (y - x_new) @ diff > 0.0:  # momentum points uphill: restart
+            y, t_new = x_new, 1.0
+        else:
+            y = x_new + ((t - 1.0) / t_new) * diff
+        x, t = x_new, t_new
+        if converged(diff @ diff, x @ x):
+            break
+    return x
+
+
 def fista_quadratic_l1(
     H: np.ndarray, g: np.ndarray, lam: float, x0: np.ndarray | None = None,
     max_iter: int = 1000, tol: float = 1e-10,
 ) -> np.ndarray:
-    """Minimise ``x'Hx - 2 g'x + lam ||x||_1`` for symmetric PSD ``H`` by FISTA.
+    """Minimise ``x'Hx - 2 g'x + lam ||x||_1`` for symmetric PSD ``H`` by :func:`fista`.
 
     The smooth part has gradient ``2(Hx - g)`` and Lipschitz constant ``2 lambda_max(H)``; the
-    step is its inverse, so every iteration is a proximal-gradient step with Nesterov
-    momentum, restarted whenever the momentum points uphill (the gradient restart of
-    O'Donoghue & Candes 2015), which keeps convergence fast on these small, well-conditioned
-    problems. Stops when an iteration moves ``x`` by less than ``tol * sqrt(1 + ||x||^2)``.
-    The gradient step is one product with ``I - 2 step H`` (precomputed) and the stopping test
-    uses dot products: the loop runs a few hundred times per update, so its numpy call count
-    is its cost.
+    step is its inverse and the proximal operator is :func:`soft_threshold`. The gradient step
+    is one product with ``I - 2 step H`` (precomputed). Stops when an iteration moves ``x`` by
+    less than ``tol * sqrt(1 + ||x||^2)``.
     """
     p = g.size
     x = np.zeros(p) if x0 is None else np.array(x0, dtype=float)
@@ -67,21 +100,16 @@ def fista_quadratic_l1(
     descent = np.eye(p) - (2.0 * step) * H  # y - step * grad(y) = descent @ y + shift
     shift, thr = (2.0 * step) * g, step * lam
     tol2 = tol * tol
-    y, t = x.copy(), 1.0
-    for _ in range(max_iter):
+
+    def forward(y):
         v = descent @ y
         v += shift
-        x_new = np.sign(v) * np.maximum(np.abs(v) - thr, 0.0)  # soft threshold
-        diff = x_new - x
-        t_new = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * t * t))
-        if (y - x_new) @ diff > 0.0:  # momentum points uphill: restart
-            y, t_new = x_new, 1.0
-        else:
-            y = x_new + ((t - 1.0) / t_new) * diff
-        x, t = x_new, t_new
-        if diff @ diff <= tol2 * (1.0 + x @ x):
-            break
-    return x + 0.0  # no negative zeros from the prox in reported codes
+        return soft_threshold(v, thr)
+
+    def converged(moved2, norm2):
+        return moved2 <= tol2 * (1.0 + norm2)
+
+    return fista(forward, x, converged, max_iter) + 0.0  # no negative zeros from the prox in reported codes
 
 
 def admm_assignment(
@@ -113,10 +141,9 @@ def admm_assignment(
 
     The penalty ``beta`` defaults to ``rho``, the strong-convexity modulus of ``f``, and the
     ``J`` and ``U`` steps use the over-relaxed ``relaxation * Z + (1 - relaxation) * J`` in
-    place of ``Z`` (Boyd et al. 2011, sec. 3.4.3; ``relaxation = 1`` is plain ADMM). Measured
-    on random costs with 3 to 10 representatives: about 10 iterations, against 33 without
-    relaxation and 16 to 200 (growing with ``K``) with ``beta = 1``; the fixed point, hence the
-    answer, is the same.
+    place of ``Z`` (Boyd et al. 2011, sec. 3.4.3; ``relaxation = 1`` is plain ADMM). Both
+    choices cut the iteration count (see docs/benchmarks.md) without moving the fixed point,
+    hence the answer.
     """
     costs = np.asarray(costs, dtype=float)
     beta = rho if beta is None else beta
@@ -130,7 +157,7 @@ def admm_assignment(
     shrink, inv_beta, tol2, dual_tol2 = 1.0 / (rho + beta), 1.0 / beta, tol * tol, (tol / beta) ** 2
     for _ in range(max_iter):
         w = beta * J - U
-        Z = np.sign(w) * np.maximum(np.abs(w) - alpha, 0.0)
+        Z = soft_threshold(w, alpha)
         Z *= shrink
         relaxed = relaxation * Z + (1.0 - relaxation) * J
         v = relaxed - shift
@@ -148,11 +175,10 @@ def admm_assignment(
 
 def plus_kron_terms(
     A: np.ndarray, terms: list[tuple[np.ndarray, np.ndarray, float]], low_precision: bool = False,
-    out: np.ndarray | None = None, low_out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """``A + sum_j sign_j kron(S_j, Omega_j)`` as a new array (``A`` is not written), and, if
     asked, its float32 copy for :func:`kronecker_sum_pcg` (lower triangle only, at least the
-    blocks on and below the diagonal; the rest is left as it was).
+    blocks on and below the diagonal; the rest is not written).
 
     One sweep over ``A``'s block rows does it all while each block row (``d^2 p`` entries) is
     in cache: a separate copy, in-place additions and a float32 conversion would each pass
@@ -160,17 +186,11 @@ def plus_kron_terms(
     memory bandwidth). Entry ``(i*d + k, j*d + l)`` of ``kron(S, Omega)`` is
     ``S[i, j] * Omega[k, l]``, the layout of the column-major ``vec`` of a ``d x p`` matrix,
     so block row ``i`` gains ``S[i, j] * Omega`` in its block ``j``.
-
-    ``out`` and ``low_out`` are buffers to write into (an earlier update's arrays that nothing
-    refers to any more): writing into touched memory avoids the page faults of a fresh 52 MB
-    allocation.
     """
     d, p = terms[0][1].shape[0], terms[0][0].shape[0]
     n = d * p
-    new = out if out is not None else np.empty((n, n))
-    low = None
-    if low_precision:
-        low = low_out if low_out is not None else np.empty((n, n), dtype=np.float32)
+    new = np.empty((n, n))
+    low = np.empty((n, n), dtype=np.float32) if low_precision else None
     src, dst = A.reshape(p, d, p, d), new.reshape(p, d, p, d)
     for i in range(p):
         row = dst[i]
@@ -213,8 +233,7 @@ def kronecker_sum_pcg(
     (:func:`plus_kron_terms` makes it in the same sweep that updates ``A``).
 
     ``A`` is symmetric, and every product with it is the BLAS symmetric one (``symv``), which
-    reads only the lower triangle: half the memory traffic of a general product (measured at
-    ``dp = 2560``: 1.0 against 2.1 ms in float64, 0.54 against 1.0 ms in float32).
+    reads only the lower triangle: half the memory traffic of a general product.
     """
     d, p = shape
     n = d * p
@@ -265,8 +284,8 @@ def _kronecker_preconditioner(A, scale, ridge, shape, dtype):
     (``m_i = scale tr(A_ii) + d ridge``, ``R_ii = 1``): the diagonal blocks are exact, so
     tasks' different Hessians are captured component by component, and the coupling between
     components is the average one. It equals ``M`` when every ``Omega_t`` is the same, and
-    needs about half the iterations of the plain ``kron(B, C)`` approximation when they
-    differ (measured on FCL3's decoder systems at ``d = 128, p = 20``).
+    needs fewer iterations than the plain ``kron(B, C)`` approximation when they differ
+    (see docs/benchmarks.md).
     """
     d, p = shape
     blocks = A.reshape(p, d, p, d)  # blocks[i, :, j, :] is the (i, j) block A_ij (column-major vec)
@@ -327,8 +346,9 @@ def solve_ridge_ball(
     ``A`` must be symmetric positive definite (callers add the ridge); with ``max_norm=None``
     it is overwritten (callers pass a temporary). The unconstrained
     minimiser ``A^-1 b`` (a Cholesky solve) is returned when it is feasible, which is the
-    common case; otherwise projected FISTA runs from its projection, with the constraint set
-    a product of balls so the projection is a rescale.
+    common case; otherwise projected :func:`fista` runs from its projection, with the
+    constraint set a product of balls so the projection is a rescale, until an iteration
+    moves ``x`` by less than ``tol * (1 + ||x||)``.
     """
     # without a constraint A is not needed again: factorise it in place (no (dp)^2 copy)
     factor = scipy.linalg.cho_factor(A, overwrite_a=max_norm is None, check_finite=False)
@@ -343,21 +363,155 @@ def solve_ridge_ball(
 
     if np.all(np.linalg.norm(W, axis=axis) <= max_norm * (1 + 1e-12)):
         return W
-    lip = 2.0 * float(scipy.linalg.eigvalsh(A, subset_by_index=[A.shape[0] - 1, A.shape[0] - 1])[0])
+    if not np.isfinite(A).all():
+        raise FloatingPointError("ridge-ball system is not finite")
+    n = A.shape[0]
+    lip = 2.0 * float(scipy.linalg.eigvalsh(A, subset_by_index=[n - 1, n - 1], check_finite=False)[0])
     step = 1.0 / lip
-    x = project(W).reshape(-1, order="F")
-    y, t = x.copy(), 1.0
-    for _ in range(max_iter):
+
+    def forward(y):
         grad = 2.0 * (A @ y - b)
-        x_new = project((y - step * grad).reshape(shape, order="F")).reshape(-1, order="F")
-        t_new = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * t * t))
-        # restart momentum when it points uphill (keeps the iterates monotone)
-        if (y - x_new) @ (x_new - x) > 0:
-            y, t_new = x_new.copy(), 1.0
-        else:
-            y = x_new + ((t - 1.0) / t_new) * (x_new - x)
-        moved = np.linalg.norm(x_new - x)
-        x, t = x_new, t_new
-        if moved <= tol * (1.0 + np.linalg.norm(x)):
-            break
+        return project((y - step * grad).reshape(shape, order="F")).reshape(-1, order="F")
+
+    def converged(moved2, norm2):  # moved by less than tol * (1 + ||x||)
+        return math.sqrt(moved2) <= tol * (1.0 + math.sqrt(norm2))
+
+    x = fista(forward, project(W).reshape(-1, order="F"), converged, max_iter)
     return x.reshape(shape, order="F")
+
+
+def solve_rows_in_ball(G: np.ndarray, R: np.ndarray, max_norm: float | None) -> np.ndarray:
+    """Minimise ``sum_i l_i' G l_i - 2 r_i' l_i`` over the rows ``l_i`` of ``L`` with
+    ``||l_i|| <= max_norm``; ``G`` symmetric positive definite, ``R`` holds the ``r_i``.
+
+    Each row is a trust-region subproblem solved exactly: ``l_i = (G + nu I)^-1 r_i`` with the
+    smallest ``nu >= 0`` that satisfies the norm bound (root-found with ``brentq`` in the
+    eigenbasis of ``G``).
+    """
+    if not (np.isfinite(G).all() and np.isfinite(R).all()):
+        raise FloatingPointError("encoder statistics are not finite")
+    evals, Q = scipy.linalg.eigh(G, check_finite=False)
+    Rt = R @ Q  # rows in the eigenbasis
+    L = Rt / evals
+    if max_norm is None:
+        return L @ Q.T
+    for i in range(R.shape[0]):
+        if np.linalg.norm(L[i]) <= max_norm:
+            continue
+        r = Rt[i]
+
+        def excess(nu, r=r):
+            return np.linalg.norm(r / (evals + nu)) - max_norm
+
+        hi = np.linalg.norm(r) / max_norm
+        nu = scipy.optimize.brentq(excess, 0.0, hi, xtol=1e-14, rtol=1e-14)
+        L[i] = r / (evals + nu)
+    return L @ Q.T
+
+
+def _lasso_objective(Q: np.ndarray, c: np.ndarray, lam: float, s: np.ndarray) -> float:
+    return float(s @ Q @ s - 2.0 * c @ s + lam * np.abs(s).sum())
+
+
+def lasso_gram(Q: np.ndarray, c: np.ndarray, lam: float, max_iter: int = 1000, tol: float = 1e-10) -> np.ndarray:
+    """Minimise ``s'Qs - 2 c's + lam ||s||_1`` (``Q`` symmetric PSD) exactly.
+
+    With ``Q = L' Omega L`` and ``c = L' Omega w`` this is ``||w - L s||^2_Omega + lam ||s||_1`` up
+    to a constant. Solved by *feature-sign search* (Lee, Battle, Raina & Ng, NIPS 2007), an
+    active-set method that is exact for the small ``k`` of ELLA: guess the signs of the
+    non-zero coefficients, solve the resulting linear system on the active set, line-search
+    back to the first sign change, and repeat until the optimality conditions
+    ``2(Qs - c)_j + lam sign(s_j) = 0`` (``s_j != 0``) and ``|2(Qs - c)_j| <= lam`` (``s_j = 0``)
+    hold to ``tol``. A singular ``Q`` (``k > d`` or collinear basis columns: the minimiser is
+    then not unique) gets a ridge of ``1e-10 * max(diag Q)``, which picks one minimiser and
+    changes the objective by a negligible amount.
+    """
+    Q = np.asarray(Q, dtype=float)
+    c = np.asarray(c, dtype=float)
+    lam = float(lam)
+    k = c.size
+    if k and np.linalg.cond(Q) > 1e10:
+        Q = Q + 1e-10 * max(float(np.max(np.diag(Q))), 1e-300) * np.eye(k)
+    s = np.zeros(k)
+    theta = np.zeros(k)
+    active = np.zeros(k, dtype=bool)
+    scale = max(1.0, float(np.max(np.abs(c))) if k else 1.0, float(np.max(np.abs(np.diag(Q)))) if k else 1.0)
+    eps = tol * scale
+    for _ in range(max_iter):
+        grad = 2.0 * (Q @ s - c)
+        inactive = np.nonzero(~active & (s == 0.0))[0]
+        if inactive.size:
+            i = inactive[np.argmax(np.abs(grad[inactive]))]
+            if abs(grad[i]) > lam + eps:
+                active[i] = True
+                theta[i] = -np.sign(grad[i])
+            elif np.all(np.abs(grad[active] + lam * theta[active]) <= eps):
+                break
+        elif np.all(np.abs(grad[active] + lam * theta[active]) <= eps):
+            break
+        # feature-sign steps on the active set until its optimality conditions hold
+        for _inner in range(max_iter):
+            idx = np.nonzero(active)[0]
+            if idx.size == 0:
+                break
+            QA = Q[np.ix_(idx, idx)]
+            rhs = c[idx] - 0.5 * lam * theta[idx]
+            try:
+                new = np.linalg.solve(QA, rhs)
+            except np.linalg.LinAlgError:
+                new = np.linalg.lstsq(QA, rhs, rcond=None)[0]
+            old = s[idx]
+            # candidate points: the new solution and every zero crossing on the segment
+            cands = [new]
+            diff = new - old
+            for j in np.nonzero(np.sign(new) != np.sign(old))[0]:
+                if diff[j] != 0.0 and old[j] != 0.0:
+                    t = -old[j] / diff[j]
+                    if 0.0 < t < 1.0:
+                        pt = old + t * diff
+                        pt[j] = 0.0
+                        cands.append(pt)
+            best, best_f = None, np.inf
+            for pt in cands:
+                trial = s.copy()
+                trial[idx] = pt
+                f = _lasso_objective(Q, c, lam, trial)
+                if f < best_f - 1e-15 * max(1.0, abs(best_f)) or best is None:
+                    best, best_f = trial, f
+            s = best
+            s[np.abs(s) <= 1e-300] = 0.0
+            active = s != 0.0
+            theta = np.sign(s)
+            grad = 2.0 * (Q @ s - c)
+            if np.all(np.abs(grad[active] + lam * theta[active]) <= eps):
+                break
+    if not _lasso_optimal(Q, c, lam, s, eps):  # singular Q can defeat the active-set steps
+        s = _lasso_cd(Q, c, lam, s)
+    return s
+
+
+def _lasso_optimal(Q, c, lam, s, eps) -> bool:
+    grad = 2.0 * (Q @ s - c)
+    nz = s != 0.0
+    return bool(np.all(np.isfinite(s)) and np.all(np.abs(grad[nz] + lam * np.sign(s[nz])) <= 10 * eps)
+                and np.all(np.abs(grad[~nz]) <= lam + 10 * eps))
+
+
+def _lasso_cd(Q, c, lam, s0, max_iter: int = 5000, tol: float = 1e-14) -> np.ndarray:
+    """Cyclic coordinate descent for the same problem (fallback when ``Q`` is singular)."""
+    s = np.where(np.isfinite(s0) & (np.abs(s0) < 1e8), s0, 0.0).astype(float)
+    diag = np.diag(Q).copy()
+    half = 0.5 * lam
+    for _ in range(max_iter):
+        biggest = 0.0
+        for j in range(c.size):
+            if diag[j] <= 0.0:
+                new = 0.0
+            else:
+                r = c[j] - Q[j] @ s + diag[j] * s[j]
+                new = soft_threshold(r, half) / diag[j]
+            biggest = max(biggest, abs(new - s[j]))
+            s[j] = new
+        if biggest <= tol * (1.0 + float(np.max(np.abs(s)))):
+            break
+    return s

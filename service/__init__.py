@@ -1,7 +1,12 @@
 """The FCL3 streaming microservice: a FastAPI app around the :mod:`core` engine.
 
 ``service.main:app`` is the ASGI app. Layout follows FastAPI's full-stack template:
-``config.py`` (one pydantic-settings ``Settings``), ``db.py`` (engine and schema),
-``models.py`` (SQLAlchemy tables), ``store.py`` (load / update / commit of a model),
-``locks.py`` (Redis or in-process update lock), ``api/deps.py`` and ``api/routes/*``.
+``main.py`` (assembles the app), ``config.py`` (one pydantic-settings ``Settings``),
+``db.py`` (engines and schema), ``models.py`` (SQLAlchemy tables), ``learners.py`` (the
+configured learner), ``reads.py`` (cached reads of the model), ``writes.py`` (create,
+prepare, guarded commit), ``usecases.py`` (start, learn, predict: where the model's
+metrics and log lines are recorded), ``locks.py`` (Redis or in-process update lock),
+``responses.py`` (results and rows -> API bodies), ``middleware.py``, ``errors.py``,
+``security.py``, ``logs.py``, ``metrics.py``, ``memory.py``, ``api/deps.py`` and
+``api/routes/*`` (one router per resource).
 """

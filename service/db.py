@@ -42,8 +42,11 @@ def make_engine(settings: Settings, pool_size: int | None = None, pre_ping: bool
     return create_engine(url, pool_pre_ping=pre_ping, pool_size=size, max_overflow=size, connect_args=connect_args)
 
 
-# Connections that carry the model's arrays (reading model/task rows, committing an update)
-# come from a pool of their own, this small: see ModelStore.__init__ for why.
+#: Connections that carry the model's arrays (reading the model row and changed task rows,
+#: committing an update, reading batches) come from a pool of their own, this small: libpq
+#: keeps each connection's buffers at the size of the largest message it carried, and these
+#: transfers are serialized anyway (refresh under the cache lock, commit under the update
+#: lock), so 2 connections carry them and the request pool stays small; see docs/operations.md.
 BULK_POOL_SIZE = 2
 
 

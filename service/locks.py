@@ -3,7 +3,7 @@ process (embedded default).
 
 The lock only keeps writers from wasting work on each other: it can expire while its holder
 still runs (GC pause, slow solve), so it is *not* the write guard. The guard is the version
-compare-and-set in :mod:`service.store`, inside the commit's transaction.
+compare-and-set in :mod:`service.writes`, inside the commit's transaction.
 """
 from __future__ import annotations
 

@@ -2,15 +2,12 @@
 free heap pages back after a model change (``malloc_trim``).
 
 Why: FastAPI runs the (sync) endpoints in a thread pool, and glibc gives each thread that
-contends for malloc an arena of its own, up to 8 per core. Every update makes megabyte-sized
-short-lived buffers the size of a task row (read from the database, its ``.npy``/zip
-encodings, the learner's copies; with engine state format 1 a row held every sample of its
-task, and a classification task's still does): freed, they stay in the arena
-of the thread that used them, and each of up to 16 arenas keeps its own high-water mark of
-such free space. In a soak (16 clients, 5 % updates, one busy worker: 18 threads, 16
-arenas) ``mallinfo2`` showed the heap's *free* part growing as fast as the live part (55 MB
-free next to 55 MB in use after 4 minutes) and ``malloc_trim(0)`` handing 33 MB back at
-once: fragmentation, not live objects. With two arenas the threads share the free space.
+contends for malloc an arena of its own, up to 8 per core. Every update makes short-lived
+buffers the size of a task row (read from the database, its ``.npy``/zip encodings, the
+learner's copies; a classification task's row holds every sample of its task): freed, they
+stay in the arena of the thread that used them, and each arena keeps its own high-water mark
+of such free space, so a busy worker's memory grows by fragmentation, not by live objects.
+With two arenas the threads share the free space; see docs/operations.md.
 
 Applied at start-up, before the thread pool exists (glibc fixes the arena limit when the
 first extra arena is made). A non-empty ``MALLOC_ARENA_MAX`` in the environment wins: glibc
@@ -68,12 +65,11 @@ def trim_after_model_change(now: float | None = None) -> bool:
     ``TRIM_INTERVAL`` seconds; called after the cached model moved to a new version.
 
     Why: each update frees buffers as large as its task's row (a classification row grows
-    with its task's data), and
-    glibc returns free memory to the OS only from the top of a heap; the holes stay resident.
-    With 2 arenas a soaked worker still showed its free heap rise in steps (3 → 30 MB over
-    15 min) next to ~45 MB in use. ``malloc_trim(0)`` releases whole free pages anywhere in
-    the heaps; it takes a few milliseconds and is paid by the request that refreshed the
-    model, at most once per interval. Returns whether it ran (False off glibc)."""
+    with its task's data), and glibc returns free memory to the OS only from the top of a
+    heap, so the holes stay resident even with 2 arenas. ``malloc_trim(0)`` releases whole
+    free pages anywhere in the heaps; it takes a few milliseconds and is paid by the request
+    that refreshed the model, at most once per interval. Returns whether it ran (False off
+    glibc)."""
     global _last_trim
     libc = _GLIBC
     if libc is None:

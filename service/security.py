@@ -92,7 +92,6 @@ def _role(request: Request, credentials: HTTPAuthorizationCredentials | None) ->
     role = keys.role(credentials.credentials)
     if role is None:
         raise _unauthorized("unknown API key")
-    request.state.role = role
     return role
 
 

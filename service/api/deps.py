@@ -8,19 +8,25 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 
 from ..config import Settings
-from ..store import ModelStore
+from ..reads import ModelReader
+from ..usecases import HostedModel
 
 
 async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-async def get_store(request: Request) -> ModelStore:
-    return request.app.state.store
+async def get_hosted_model(request: Request) -> HostedModel:
+    return request.app.state.model
+
+
+async def get_reader(request: Request) -> ModelReader:
+    return request.app.state.model.reader
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-StoreDep = Annotated[ModelStore, Depends(get_store)]
+ModelDep = Annotated[HostedModel, Depends(get_hosted_model)]
+ReaderDep = Annotated[ModelReader, Depends(get_reader)]
 
 
 def check_size(settings: Settings, n_rows: int, widths) -> None:

@@ -1,11 +1,9 @@
-"""ELLA: lasso against scipy, statistics bookkeeping, re-learning, state round trip, InfoMax."""
+"""ELLA: statistics bookkeeping, re-learning, state round trip, InfoMax (its lasso: test_solvers)."""
 import numpy as np
 import pytest
-import scipy.optimize
 
 from core import load_state
-from core.ella import ELLA, _lasso_objective, lasso_gram
-from core.preprocessing import InputError
+from core.ella import ELLA
 
 
 def _tasks(n_tasks=6, d=5, n=40, seed=0, kind="regression"):
@@ -22,69 +20,6 @@ def _tasks(n_tasks=6, d=5, n=40, seed=0, kind="regression"):
             y = (f + rng.logistic(size=n) > 0).astype(float)
         out.append((f"t{t}", X, y))
     return out
-
-
-def _scipy_lasso(Q, c, lam):
-    k = c.size
-
-    def f(uv):
-        return _lasso_objective(Q, c, lam, uv[:k] - uv[k:])
-
-    def g(uv):
-        gr = 2 * (Q @ (uv[:k] - uv[k:]) - c)
-        return np.concatenate([gr + lam, -gr + lam])
-
-    r = scipy.optimize.minimize(f, np.zeros(2 * k), jac=g, method="L-BFGS-B", bounds=[(0, None)] * (2 * k),
-                                options=dict(ftol=1e-15, gtol=1e-12, maxiter=20000))
-    return r.x[:k] - r.x[k:], r.fun
-
-
-def _brute_force_lasso(Q, c, lam):
-    """Exact lasso for small k: try every sign pattern, keep consistent stationary points."""
-    import itertools
-
-    k = c.size
-    best, best_f = np.zeros(k), _lasso_objective(Q, c, lam, np.zeros(k))
-    for signs in itertools.product((-1, 0, 1), repeat=k):
-        sg = np.array(signs, dtype=float)
-        idx = np.nonzero(sg)[0]
-        if idx.size == 0:
-            continue
-        s = np.zeros(k)
-        s[idx] = np.linalg.solve(Q[np.ix_(idx, idx)], c[idx] - 0.5 * lam * sg[idx])
-        if np.all(np.sign(s[idx]) == sg[idx]):
-            f = _lasso_objective(Q, c, lam, s)
-            if f < best_f:
-                best, best_f = s, f
-    return best
-
-
-@pytest.mark.parametrize("seed", range(40))
-def test_lasso_matches_scipy(seed):
-    rng = np.random.default_rng(seed)
-    k, d = int(rng.integers(1, 7)), int(rng.integers(2, 10))
-    L = rng.normal(size=(d, k))
-    if seed % 4 == 0 and k > 1:
-        L[:, 0] = 2 * L[:, -1]  # collinear columns: singular Q
-    B = rng.normal(size=(d, d))
-    omega = B @ B.T / d + 0.01 * np.eye(d)
-    w = rng.normal(size=d)
-    Q, c, lam = L.T @ omega @ L, L.T @ omega @ w, 10 ** rng.uniform(-5, 0.5)
-    s = lasso_gram(Q, c, lam)
-    ref_s, ref_f = _scipy_lasso(Q, c, lam)
-    f = _lasso_objective(Q, c, lam, s)
-    assert f <= ref_f + 1e-8 * max(1.0, abs(ref_f))
-    # and it is the encoding ELLA v1.0 states: ||w - L s||^2_Omega + lam ||s||_1 (up to a constant)
-    direct = (w - L @ s) @ omega @ (w - L @ s) + lam * np.abs(s).sum()
-    assert direct == pytest.approx(f + w @ omega @ w, rel=1e-9, abs=1e-9)
-    if np.linalg.cond(Q) < 1e6:  # unique minimiser: compare with exact enumeration of sign patterns
-        np.testing.assert_allclose(s, _brute_force_lasso(Q, c, lam), rtol=1e-7, atol=1e-9)
-
-
-def test_lasso_zero_when_l1_large():
-    Q = np.array([[2.0, 0.3], [0.3, 1.0]])
-    c = np.array([0.5, -0.2])
-    assert np.all(lasso_gram(Q, c, 10.0) == 0.0)
 
 
 def _stats_from_codes(model):
@@ -198,43 +133,6 @@ def test_same_seed_same_result_and_seed_matters_for_random_columns():
     a, b, c = fit(3), fit(3), fit(4)
     np.testing.assert_array_equal(a.L_, b.L_)
     assert not np.allclose(a.L_, c.L_)
-
-
-@pytest.mark.parametrize("bad", [
-    lambda X, y: (X[:, :-1], y),
-    lambda X, y: (np.where(np.arange(X.size).reshape(X.shape) == 3, np.nan, X), y),
-    lambda X, y: (X[:0], y[:0]),
-    lambda X, y: (X, y[:-1]),
-    lambda X, y: (X, np.full_like(y, np.inf)),
-])
-def test_bad_input_leaves_state_unchanged(bad):
-    model = ELLA(n_components=2)
-    tasks = _tasks()
-    for t, X, y in tasks[:3]:
-        model.learn(t, X, y)
-    before = model.get_state()
-    X, y = bad(tasks[3][1], tasks[3][2])
-    with pytest.raises(InputError):
-        model.learn("t0", X, y)
-    after = model.get_state()
-    for k, v in before.arrays.items():
-        np.testing.assert_array_equal(v, after.arrays[k])
-    assert after.meta == before.meta and set(after.tasks) == set(before.tasks)
-    assert set(before.tasks["t0"]["arrays"]) == set(after.tasks["t0"]["arrays"])
-    for k, v in before.tasks["t0"]["arrays"].items():
-        np.testing.assert_array_equal(v, after.tasks["t0"]["arrays"][k])
-
-
-def test_invalid_labels_and_params_rejected():
-    model = ELLA(kind="classification")
-    X = np.random.default_rng(0).normal(size=(10, 3))
-    with pytest.raises(InputError):
-        model.learn("a", X, np.arange(10.0))
-    with pytest.raises(InputError):
-        ELLA(n_components=0).learn("a", X, np.zeros(10))
-    with pytest.raises(InputError):
-        ELLA(ridge=0.0).learn("a", X, np.zeros(10))
-    assert not model.is_fitted
 
 
 def test_information_gain_is_d_optimality_and_does_not_change_the_model():

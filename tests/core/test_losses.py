@@ -61,7 +61,7 @@ def test_single_class_logistic_task_stays_finite():
 
 def test_task_row_reservoir_keeps_every_row_with_equal_probability():
     """Algorithm R: after n rows (sent in uneven batches) each is kept with probability m/n."""
-    from core.base import TaskRows
+    from core.state import TaskRows
 
     m, sizes = 20, [7, 30, 1, 50, 12]  # 100 rows
     n, trials = sum(sizes), 3000

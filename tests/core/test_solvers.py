@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import scipy.optimize
 
-from core.fcl3 import solve_rows_in_ball
-from core.solvers import admm_assignment, fista_quadratic_l1, project_simplex, solve_ridge_ball
+from core.solvers import (_lasso_objective, admm_assignment, fista_quadratic_l1, lasso_gram, project_simplex,
+                          soft_threshold, solve_ridge_ball, solve_rows_in_ball)
 
 SIMPLEX = {"type": "eq", "fun": lambda z: z.sum() - 1.0}
 
@@ -64,7 +64,19 @@ def test_fista_gives_exact_zeros_for_large_l1():
     g = np.array([0.1, -0.2, 2.0])
     x = fista_quadratic_l1(H, g, lam=1.0)  # closed form: soft_threshold(g, lam / 2)
     np.testing.assert_allclose(x, [0.0, 0.0, 1.5], atol=1e-9)
+    np.testing.assert_allclose(x, soft_threshold(g, 0.5), atol=1e-9)
     assert x[0] == 0.0 and x[1] == 0.0
+
+
+def test_soft_threshold_is_the_prox_of_the_l1_norm():
+    v = np.array([-3.0, -0.5, 0.0, 0.2, 1.0, 4.0])
+    np.testing.assert_array_equal(soft_threshold(v, 1.0), [-2.0, 0.0, 0.0, 0.0, 0.0, 3.0])
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        u, t = rng.normal(size=4), float(rng.uniform(0.1, 2.0))
+        ref = scipy.optimize.minimize(lambda x: 0.5 * (x - u) @ (x - u) + t * np.abs(x).sum(), u,
+                                      method="Powell", options=dict(xtol=1e-12, ftol=1e-14)).x
+        np.testing.assert_allclose(soft_threshold(u, t), ref, atol=1e-6)
 
 
 @pytest.mark.parametrize("relaxation, beta", [(1.8, None), (1.0, None), (1.0, 1.0)])
@@ -208,3 +220,80 @@ def test_plus_kron_terms_returns_the_sum_and_its_float32_copy_and_leaves_a_alone
     assert low.dtype == np.float32 and np.array_equal(np.tril(low), np.tril(new.astype(np.float32)))
     assert np.array_equal(A, before)
     assert plus_kron_terms(A, terms)[1] is None
+
+
+# ----------------------------------------------------------------------------- ELLA's lasso
+def _scipy_lasso(Q, c, lam):
+    k = c.size
+
+    def f(uv):
+        return _lasso_objective(Q, c, lam, uv[:k] - uv[k:])
+
+    def g(uv):
+        gr = 2 * (Q @ (uv[:k] - uv[k:]) - c)
+        return np.concatenate([gr + lam, -gr + lam])
+
+    r = scipy.optimize.minimize(f, np.zeros(2 * k), jac=g, method="L-BFGS-B", bounds=[(0, None)] * (2 * k),
+                                options=dict(ftol=1e-15, gtol=1e-12, maxiter=20000))
+    return r.x[:k] - r.x[k:], r.fun
+
+
+def _brute_force_lasso(Q, c, lam):
+    """Exact lasso for small k: try every sign pattern, keep consistent stationary points."""
+    import itertools
+
+    k = c.size
+    best, best_f = np.zeros(k), _lasso_objective(Q, c, lam, np.zeros(k))
+    for signs in itertools.product((-1, 0, 1), repeat=k):
+        sg = np.array(signs, dtype=float)
+        idx = np.nonzero(sg)[0]
+        if idx.size == 0:
+            continue
+        s = np.zeros(k)
+        s[idx] = np.linalg.solve(Q[np.ix_(idx, idx)], c[idx] - 0.5 * lam * sg[idx])
+        if np.all(np.sign(s[idx]) == sg[idx]):
+            f = _lasso_objective(Q, c, lam, s)
+            if f < best_f:
+                best, best_f = s, f
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_lasso_matches_scipy(seed):
+    rng = np.random.default_rng(seed)
+    k, d = int(rng.integers(1, 7)), int(rng.integers(2, 10))
+    L = rng.normal(size=(d, k))
+    if seed % 4 == 0 and k > 1:
+        L[:, 0] = 2 * L[:, -1]  # collinear columns: singular Q
+    B = rng.normal(size=(d, d))
+    omega = B @ B.T / d + 0.01 * np.eye(d)
+    w = rng.normal(size=d)
+    Q, c, lam = L.T @ omega @ L, L.T @ omega @ w, 10 ** rng.uniform(-5, 0.5)
+    s = lasso_gram(Q, c, lam)
+    ref_s, ref_f = _scipy_lasso(Q, c, lam)
+    f = _lasso_objective(Q, c, lam, s)
+    assert f <= ref_f + 1e-8 * max(1.0, abs(ref_f))
+    # and it is the encoding ELLA v1.0 states: ||w - L s||^2_Omega + lam ||s||_1 (up to a constant)
+    direct = (w - L @ s) @ omega @ (w - L @ s) + lam * np.abs(s).sum()
+    assert direct == pytest.approx(f + w @ omega @ w, rel=1e-9, abs=1e-9)
+    if np.linalg.cond(Q) < 1e6:  # unique minimiser: compare with exact enumeration of sign patterns
+        np.testing.assert_allclose(s, _brute_force_lasso(Q, c, lam), rtol=1e-7, atol=1e-9)
+
+
+def test_lasso_zero_when_l1_large():
+    Q = np.array([[2.0, 0.3], [0.3, 1.0]])
+    c = np.array([0.5, -0.2])
+    assert np.all(lasso_gram(Q, c, 10.0) == 0.0)
+
+
+def test_solvers_raise_floating_point_error_on_non_finite_systems():
+    G = np.eye(3)
+    G[0, 1] = G[1, 0] = np.inf
+    with pytest.raises(FloatingPointError):
+        solve_rows_in_ball(G, np.ones((2, 3)), 1.0)
+    with pytest.raises(FloatingPointError):
+        solve_rows_in_ball(np.eye(3), np.full((2, 3), np.nan), None)
+    A = np.eye(4)
+    A[3, 0] = np.nan  # below the diagonal: the Cholesky factor (upper) never reads it
+    with pytest.raises(FloatingPointError):
+        solve_ridge_ball(A, np.full(4, 10.0), (2, 2), max_norm=0.5)

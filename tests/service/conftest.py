@@ -17,10 +17,10 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 
 import core
+from benchmarks.launcher import Server, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_HOST, PG_PORT = os.environ.get("FCL3_TEST_PGHOST", "127.0.0.1"), int(os.environ.get("FCL3_TEST_PGPORT", "5432"))
@@ -159,65 +159,8 @@ def backend_client(request, make_client):
 
 
 # ----------------------------------------------------------------------------- processes
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    """A real ``uvicorn service.main:app`` subprocess."""
-
-    def __init__(self, env: dict, workers: int = 1, port: int | None = None, log_path: Path | None = None,
-                 app: str = "service.main:app"):
-        self.app = app
-        self.port = port or free_port()
-        self.env = {**os.environ, **env}
-        self.workers = workers
-        self.log_path = log_path
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 30.0) -> "Server":
-        cmd = [sys.executable, "-m", "uvicorn", self.app, "--host", "127.0.0.1",
-               "--port", str(self.port), "--workers", str(self.workers), "--log-level", "warning"]
-        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"uvicorn exited with {self.proc.returncode}; log: {self.log_path}")
-            try:
-                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"uvicorn did not become ready in {timeout}s; log: {self.log_path}")
-
-    def kill9(self) -> None:
-        """SIGKILL the whole process group (master and workers), as a crash would."""
-        import signal
-
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-    def stop(self) -> None:
-        import signal
-
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+# Server (a real ``uvicorn service.main:app`` subprocess) and free_port come from
+# benchmarks.launcher: one launcher for the tests and the benchmarks.
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ import os
 import time
 
 from service.main import create_app
-from service.store import ModelStore
+from service.writes import ModelWriter
 
 _DELAY = float(os.environ.get("FCL3_FAULT_COMMIT_DELAY", "0"))
-_commit = ModelStore.commit
+_commit = ModelWriter.commit
 
 
 def _slow_commit(self, prepared):
@@ -20,5 +20,5 @@ def _slow_commit(self, prepared):
     return _commit(self, prepared)
 
 
-ModelStore.commit = _slow_commit
+ModelWriter.commit = _slow_commit
 app = create_app()

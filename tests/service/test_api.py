@@ -128,7 +128,7 @@ def test_two_models_in_one_database_are_independent(make_client, tmp_path):
 def test_bad_model_settings_stop_the_service_at_start_up(make_client, params):
     """A bad FCL3_PARAMS is the operator's error: the service refuses to start and says why,
     rather than starting and answering every client's first update with an error."""
-    from service.store import ModelConfigError
+    from service.learners import ModelConfigError
 
     with pytest.raises(ModelConfigError, match="bad FCL3_PARAMS"):
         make_client(FCL3_PARAMS={**_params(), **params})
@@ -143,4 +143,48 @@ def test_classification_rows_can_be_capped_per_task(make_client):
         assert r.status_code == 200, r.text
     assert c.get("/tasks/a").json()["n_samples"] == 80
     assert c.get("/model").json()["hyperparameters"]["max_task_rows"] == 25
-    assert c.app.state.store.snapshot().learner.tasks_["a"].data.X.shape == (25, 3)
+    assert c.app.state.model.reader.snapshot().learner.tasks_["a"].data.X.shape == (25, 3)
+
+
+def test_a_read_of_a_missing_model_writes_nothing_and_the_first_update_creates_it(make_client):
+    """Start-up creates the model; if its row goes away, reads answer 503 (Retry-After) and
+    leave the database alone, and the next update creates the model again."""
+    from sqlalchemy import delete
+
+    from service.models import ModelRow
+
+    c = make_client()
+    reader = c.app.state.model.reader
+    with c.app.state.engine.begin() as conn:
+        conn.execute(delete(ModelRow).where(ModelRow.name == reader.name))
+    for r in (c.get("/model"), c.get("/predict", params={"task_id": "t", "x": "1,2,3,4"})):
+        assert r.status_code == 503 and r.headers["Retry-After"] == "1", r.text
+        assert "is not in the database" in r.json()["detail"]
+    assert c.get("/tasks").json() == {"model": reader.name, "version": None, "count": 0, "tasks": []}
+    assert reader.stored_version() is None  # nothing was written by the reads
+    assert post(c, "t", *regression_batch(np.random.default_rng(3))).json()["version"] == 1
+    assert c.get("/model").json()["version"] == 1
+
+
+@pytest.mark.parametrize("estimator", ["STL", "ELLA", "FCL3"])
+def test_p_is_the_code_length_hyperparameter(make_client, estimator):
+    params = {"n_components": 2} if estimator != "STL" else {}
+    c = make_client(FCL3_ESTIMATOR=estimator, FCL3_PARAMS=params)
+    assert c.get("/model").json()["p"] == (None if estimator == "STL" else 2)
+    r = post(c, "t", *regression_batch(np.random.default_rng(4)))
+    assert r.status_code == 200, r.text
+    code = r.json()["code"]
+    m = c.get("/model").json()
+    assert m["p"] == (None if code is None else len(code)) == (None if estimator == "STL" else 2)
+
+
+def test_every_core_learner_can_be_configured_and_nothing_else():
+    import core
+    from service.learners import ModelConfigError, learner_class, make_learner
+
+    for name, cls in core.LEARNERS.items():
+        assert learner_class(name) is cls
+        assert type(make_learner({"estimator": name, "kind": "regression", "params": {}})) is cls
+    for name in ("LifelongLearner", "InputError", "load_state", "nope"):
+        with pytest.raises(ModelConfigError, match="is not a learner in core"):
+            learner_class(name)

@@ -1,5 +1,6 @@
-"""docker-compose.yml and docker/Dockerfile: the file parses, has what a deployment needs,
-and the commands it runs work on this machine without containers."""
+"""docker-compose.yml and docker/Dockerfile: what a deployment relies on, read from the parsed
+file (health checks, start order, the migration step, required API keys, the image, no
+secrets), and the commands it runs working on this machine without containers."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -17,37 +19,14 @@ import yaml
 from .conftest import REDIS_URL, ROOT, free_port
 
 COMPOSE = ROOT / "docker-compose.yml"
-
-
-class Required(KeyError):
-    """A ${VAR:?message} whose variable is unset: compose refuses to start."""
-
-
-def interpolate(value: str, env: dict[str, str] | None = None) -> str:
-    """Compose's ${VAR:-default} and ${VAR:?message} with ``env`` (default: empty)."""
-    env = env or {}
-
-    def sub(m):
-        name, op, arg = m.group(1), m.group(2), m.group(3) or ""
-        if env.get(name):
-            return env[name]
-        if op == ":?":
-            raise Required(f"{name}: {arg}")
-        return arg
-
-    return re.sub(r"\$\{(\w+)(?:(:-|:\?)([^}]*))?\}", sub, value)
-
-
 KEYS = {"API_WRITE_KEYS": "compose-write-key", "API_READ_KEYS": "compose-read-key"}
+REQUIRED = re.compile(r"^\$\{(\w+):\?[^}]+\}$")  # ${VAR:?message}: compose refuses to start without VAR
+DEFAULT = re.compile(r"\$\{(\w+):-([^}]*)\}")  # ${VAR:-default}
 
 
-def test_compose_requires_api_keys(compose):
-    env = compose["services"]["api"]["environment"]
-    for name in KEYS:
-        assert ":?" in env[name]
-        with pytest.raises(Required):
-            interpolate(env[name])
-        assert interpolate(env[name], KEYS) == KEYS[name]
+def at_defaults(value) -> str:
+    """A compose value with every ``${VAR:-default}`` at its default (VAR unset)."""
+    return DEFAULT.sub(lambda m: m.group(2), str(value))
 
 
 @pytest.fixture(scope="module")
@@ -55,32 +34,75 @@ def compose():
     return yaml.safe_load(COMPOSE.read_text())
 
 
-def test_compose_structure(compose):
-    s = compose["services"]
-    assert {"api", "postgres", "redis", "migrate"} <= set(s)
-    assert s["postgres"]["healthcheck"]["test"][-1].startswith("pg_isready")
-    assert s["redis"]["healthcheck"]["test"][1:] == ["redis-cli", "ping"]
-    assert "readyz" in " ".join(s["api"]["healthcheck"]["test"])
-    assert s["migrate"]["command"] == ["alembic", "upgrade", "head"]
-    assert s["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
-    deps = s["api"]["depends_on"]
-    assert deps["postgres"]["condition"] == deps["redis"]["condition"] == "service_healthy"
-    assert deps["migrate"]["condition"] == "service_completed_successfully"
-    assert "pgdata" in compose["volumes"] and any("pgdata:" in v for v in s["postgres"]["volumes"])
-    # --scale api=3: no fixed host port on the API.
-    assert all(":" not in str(p) for p in s["api"].get("ports", []))
-    assert "container_name" not in s["api"]
-    env = s["api"]["environment"]
-    assert {"DATABASE_URL", "REDIS_URL", "FCL3_KIND"} <= set(env)
+@pytest.fixture(scope="module")
+def services(compose):
+    return compose["services"]
 
 
-def test_dockerfile_runs_the_same_commands(compose):
-    text = (ROOT / "docker" / "Dockerfile").read_text()
+def test_postgres_redis_and_api_are_health_checked(services):
+    checks = {name: " ".join(services[name]["healthcheck"]["test"]) for name in ("postgres", "redis", "api")}
+    assert "pg_isready" in checks["postgres"]
+    assert "redis-cli ping" in checks["redis"]
+    assert "/readyz" in checks["api"]  # ready = database, schema and lock reachable
+    for name in checks:
+        assert services[name]["healthcheck"]["retries"] >= 1, name
+
+
+def test_start_order_waits_for_health_and_for_the_migration(services):
+    assert services["migrate"]["depends_on"] == {"postgres": {"condition": "service_healthy"}}
+    assert services["api"]["depends_on"] == {
+        "postgres": {"condition": "service_healthy"},
+        "redis": {"condition": "service_healthy"},
+        "migrate": {"condition": "service_completed_successfully"},
+    }
+
+
+def test_migrate_runs_alembic_once_with_the_api_image_and_settings(services):
+    migrate, api = services["migrate"], services["api"]
+    assert migrate["command"] == ["alembic", "upgrade", "head"]
+    assert migrate["restart"] == "no"
+    assert migrate["image"] == api["image"] and migrate["build"] == api["build"]
+    assert migrate["environment"] == api["environment"]
+
+
+def test_api_keys_are_required(services):
+    env = services["api"]["environment"]
+    for name in KEYS:
+        m = REQUIRED.match(env[name])
+        assert m and m.group(1) == name, f"{name}: {env[name]!r} is not ${{{name}:?...}}"
+
+
+def test_api_image_is_built_from_docker_dockerfile(services):
+    build = services["api"]["build"]
+    assert build["dockerfile"] == "docker/Dockerfile"
+    dockerfile = ROOT / build["context"] / build["dockerfile"]
+    text = dockerfile.read_text()
     cmd = json.loads(re.search(r"^CMD (\[.*\])$", text, re.M).group(1))
+    assert [at_defaults(c) for c in services["api"]["command"]] == cmd  # the image's own CMD, same workers
     assert cmd[:2] == ["uvicorn", "service.main:app"]
-    assert [interpolate(c, KEYS) for c in compose["services"]["api"]["command"]] == cmd
     for path in ("pyproject.toml", "core", "service", "alembic.ini", "migrations"):
-        assert f"COPY {path}" in text or f"COPY {path} " in text
+        assert re.search(rf"^COPY .*\b{re.escape(path)}\b", text, re.M), path
+
+
+def test_api_replicas_can_scale(services):
+    api = services["api"]
+    assert all(":" not in str(p) for p in api.get("ports", []))  # no fixed host port
+    assert "container_name" not in api
+
+
+def test_no_secrets_in_the_file(services):
+    """Keys and passwords come from the environment: a variable reference, never a literal."""
+    secret = re.compile(r"KEY|PASSWORD|SECRET|TOKEN", re.I)
+    for name, service in services.items():
+        for var, value in (service.get("environment") or {}).items():
+            value = str(value)
+            if secret.search(var):
+                assert value.startswith("${"), f"{name}.{var} is a literal"
+            if "://" in value:
+                password = urlsplit(value).password
+                assert password is None or password.startswith("${"), f"{name}.{var} holds a password"
+    env = services["api"]["environment"]
+    assert not any(":-" in env[name] for name in KEYS)  # no default API key
 
 
 def test_docker_compose_config_parses():
@@ -103,7 +125,8 @@ def test_compose_commands_work_here(compose, request, tmp_path):
     request.getfixturevalue("postgres_server")
     _, prefix = request.getfixturevalue("redis_server")
     db = create_pg_database("fcl3_compose")
-    env = {k: interpolate(str(v), KEYS) for k, v in compose["services"]["api"]["environment"].items()}
+    env = {k: at_defaults(v) for k, v in compose["services"]["api"]["environment"].items()}
+    env.update(KEYS)
     env.update(DATABASE_URL=pg_url(db), REDIS_URL=REDIS_URL, REDIS_PREFIX=prefix,
                PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "metrics"))
     full_env = {**os.environ, **env}
@@ -115,7 +138,7 @@ def test_compose_commands_work_here(compose, request, tmp_path):
         assert r.returncode == 0, r.stderr
 
         port = str(free_port())
-        cmd = [interpolate(c) for c in compose["services"]["api"]["command"]]
+        cmd = [at_defaults(c) for c in compose["services"]["api"]["command"]]
         cmd = [port if c == "8000" else "127.0.0.1" if c == "0.0.0.0" else c for c in cmd]
         proc = subprocess.Popen([sys.executable, "-m", *cmd], cwd=ROOT, env=full_env,
                                 stdout=open(tmp_path / "api.log", "wb"), stderr=subprocess.STDOUT,

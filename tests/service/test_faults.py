@@ -22,20 +22,19 @@ PROBE = {"task_id": "t0", "X": np.random.default_rng(99).normal(size=(3, 4)).tol
 def stored_batches(url: str, model: str) -> list[dict]:
     from service.config import Settings
     from service.db import make_engine
-    from service.locks import LocalLocks
-    from service.store import ModelStore
+    from service.reads import ModelReader
 
     settings = Settings(_env_file=None, DATABASE_URL=url, MODEL_NAME=model)
     engine = make_engine(settings)
     try:
-        return ModelStore(engine, LocalLocks(1, 1), model, {}).batches()
+        return ModelReader(engine, model).batches()
     finally:
         engine.dispose()
 
 
 def replay(url: str, model: str, settings_json: dict, probe=PROBE) -> list[float]:
     """The model rebuilt by a fresh engine from the stored raw batches, in order."""
-    from service.store import make_learner
+    from service.learners import make_learner
 
     learner = make_learner(settings_json)
     for b in stored_batches(url, model):

@@ -2,12 +2,11 @@
 response conforms to the schema), API keys supplied as a client would."""
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.checks import (content_type_conformance, not_a_server_error, response_schema_conformance,
                                  status_code_conformance)
@@ -16,46 +15,51 @@ from .conftest import make_settings
 
 WRITE = "fuzz-write-key"
 READ = "fuzz-read-key"
-
-_tmp = Path(tempfile.mkdtemp(prefix="fcl3-fuzz-"))
-from service.main import create_app  # noqa: E402
-
-app = create_app(make_settings(SQLITE_PATH=str(_tmp / "fuzz.db"), API_WRITE_KEYS=WRITE, API_READ_KEYS=READ,
-                               MAX_ROWS_PER_BATCH=200, MAX_FEATURES=50))
-schema = schemathesis.openapi.from_asgi("/openapi.json", app)
-schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
-
 CHECKS = [not_a_server_error, response_schema_conformance, content_type_conformance, status_code_conformance]
-COUNT = {"cases": 0}
+EXAMPLES_PER_OPERATION = 60
+MIN_REQUESTS = 300
 
 
-@pytest.fixture(scope="module", autouse=True)
-def running_app():
-    """The app's lifespan (engine, store, model) for the whole module."""
-    import shutil
+@pytest.fixture
+def running_app(tmp_path):
+    """The real app with API keys and small limits, its lifespan running, one task learned
+    (so that generated predictions can succeed as well as fail)."""
+    from service.main import create_app
 
-    from fastapi.testclient import TestClient
-
+    app = create_app(make_settings(SQLITE_PATH=str(tmp_path / "fuzz.db"), API_WRITE_KEYS=WRITE, API_READ_KEYS=READ,
+                                   MAX_ROWS_PER_BATCH=200, MAX_FEATURES=50))
     with TestClient(app) as client:
-        # one learned task, so that generated predictions can succeed as well as fail
         r = client.post("/tasks/t/data", json={"X": [[1.0, 2.0], [0.5, 1.0], [2.0, 0.0]], "y": [1.0, 2.0, 0.5]},
                         headers={"Authorization": f"Bearer {WRITE}"})
         assert r.status_code == 200, r.text
-        yield client
-    shutil.rmtree(_tmp, ignore_errors=True)
+        yield app
 
 
-@schema.parametrize()
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-def test_api_conforms_to_its_schema(case):
-    for key in (WRITE, READ):
-        case.call_and_validate(headers={"Authorization": f"Bearer {key}"}, checks=CHECKS)
-        COUNT["cases"] += 1
+def check_operation(operation) -> int:
+    """Hypothesis over one operation's valid and invalid requests; returns the requests sent."""
+    sent = 0
+    cases = st.one_of(operation.as_strategy(GenerationMode.POSITIVE), operation.as_strategy(GenerationMode.NEGATIVE))
+
+    @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, suppress_health_check=list(HealthCheck),
+              database=None)
+    @given(case=cases)
+    def check(case):
+        nonlocal sent
+        note(f"operation: {operation.label}")
+        for key in (WRITE, READ):
+            case.call_and_validate(headers={"Authorization": f"Bearer {key}"}, checks=CHECKS)
+            sent += 1
+
+    check()
+    return sent
 
 
-def test_enough_cases_ran():
-    """At least a few hundred generated requests went through the checks above."""
-    if COUNT["cases"] == 0:
-        pytest.skip("run together with test_api_conforms_to_its_schema")
-    print(f"\nschemathesis: {COUNT['cases']} requests checked")
-    assert COUNT["cases"] >= 300, COUNT
+def test_api_conforms_to_its_schema(running_app):
+    """Every operation, valid and invalid requests, with a write key and a read key; at least
+    a few hundred requests in all go through the checks."""
+    schema = schemathesis.openapi.from_asgi("/openapi.json", running_app)
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) >= 6, [op.label for op in operations]
+    requests = sum(check_operation(op) for op in operations)
+    print(f"\nschemathesis: {requests} requests checked over {len(operations)} operations")
+    assert requests >= MIN_REQUESTS, requests

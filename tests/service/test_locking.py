@@ -9,7 +9,8 @@ import pytest
 
 from service.db import make_engine
 from service.locks import make_locks
-from service.store import ModelStore, StaleWrite
+from service.usecases import HostedModel, learn
+from service.writes import StaleWrite
 
 from .conftest import REDIS_URL, PG_HOST, PG_PORT, TcpProxy, regression_batch
 
@@ -25,26 +26,27 @@ def test_stale_writer_is_refused(make_client, request):
     rng = np.random.default_rng(4)
     X, y = regression_batch(rng)
     assert post(a, "t", X, y).json()["version"] == 1
-    store_a: ModelStore = a.app.state.store
+    model_a: HostedModel = a.app.state.model
     # B: another process with its own engine, lock client and cache.
-    store_b = ModelStore(make_engine(settings), make_locks(settings), settings.MODEL_NAME, settings.model_settings())
+    model_b = HostedModel.open(make_engine(settings), make_locks(settings), settings.MODEL_NAME,
+                               settings.model_settings())
 
-    with store_a.locks.hold(store_a.name):
-        snap = store_a.snapshot()
-        prepared = store_a.prepare(snap, "t", *regression_batch(rng))
+    with model_a.locks.hold(model_a.name):
+        snap = model_a.reader.snapshot()
+        prepared = model_a.writer.prepare(snap, "t", *regression_batch(rng))
         time.sleep(0.5)  # a long GC pause: A's lock expires
         t0 = time.monotonic()
-        _, v_b = store_b.update("u", *regression_batch(rng, task=1))  # B gets the lock at once
+        _, v_b = learn(model_b, "u", *regression_batch(rng, task=1))  # B gets the lock at once
         assert time.monotonic() - t0 < 2.5
         assert v_b == 2
         with pytest.raises(StaleWrite, match="NOT applied"):
-            store_a.commit(prepared)
+            model_a.writer.commit(prepared)
 
     m = a.get("/model").json()
     assert m["version"] == 2 and m["n_batches"] == 2
     assert a.get("/tasks/t").json()["n_samples"] == 12  # A's batch is not there
-    assert [b["version"] for b in store_b.batches()] == [1, 2]
-    store_b.engine.dispose()
+    assert [b["version"] for b in model_b.reader.batches()] == [1, 2]
+    model_b.reader.engine.dispose()
 
 
 def test_stale_writer_over_http_gets_409(make_client, request):
@@ -54,15 +56,15 @@ def test_stale_writer_over_http_gets_409(make_client, request):
                     MODEL_NAME=a.app.state.settings.MODEL_NAME, REDIS_PREFIX=a.app.state.settings.REDIS_PREFIX)
     rng = np.random.default_rng(5)
     assert post(a, "t", *regression_batch(rng)).status_code == 200
-    store_a = a.app.state.store
-    real_prepare = store_a.prepare
+    writer_a = a.app.state.model.writer
+    real_prepare = writer_a.prepare
 
     def slow_prepare(*args, **kwargs):
         out = real_prepare(*args, **kwargs)
         time.sleep(0.8)
         return out
 
-    store_a.prepare = slow_prepare
+    writer_a.prepare = slow_prepare  # this app's writer only: b's stays fast
     results = {}
     Xa, ya = regression_batch(rng)
     th = threading.Thread(target=lambda: results.setdefault("a", post(a, "t", Xa, ya)))
@@ -83,11 +85,11 @@ def test_lock_contention_is_503_with_retry_after_and_predictions_do_not_wait(mak
     c = make_client(backend, _request=request, LOCK_WAIT=0.2)
     rng = np.random.default_rng(6)
     assert post(c, "t", *regression_batch(rng)).status_code == 200
-    store = c.app.state.store
+    model = c.app.state.model
     held, release = threading.Event(), threading.Event()
 
     def holder():  # another writer holding the lock (in its own thread, one `with`)
-        with store.locks.hold(store.name):
+        with model.locks.hold(model.name):
             held.set()
             release.wait(10)
 
@@ -166,11 +168,12 @@ def test_version_guard_also_holds_on_sqlite(make_client, tmp_path):
     settings = a.app.state.settings
     rng = np.random.default_rng(14)
     assert post(a, "t", *regression_batch(rng)).json()["version"] == 1
-    store_a = a.app.state.store
-    prepared = store_a.prepare(store_a.snapshot(), "t", *regression_batch(rng))
-    store_b = ModelStore(make_engine(settings), make_locks(settings), settings.MODEL_NAME, settings.model_settings())
-    assert store_b.update("u", *regression_batch(rng))[1] == 2
+    model_a = a.app.state.model
+    prepared = model_a.writer.prepare(model_a.reader.snapshot(), "t", *regression_batch(rng))
+    model_b = HostedModel.open(make_engine(settings), make_locks(settings), settings.MODEL_NAME,
+                               settings.model_settings())
+    assert learn(model_b, "u", *regression_batch(rng))[1] == 2
     with pytest.raises(StaleWrite):
-        store_a.commit(prepared)
+        model_a.writer.commit(prepared)
     assert a.get("/model").json()["version"] == 2 and a.get("/tasks/t").json()["n_samples"] == 12
-    store_b.engine.dispose()
+    model_b.reader.engine.dispose()

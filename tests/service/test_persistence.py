@@ -86,19 +86,19 @@ def _post(c, task, X, y):
 
 def test_update_rewrites_only_the_model_row_and_its_task(backend_client):
     c = backend_client
-    store = c.app.state.store
+    reader = c.app.state.model.reader
     rng = np.random.default_rng(9)
     for task in ("a", "b", "c"):
         _post(c, task, *regression_batch(rng))
-    with store.engine.connect() as conn:
+    with reader.engine.connect() as conn:
         before = {r.task_id: (r.version, r.updated_at) for r in conn.execute(
-            select(TaskRow.task_id, TaskRow.version, TaskRow.updated_at).where(TaskRow.model_name == store.name))}
+            select(TaskRow.task_id, TaskRow.version, TaskRow.updated_at).where(TaskRow.model_name == reader.name))}
     _post(c, "b", *regression_batch(rng))
-    with store.engine.connect() as conn:
+    with reader.engine.connect() as conn:
         after = {r.task_id: (r.version, r.updated_at) for r in conn.execute(
-            select(TaskRow.task_id, TaskRow.version, TaskRow.updated_at).where(TaskRow.model_name == store.name))}
+            select(TaskRow.task_id, TaskRow.version, TaskRow.updated_at).where(TaskRow.model_name == reader.name))}
         batches = conn.execute(select(BatchRow.task_id, BatchRow.version, BatchRow.n_samples)
-                               .where(BatchRow.model_name == store.name).order_by(BatchRow.version)).all()
+                               .where(BatchRow.model_name == reader.name).order_by(BatchRow.version)).all()
     assert after["a"] == before["a"] and after["c"] == before["c"]
     assert after["b"][0] == 4
     assert [(b.task_id, b.version, b.n_samples) for b in batches] == [("a", 1, 12), ("b", 2, 12), ("c", 3, 12), ("b", 4, 12)]
@@ -122,15 +122,15 @@ def test_reload_is_exact_and_raw_batches_replay_to_the_same_model(backend_client
     assert after == before  # bit for bit (floats round-trip exactly through JSON)
 
     # The append-only batch table alone rebuilds the same model.
-    store = fresh.app.state.store
-    from service.store import make_learner
+    reader = fresh.app.state.model.reader
+    from service.learners import make_learner
 
-    learner = make_learner(store.snapshot().info["settings"])
-    for b in store.batches():
+    learner = make_learner(reader.snapshot().info["settings"])
+    for b in reader.batches():
         learner.learn(b["task_id"], b["X"], b["y"])
     for t in "abcd":
         assert learner.predict(t, np.array(probe)).tolist() == before[t]["predictions"]
-    assert core.load_state(store.snapshot().learner.get_state()).get_params() == learner.get_params()
+    assert core.load_state(reader.snapshot().learner.get_state()).get_params() == learner.get_params()
 
 
 def test_a_reader_follows_another_writer(make_client, request):
@@ -155,24 +155,24 @@ def test_a_database_of_format_1_task_rows_is_read_and_upgraded_one_task_at_a_tim
     rewrites only its own task in format 2 (sufficient statistics, constant size)."""
     c = backend_client
     s = c.app.state.settings
-    store = c.app.state.store
+    reader = c.app.state.model.reader
     rng = np.random.default_rng(12)
     for i, task in enumerate(["a", "b", "a", "c"]):
         _post(c, task, *regression_batch(rng, n=9 + i, task=i))
     probe = rng.normal(size=(4, 4)).tolist()
     before = {t: c.post("/predict", json={"task_id": t, "X": probe}).json()["predictions"] for t in "abc"}
-    with store.engine.begin() as conn:  # turn the stored model back into format 1
+    with reader.engine.begin() as conn:  # turn the stored model back into format 1
         rows = {}
-        for b in store.batches():
+        for b in reader.batches():
             X, y = rows.get(b["task_id"], (np.zeros((0, 4)), np.zeros(0)))
             rows[b["task_id"]] = (np.vstack([X, b["X"]]), np.concatenate([y, b["y"]]))
-        for r in conn.execute(select(TaskRow.task_id, TaskRow.arrays).where(TaskRow.model_name == store.name)).all():
+        for r in conn.execute(select(TaskRow.task_id, TaskRow.arrays).where(TaskRow.model_name == reader.name)).all():
             assert {"gram", "moment", "n"} <= set(r.arrays) and "X" not in r.arrays
             arrays = {k: v for k, v in r.arrays.items() if k not in ("gram", "moment", "n")}
             X, y = rows[r.task_id]
-            conn.execute(update(TaskRow).where(TaskRow.model_name == store.name, TaskRow.task_id == r.task_id)
+            conn.execute(update(TaskRow).where(TaskRow.model_name == reader.name, TaskRow.task_id == r.task_id)
                          .values(arrays={"X": X, "y": y, **arrays}))
-        conn.execute(update(ModelRow).where(ModelRow.name == store.name).values(format_version=1))
+        conn.execute(update(ModelRow).where(ModelRow.name == reader.name).values(format_version=1))
 
     if s.DATABASE_URL:
         fresh = make_client("postgres", _request=request, MODEL_NAME=s.MODEL_NAME, REDIS_PREFIX=s.REDIS_PREFIX)
@@ -182,16 +182,16 @@ def test_a_database_of_format_1_task_rows_is_read_and_upgraded_one_task_at_a_tim
         got = fresh.post("/predict", json={"task_id": t, "X": probe}).json()["predictions"]
         np.testing.assert_allclose(got, before[t], rtol=1e-10)
     _post(fresh, "b", *regression_batch(rng, n=7, task=1))
-    with store.engine.connect() as conn:
+    with reader.engine.connect() as conn:
         kept = {r.task_id: set(r.arrays) for r in conn.execute(
-            select(TaskRow.task_id, TaskRow.arrays).where(TaskRow.model_name == store.name))}
-        version = conn.execute(select(ModelRow.format_version).where(ModelRow.name == store.name)).scalar()
+            select(TaskRow.task_id, TaskRow.arrays).where(TaskRow.model_name == reader.name))}
+        version = conn.execute(select(ModelRow.format_version).where(ModelRow.name == reader.name)).scalar()
     assert "gram" in kept["b"] and "X" not in kept["b"] and "X" in kept["a"] and "X" in kept["c"]
     assert version == core.STATE_FORMAT_VERSION == 2
-    from service.store import make_learner
+    from service.learners import make_learner
 
-    replay = make_learner(fresh.app.state.store.snapshot().info["settings"])
-    for b in fresh.app.state.store.batches():
+    replay = make_learner(fresh.app.state.model.reader.snapshot().info["settings"])
+    for b in fresh.app.state.model.reader.batches():
         replay.learn(b["task_id"], b["X"], b["y"])
     for t in "abc":
         got = fresh.post("/predict", json={"task_id": t, "X": probe}).json()["predictions"]

@@ -16,15 +16,15 @@ pytestmark = pytest.mark.slow
 def replay_predictions(env: dict, probe: dict) -> list[float]:
     from service.config import Settings
     from service.db import make_engine
-    from service.locks import LocalLocks
-    from service.store import ModelStore, make_learner
+    from service.learners import make_learner
+    from service.reads import ModelReader
 
     settings = Settings(_env_file=None, DATABASE_URL=env["DATABASE_URL"], MODEL_NAME=env["MODEL_NAME"])
-    store = ModelStore(make_engine(settings), LocalLocks(1, 1), settings.MODEL_NAME, {})
-    learner = make_learner(store.model_info()["settings"])
-    for b in store.batches():
+    reader = ModelReader(make_engine(settings), settings.MODEL_NAME)
+    learner = make_learner(reader.model_info()["settings"])
+    for b in reader.batches():
         learner.learn(b["task_id"], b["X"], b["y"])
-    store.engine.dispose()
+    reader.engine.dispose()
     return learner.predict(probe["task_id"], np.array(probe["X"])).tolist()
 
 

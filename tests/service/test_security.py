@@ -1,9 +1,8 @@
-"""API keys, limits, no leaks, metrics and structured logs."""
+"""API keys, limits, no leaks (metrics and logs: test_observability.py)."""
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 
 import numpy as np
 import pytest
@@ -164,68 +163,3 @@ def test_redactor_scrubs_keys_and_url_passwords():
     text = red("db postgresql+psycopg://u:p%40ss@h:5432/db pw p@ss redis rpw123 keys k1-abc k2-def")
     for secret in ("p%40ss", "p@ss", "rpw123", "k1-abc", "k2-def"):
         assert secret not in text
-
-
-# ----------------------------------------------------------------------------- observability
-def metric(c, name: str, **labels) -> float:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    total = 0.0
-    for fam in text_string_to_metric_families(c.get("/metrics").text):
-        for s in fam.samples:
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                total += s.value
-    return total
-
-
-def test_metrics(make_client):
-    c = make_client(MAX_ROWS_PER_BATCH=20, API_WRITE_KEYS=WRITE, API_READ_KEYS=READ)
-    before = {k: metric(c, *k) for k in [("fcl3_update_duration_seconds_count",), ("fcl3_predictions_total",),
-                                         ("fcl3_lock_wait_seconds_count",)]}
-    refused = {s: metric(c, "fcl3_refused_requests_total", reason=s) for s in ("401", "403", "404", "413", "422")}
-    w = auth(WRITE)
-    assert c.post("/tasks/a/data", json=batch(0), headers=w).status_code == 200
-    assert c.post("/tasks/b/data", json=batch(1), headers=w).status_code == 200
-    assert c.post("/predict", json={"task_id": "a", "X": [[0, 0, 0, 0]] * 3}, headers=w).status_code == 200
-    assert c.get("/model").status_code == 401
-    assert c.post("/tasks/a/data", json=batch(), headers=auth(READ)).status_code == 403
-    assert c.get("/tasks/zzz", headers=w).status_code == 404
-    assert c.post("/tasks/a/data", json=batch(n=21), headers=w).status_code == 413
-    assert c.post("/tasks/a/data", json={"X": [[1]], "y": [1]}, headers=w).status_code == 422
-    assert metric(c, "fcl3_update_duration_seconds_count") == before[("fcl3_update_duration_seconds_count",)] + 2
-    assert metric(c, "fcl3_lock_wait_seconds_count") >= before[("fcl3_lock_wait_seconds_count",)] + 2
-    assert metric(c, "fcl3_predictions_total") == before[("fcl3_predictions_total",)] + 3
-    for status in refused:
-        assert metric(c, "fcl3_refused_requests_total", reason=status) == refused[status] + 1, status
-    assert metric(c, "fcl3_model_version") == 2
-    assert metric(c, "fcl3_tasks") == 2
-    assert metric(c, "fcl3_representatives") == c.get("/model", headers=w).json()["n_representatives"]
-
-
-def test_request_and_update_log_lines_with_request_id(make_client, capsys):
-    c = make_client()
-    capsys.readouterr()
-    r = c.post("/tasks/t/data", json=batch(), headers={"X-Request-ID": "abc-123"})
-    assert r.headers["x-request-id"] == "abc-123"
-    lines = [json.loads(x) for x in capsys.readouterr().err.splitlines() if x.startswith("{")]
-    req = [x for x in lines if x.get("event") == "request"]
-    upd = [x for x in lines if x.get("event") == "update"]
-    assert len(req) == 1 and len(upd) == 1, lines
-    assert req[0]["method"] == "POST" and req[0]["path"] == "/tasks/t/data" and req[0]["status"] == 200
-    assert req[0]["request_id"] == "abc-123" and req[0]["duration_ms"] > 0
-    assert upd[0]["request_id"] == "abc-123"
-    assert upd[0]["task"] == "t" and upd[0]["version"] == 1 and upd[0]["n_samples"] == 8
-    assert isinstance(upd[0]["new_representative"], bool) and upd[0]["duration_ms"] > 0
-    # unsafe or too long ids are replaced by a generated one
-    for bad in ("a b", "x" * 65, "<script>", "a/../b", "é".encode()):
-        r = c.get("/healthz", headers={"X-Request-ID": bad})
-        rid = r.headers["x-request-id"]
-        assert rid != bad and len(rid) == 32
-    assert len({c.get("/healthz").headers["x-request-id"] for _ in range(3)}) == 3
-
-
-def test_logger_is_json_and_redacted(make_client, capsys):
-    make_client(API_WRITE_KEYS=WRITE)
-    logging.getLogger("service.test").warning("oops %s", WRITE)
-    line = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
-    assert line["level"] == "WARNING" and WRITE not in line["message"] and "***" in line["message"]

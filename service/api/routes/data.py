@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Path
 
+from ... import usecases
+from ...responses import result_json
 from ...schemas import Batch, UpdateOut
-from ...store import result_json
-from ..deps import SettingsDep, StoreDep, check_size
+from ..deps import ModelDep, SettingsDep, check_size
 
 router = APIRouter(tags=["learning"])
 
@@ -19,9 +20,9 @@ ERRORS = {
 
 
 @router.post("/tasks/{task_id}/data", response_model=UpdateOut, responses=ERRORS)
-def post_batch(store: StoreDep, settings: SettingsDep, batch: Batch,
+def post_batch(model: ModelDep, settings: SettingsDep, batch: Batch,
                task_id: str = Path(..., min_length=1, max_length=200)) -> UpdateOut:
     """Learn a labelled batch for a new or known task; answers once the update is committed."""
     check_size(settings, len(batch.X), map(len, batch.X))
-    result, version = store.update(task_id, batch.X, batch.y)
+    result, version = usecases.learn(model, task_id, batch.X, batch.y)
     return UpdateOut(**result_json(result), version=version)

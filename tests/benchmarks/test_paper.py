@@ -2,9 +2,8 @@ import json
 import os
 
 import numpy as np
-import pytest
 
-from core import bench
+from benchmarks import paper as bench
 
 TINY = {"STL": {"mu": [1e-2, 1e-1]}, "ELLA": {"n_components": [2, 3]},
         "FCL3": {"gamma": [0.5]}, "CL3": {"gamma": [0.5]}, "FCL3-woDecoder": {"gamma": [0.5]}}
@@ -13,7 +12,7 @@ TINY = {"STL": {"mu": [1e-2, 1e-1]}, "ELLA": {"n_components": [2, 3]},
 def test_cli_disjoint_writes_json_and_plots(tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "GRIDS", TINY)
     out = tmp_path / "r.json"
-    models = ["STL", "ELLA-Rand", "ELLA-Info"] + (["FCL3-Rand", "FCL3-OneByOne"] if bench.FCL3 is not None else [])
+    models = ["STL", "ELLA-Rand", "ELLA-Info", "FCL3-Rand", "FCL3-OneByOne"]
     rc = bench.main(["--dataset", "disjoint", "--runs", "2", "--json", str(out), "--plots", str(tmp_path / "p"),
                      "--models", ",".join(models), "--quiet"])
     assert rc == 0
@@ -28,8 +27,7 @@ def test_cli_disjoint_writes_json_and_plots(tmp_path, monkeypatch):
             assert len(e["n_representatives"]["per_run"]) == 2 and len(e["representatives"]) == 2
     pngs = sorted(os.listdir(tmp_path / "p"))
     assert "disjoint_learned_tasks.png" in pngs and "disjoint_correlation.png" in pngs
-    if bench.FCL3 is not None:
-        assert "disjoint_FCL3-Rand_assignment.png" in pngs
+    assert "disjoint_FCL3-Rand_assignment.png" in pngs
     for p in pngs:
         assert (tmp_path / "p" / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -88,29 +86,32 @@ def test_onebyone_order_follows_clusters():
     assert sorted(order2) == sorted(ds.task_ids)
 
 
-def test_speed_mode_small(tmp_path):
-    speed = bench.speed_benchmark(configs=[(6, 2, 8)], n_samples=20, models=["ELLA-Rand"], progress=False)
-    e = speed["configs"][0]["models"]["ELLA-Rand"]
-    assert len(e["update_ms"]) == 8 and e["update_ms_median"] > 0
-    assert os.path.exists(bench.plot_speed(speed, str(tmp_path)))
+def test_no_tune_uses_the_classes_own_defaults(monkeypatch):
+    """--no-tune builds every model with no parameters (its class's defaults): nothing tuned."""
+    built = []
+    orig = bench.build
+
+    def spy(family, kind, params, seed):
+        built.append((family, dict(params)))
+        return orig(family, kind, params, seed)
+
+    monkeypatch.setattr(bench, "build", spy)
+    out = bench.run_benchmark("disjoint", runs=1, seed=0, models=["STL", "ELLA-Rand", "FCL3-Rand"],
+                              tune_params=False, progress=False)
+    assert sorted(f for f, _ in built) == ["ELLA", "FCL3", "STL"]  # one final fit each, no grid
+    assert all(p == {} for _, p in built)
+    assert all(e["params"] == [{}] for e in out["models"].values())
 
 
-def test_speed_mode_times_a_real_data_stream(tmp_path):
-    from tests.core.test_data import _write_npz
-
-    _write_npz(tmp_path / "school" / "school.npz", kind="regression", n_tasks=4, d=5)
-    speed = bench.speed_benchmark(configs=[], models=["FCL3-Rand"], progress=False, datasets=("school",),
-                                  data_dir=str(tmp_path), dataset_components=(2,))
-    (cfg,) = speed["configs"]
-    assert cfg["data"] == "school" and cfg["n_features"] == 5 and cfg["n_components"] == 2
-    e = cfg["models"]["FCL3-Rand"]
-    assert len(e["update_ms"]) == 4 and e["update_cpu_ms_median"] >= 0 and 1 <= e["n_active_components"] <= 2
-    assert "school" in bench.format_speed(speed)
+def test_grid_points_modify_the_defaults(monkeypatch):
+    """A tuned model gets the grid point (plus STL's mu when its grid has none), nothing else."""
+    grids = {**TINY, "ELLA": {"n_components": [2, 3]}}
+    monkeypatch.setattr(bench, "GRIDS", grids)
+    out = bench.run_benchmark("disjoint", runs=1, seed=0, models=["ELLA-Rand"], progress=False)
+    (params,) = out["models"]["ELLA-Rand"]["params"]
+    assert set(params) == {"mu", "n_components"} and params["mu"] in TINY["STL"]["mu"]
 
 
-def test_speed_mode_names_a_missing_data_set_before_timing_anything(tmp_path, capsys):
-    code = bench.main(["--speed", "--speed-data", "school", "--data-dir", str(tmp_path), "--quiet",
-                       "--models", "FCL3-Rand"])
-    assert code == 2
-    err = capsys.readouterr().err
-    assert "school" in err and str(tmp_path) in err
+def test_unknown_model_is_a_clear_error(capsys):
+    assert bench.main(["--dataset", "disjoint", "--runs", "1", "--models", "STL,Nope", "--quiet"]) == 2
+    assert "Nope" in capsys.readouterr().err

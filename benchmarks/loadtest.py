@@ -1,8 +1,8 @@
 """Load and soak test over loopback: mixed predictions/updates against real uvicorn processes
 on one PostgreSQL and one Redis.
 
-    python -m service.loadtest [--seconds 180] [--clients 16] [--update-fraction 0.05]
-                               [--topologies 1x2,3x1] [--tasks 8] [--rows 10] [--d 8] [--json out.json]
+    python -m benchmarks.loadtest [--seconds 180] [--clients 16] [--update-fraction 0.05]
+                                  [--topologies 1x2,3x1] [--tasks 8] [--rows 10] [--d 8] [--json out.json]
 
 A topology ``PxW`` is P API processes (``uvicorn service.main:app`` each on its own port),
 each with W workers, all on the same throwaway PostgreSQL database (made on
@@ -36,11 +36,8 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import random
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -51,31 +48,13 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from service.bench import create_throwaway_database, drop_throwaway_backend, free_port
+from .common import http_request, machine, matplotlib_pyplot, pct, progress_bar
+from .launcher import Server, create_throwaway_database, drop_throwaway_backend, migrate, redis_prefix
 
-ROOT = Path(__file__).resolve().parents[1]
 WRITE_KEY, READ_KEY = f"load-write-{uuid.uuid4().hex}", f"load-read-{uuid.uuid4().hex}"
 
 
 # ----------------------------------------------------------------------------- processes and memory
-def children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                if int(fields[1]) == pid:
-                    out.append(int(entry))
-            except (OSError, IndexError, ValueError):
-                pass
-    return out
-
-
-def rss_mb(pid: int) -> float | None:
-    return proc_memory(pid).get("rss_mb")
-
-
 def proc_memory(pid: int) -> dict[str, float]:
     """VmRSS, RssAnon (MB) and thread count of a process from /proc (empty if it is gone)."""
     keys = {"VmRSS:": "rss_mb", "RssAnon:": "anon_mb", "Threads:": "threads"}
@@ -92,75 +71,25 @@ def proc_memory(pid: int) -> dict[str, float]:
     return out
 
 
-def worker_pids(master: int) -> list[int]:
-    """uvicorn --workers N: the master's children running the app (not the resource tracker etc.)."""
-    kids = []
-    for pid in children(master):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"multiprocessing.resource_tracker" not in cmd and b"semaphore_tracker" not in cmd:
-            kids.append(pid)
-    return kids or [master]  # --workers 1: the master serves
+class Api(Server):
+    """One API process of a topology: its own Prometheus multiprocess directory, no access
+    log, ready once ``/readyz`` answers and every worker exists."""
 
-
-class Api:
     def __init__(self, env: dict, workers: int, log: Path):
-        self.port = free_port()
-        self.workers = workers
-        self.env = {**env, "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(prefix="fcl3-prom-")}
-        self.log = log
-        self.proc: subprocess.Popen | None = None
+        super().__init__({**env, "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(prefix="fcl3-prom-")},
+                         workers=workers, log_path=log, access_log=False)
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> "Api":
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "service.main:app", "--host", "127.0.0.1", "--port", str(self.port),
-             "--workers", str(self.workers), "--log-level", "warning", "--no-access-log"],
-            cwd=ROOT, env=self.env, stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
-        for _ in range(600):
-            try:
-                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        else:
-            raise RuntimeError(f"API did not start; see {self.log}")
-        if self.workers > 1:  # wait until every worker is up
-            for _ in range(100):
-                if len(worker_pids(self.proc.pid)) >= self.workers:
-                    break
-                time.sleep(0.1)
+    def start(self, timeout: float = 60.0) -> "Api":
+        super().start(timeout)
+        self.wait_workers()
         return self
 
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+    def stop(self, timeout: float = 20.0) -> None:
+        super().stop(timeout)
         shutil.rmtree(self.env["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
 
 
 # ----------------------------------------------------------------------------- load generator
-async def _request(reader, writer, head: bytes, body: bytes = b"") -> tuple[int, bytes]:
-    writer.write(head + body)
-    raw = await reader.readuntil(b"\r\n\r\n")
-    status = int(raw.split(b" ", 2)[1])
-    length = 0
-    for line in raw.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            length = int(line.split(b":", 1)[1])
-    return status, await reader.readexactly(length)
-
-
 async def client_loop(i: int, port: int, deadline: float, args, rec: dict, rng: random.Random, rows_for):
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     host = f"Host: 127.0.0.1:{port}\r\n"
@@ -173,7 +102,7 @@ async def client_loop(i: int, port: int, deadline: float, args, rec: dict, rng: 
                 head = (f"POST /tasks/{task}/data HTTP/1.1\r\n{host}Authorization: Bearer {WRITE_KEY}\r\n"
                         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
                 t0 = time.perf_counter()
-                status, payload = await _request(reader, writer, head, body)
+                status, payload = await http_request(reader, writer, head, body)
                 rec["update_ms"].append((time.perf_counter() - t0) * 1e3)
                 rec["status"][f"update {status}"] = rec["status"].get(f"update {status}", 0) + 1
                 if status == 200:
@@ -184,7 +113,7 @@ async def client_loop(i: int, port: int, deadline: float, args, rec: dict, rng: 
                 head = (f"GET /predict?task_id={task}&x={x} HTTP/1.1\r\n{host}"
                         f"Authorization: Bearer {READ_KEY}\r\n\r\n").encode()
                 t0 = time.perf_counter()
-                status, _ = await _request(reader, writer, head)
+                status, _ = await http_request(reader, writer, head)
                 rec["predict_ms"].append((time.perf_counter() - t0) * 1e3)
                 rec["status"][f"predict {status}"] = rec["status"].get(f"predict {status}", 0) + 1
     finally:
@@ -211,10 +140,6 @@ def run_load(ports: list[int], args, seconds: float) -> tuple[dict, float]:
     t0 = time.perf_counter()
     asyncio.run(main())
     return rec, time.perf_counter() - t0
-
-
-def pct(values, q):
-    return round(float(np.percentile(values, q)), 2) if values else None
 
 
 def _slope_per_min(ts, ms) -> float:
@@ -248,13 +173,14 @@ def rss_summary(samples: list[dict], warmup: float, half: float, ack_times: list
 
 def run_topology(processes: int, workers: int, args, base_env: dict, logdir: Path) -> dict:
     dbname, db_url = create_throwaway_database(args.pg_admin_url, "load")
-    prefix = f"fcl3load:{uuid.uuid4().hex[:8]}:"
+    prefix = redis_prefix("load")
     env = {**base_env, "DATABASE_URL": db_url, "REDIS_PREFIX": prefix}
     apis: list[Api] = []
     try:
-        subprocess.run([sys.executable, "-m", "alembic", "upgrade", "head"], cwd=ROOT, env=env, check=True,
-                       capture_output=True)
-        apis = [Api(env, workers, logdir / f"api-{processes}x{workers}-{k}.log").start() for k in range(processes)]
+        migrate(env)
+        for k in range(processes):  # appended before starting: a failed start is stopped too
+            apis.append(Api(env, workers, logdir / f"api-{processes}x{workers}-{k}.log"))
+            apis[-1].start()
         # every task learned once, so that predictions have something to answer
         seed_acks = []
         with httpx.Client(timeout=30, headers={"Authorization": f"Bearer {WRITE_KEY}"}) as c:
@@ -267,9 +193,11 @@ def run_topology(processes: int, workers: int, args, base_env: dict, logdir: Pat
                 r.raise_for_status()
                 seed_acks.append((f"task-{t}", args.rows, r.json()["version"]))
 
-        pids = {f"api{k}/pid{p}": p for k, a in enumerate(apis) for p in worker_pids(a.proc.pid)}
+        pids = {f"api{k}/pid{p}": p for k, a in enumerate(apis) for p in a.worker_pids()}
         samples: dict[str, list[dict]] = {name: [] for name in pids}
         stop = threading.Event()
+        bar = progress_bar(total=round(args.seconds), desc=f"load {processes}x{workers}", unit="s",
+                           enabled=not args.quiet)
         t_start = time.monotonic()
 
         def sampler():
@@ -279,6 +207,7 @@ def run_topology(processes: int, workers: int, args, base_env: dict, logdir: Pat
                     m = proc_memory(pid)
                     if m.get("rss_mb") is not None:
                         samples[name].append({"t": round(now, 2), **m})
+                bar.update(min(round(now), bar.total) - bar.n)
                 stop.wait(args.rss_every)
 
         th = threading.Thread(target=sampler, daemon=True)
@@ -286,6 +215,8 @@ def run_topology(processes: int, workers: int, args, base_env: dict, logdir: Pat
         rec, elapsed = run_load([a.port for a in apis], args, args.seconds)
         stop.set()
         th.join()
+        bar.update(bar.total - bar.n)
+        bar.close()
 
         # zero lost updates
         acks = seed_acks + rec["acks"]
@@ -333,11 +264,7 @@ def run_topology(processes: int, workers: int, args, base_env: dict, logdir: Pat
 def plot_rss(results: dict, path: str) -> str:
     """Every worker's RSS against time, one panel per topology, with the warm-up shaded:
     flat lines are the claim, so the figure shows them with the committed-update count."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = matplotlib_pyplot()
     runs = results["runs"]
     fig, axes = plt.subplots(1, len(runs), figsize=(6.5 * len(runs), 3.8), squeeze=False)
     for ax, run in zip(axes[0], runs):
@@ -359,7 +286,8 @@ def plot_rss(results: dict, path: str) -> str:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.loadtest", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=180.0, help="duration of each topology's run")
     ap.add_argument("--clients", type=int, default=16, help="concurrent keep-alive clients")
     ap.add_argument("--update-fraction", type=float, default=0.05)
@@ -377,6 +305,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--plot", default=None, help="draw every worker's RSS over time to this PNG")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
 
     base_env = {**os.environ, "REDIS_URL": args.redis_url, "FCL3_ESTIMATOR": args.estimator,
@@ -386,9 +315,8 @@ def main(argv=None) -> dict:
                 "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     logdir = Path(tempfile.mkdtemp(prefix="fcl3-loadtest-"))
     results = {
-        "command": "python -m service.loadtest " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
-                    "loadavg_at_start": os.getloadavg()},
+        "command": "python -m benchmarks.loadtest " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": {**machine(), "loadavg_at_start": os.getloadavg()},
         "setup": {"clients": args.clients, "update_fraction": args.update_fraction, "tasks": args.tasks,
                   "rows_per_update": args.rows, "d": args.d, "estimator": args.estimator, "kind": args.kind,
                   "params": json.loads(args.params), "database": "postgresql", "lock": "redis",

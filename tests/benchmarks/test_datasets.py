@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from core.data import ENV_VAR, load_dataset, load_real, make_disjoint
+from benchmarks.datasets import ENV_VAR, load_dataset, load_real, make_disjoint
 
 
 def test_disjoint_shape_seed_and_structure():

@@ -1,4 +1,5 @@
-"""Data sets of the paper: the synthetic Disjoint generator and loaders for the real data.
+"""Data sets of the paper's benchmark: the synthetic Disjoint generator and loaders for the
+real data.
 
 The real data sets (School, Landmine, Parkinson) are read from ``<data_dir>/<name>/<name>.npz``
 (layout in ``../shared/data/README.md``); they are never copied into the repository. The
@@ -73,13 +74,11 @@ def make_disjoint(
       ``n_shared`` features carry only task-specific weights, so tasks of different clusters
       are (nearly) uncorrelated and tasks of one cluster strongly correlated.
     * Inputs ``x ~ N(0, I)``, targets ``y = x'w + eps``, ``eps ~ N(0, sigma^2)`` with
-      ``sigma = noise * std(noise-free targets over all tasks)``. The paper's RMSEs (STL 0.96,
-      ELLA 0.77, FCL3 0.71, apparently in standardised units) imply heavy label noise. With
-      ``noise = 1`` the best possible standardised RMSE is already 0.707, leaving no room
-      between the methods; the default ``noise = 0.5`` (noise std half the signal's; best
-      possible standardised RMSE 0.447) gave, with 3 runs of the tuned benchmark, STL 0.874,
-      ELLA-Rand 0.759 standardised RMSE (paper: 0.957, 0.767); ``noise = 1`` gave 0.973, 0.926
-      and ``noise = 0.25`` 0.803, 0.525.
+      ``sigma = noise * std(noise-free targets over all tasks)``. The paper's errors, apparently
+      in standardised units, imply heavy label noise. With ``noise = 1`` the best possible
+      standardised RMSE is already ``1/sqrt(2)`` (0.707), which leaves no room between the
+      methods; the default ``noise = 0.5`` (noise std half the signal's) puts that floor at
+      ``1/sqrt(5)`` (0.447), so that sharing between tasks can show.
     * Seeded by ``random_state``; the tasks are returned cluster by cluster.
     """
     rng = np.random.default_rng(random_state)

@@ -1,7 +1,7 @@
 """Service benchmark over HTTP on loopback, with PostgreSQL and Redis.
 
-    python -m service.bench [--updates 200] [--tasks 20] [--rows 20] [--d 10]
-                            [--seconds 5] [--concurrency 16] [--workers 1] [--json out.json]
+    python -m benchmarks.service [--updates 200] [--tasks 20] [--rows 20] [--d 10]
+                                 [--seconds 5] [--concurrency 16] [--workers 1] [--json out.json]
 
 Starts ``uvicorn service.main:app`` on a throwaway PostgreSQL database (created on
 ``--pg-admin-url``, dropped at the end) with the Redis lock, then measures in one run:
@@ -21,27 +21,23 @@ import argparse
 import asyncio
 import json
 import os
-import platform
-import signal
-import socket
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import httpx
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+import core
 
-
-def percentile(values, q):
-    return float(np.percentile(np.asarray(values), q))
+from .common import http_request, machine, percentile, progress_bar
+from .launcher import Server, create_throwaway_database, drop_throwaway_backend, migrate, redis_prefix
 
 
 def make_stream(n_updates: int, n_tasks: int, rows: int, d: int, seed: int = 0):
+    """``n_updates`` regression batches cycling over ``n_tasks`` tasks around 3 centres."""
     rng = np.random.default_rng(seed)
     centres = rng.normal(size=(3, d))
     W = {t: centres[t % 3] + 0.1 * rng.normal(size=d) for t in range(n_tasks)}
@@ -60,14 +56,7 @@ async def _http_get_loop(host, port, path, deadline, counts, idx):
     n = bad = 0
     try:
         while time.perf_counter() < deadline:
-            writer.write(request)
-            head = await reader.readuntil(b"\r\n\r\n")
-            status = int(head.split(b" ", 2)[1])
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":", 1)[1])
-            await reader.readexactly(length)
+            status, _ = await http_request(reader, writer, request)
             n += 1
             bad += status != 200
     finally:
@@ -76,6 +65,7 @@ async def _http_get_loop(host, port, path, deadline, counts, idx):
 
 
 def get_rps(host, port, path, seconds, concurrency) -> dict:
+    """GET ``path`` on ``concurrency`` keep-alive connections for ``seconds``: requests/s."""
     async def run():
         counts = [None] * concurrency
         start = time.perf_counter()
@@ -89,40 +79,9 @@ def get_rps(host, port, path, seconds, concurrency) -> dict:
     return {"requests": total, "non_200": bad, "seconds": round(elapsed, 3), "rps": round(total / elapsed, 1)}
 
 
-def create_throwaway_database(pg_admin_url: str, tag: str) -> tuple[str, str]:
-    """Create an empty PostgreSQL database for one benchmark run; returns (name, SQLAlchemy URL)."""
-    import psycopg
-
-    dbname = f"fcl3_{tag}_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{dbname}"')
-    return dbname, "postgresql+psycopg://" + pg_admin_url.split("://", 1)[1].rsplit("/", 1)[0] + f"/{dbname}"
-
-
-def drop_throwaway_backend(pg_admin_url: str, dbname: str, redis_url: str, prefix: str) -> None:
-    """Drop the run's database and delete its Redis keys (best effort for Redis)."""
-    import psycopg
-
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-    try:
-        import redis
-
-        r = redis.Redis.from_url(redis_url)
-        for key in r.scan_iter(match=prefix + "*"):
-            r.delete(key)
-    except Exception:  # noqa: BLE001
-        pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.service", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--updates", type=int, default=200)
     ap.add_argument("--tasks", type=int, default=20)
     ap.add_argument("--rows", type=int, default=20, help="rows per batch")
@@ -135,43 +94,31 @@ def main(argv=None) -> dict:
     ap.add_argument("--pg-admin-url", default="postgresql://postgres@127.0.0.1:5432/test")
     ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
 
-    from service.config import Settings
-    from service.store import make_learner
-
+    params = json.loads(args.params)
+    if args.estimator not in core.LEARNERS:
+        ap.error(f"--estimator {args.estimator!r}: choose from {', '.join(core.LEARNERS)}")
     dbname, db_url = create_throwaway_database(args.pg_admin_url, "bench")
-    prefix = f"fcl3bench:{uuid.uuid4().hex[:8]}:"
+    prefix = redis_prefix("bench")
     env = {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": args.redis_url, "REDIS_PREFIX": prefix,
            "FCL3_ESTIMATOR": args.estimator, "FCL3_PARAMS": args.params, "FCL3_KIND": "regression",
            "AUTO_CREATE_SCHEMA": "false", "MODEL_NAME": "bench"}
-    proc = None
+    log = Path(tempfile.mkdtemp(prefix="fcl3-bench-")) / "uvicorn.log"
+    server = Server(env, workers=args.workers, log_path=log, access_log=False)
     results: dict = {}
     try:
-        subprocess.run([sys.executable, "-m", "alembic", "upgrade", "head"], cwd=ROOT, env=env, check=True,
-                       capture_output=True)
-        port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "service.main:app", "--host", "127.0.0.1",
-                                 "--port", str(port), "--workers", str(args.workers), "--log-level", "warning",
-                                 "--no-access-log"], cwd=ROOT, env=env, start_new_session=True)
-        base = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                if httpx.get(base + "/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        else:
-            raise RuntimeError("server did not start")
+        migrate(env)
+        server.start(timeout=30)
+        base = server.url
 
         stream = make_stream(args.updates, args.tasks, args.rows, args.d)
-        settings = Settings(_env_file=None, FCL3_ESTIMATOR=args.estimator, FCL3_PARAMS=json.loads(args.params))
 
-        # 1. bare engine: the same batches, same order
-        learner = make_learner(settings.model_settings())
+        # 1. bare engine, built as the service builds it: the same batches, same order
+        learner = core.LEARNERS[args.estimator](kind="regression", **params)
         engine_ms = []
-        for task, X, y in stream:
+        for task, X, y in progress_bar(stream, desc="engine updates", enabled=not args.quiet):
             t0 = time.perf_counter()
             learner.learn(task, X, y)
             engine_ms.append((time.perf_counter() - t0) * 1e3)
@@ -179,7 +126,7 @@ def main(argv=None) -> dict:
         # 2. the same over HTTP (commit to PostgreSQL under the Redis lock before the answer)
         http_ms = []
         with httpx.Client(base_url=base, timeout=60) as client:
-            for task, X, y in stream:
+            for task, X, y in progress_bar(stream, desc="HTTP updates", enabled=not args.quiet):
                 body = {"X": X.tolist(), "y": y.tolist()}
                 t0 = time.perf_counter()
                 r = client.post(f"/tasks/{task}/data", json=body)
@@ -199,15 +146,18 @@ def main(argv=None) -> dict:
             n += 1
         engine_pps = n / (time.perf_counter() - t0)
         predict_path = f"/predict?task_id=task-0&x={row}"
-        predict = get_rps("127.0.0.1", port, predict_path, args.seconds, args.concurrency)
-        trivial = get_rps("127.0.0.1", port, "/healthz", args.seconds, args.concurrency)
+        if not args.quiet:
+            print(f"requests/s: GET /predict then GET /healthz, {args.seconds:g} s each ...", file=sys.stderr)
+        predict = get_rps("127.0.0.1", server.port, predict_path, args.seconds, args.concurrency)
+        trivial = get_rps("127.0.0.1", server.port, "/healthz", args.seconds, args.concurrency)
 
         results = {
-            "command": "python -m service.bench " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+            "command": "python -m benchmarks.service " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "machine": machine(),
             "setup": {"updates": args.updates, "tasks": args.tasks, "rows_per_batch": args.rows, "d": args.d,
-                      "estimator": args.estimator, "params": json.loads(args.params), "uvicorn_workers": args.workers,
-                      "concurrency": args.concurrency, "database": "postgresql", "lock": "redis"},
+                      "estimator": args.estimator, "params": params, "uvicorn_workers": args.workers,
+                      "concurrency": args.concurrency, "database": "postgresql", "lock": "redis",
+                      "server_log": str(log)},
             "update_ms": {
                 "http_p50": round(percentile(http_ms, 50), 2), "http_p99": round(percentile(http_ms, 99), 2),
                 "engine_p50": round(percentile(engine_ms, 50), 2), "engine_p99": round(percentile(engine_ms, 99), 2),
@@ -219,9 +169,7 @@ def main(argv=None) -> dict:
             "trivial_endpoint_rps": trivial["rps"],
         }
     finally:
-        if proc is not None and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(15)
+        server.stop(timeout=15)
         drop_throwaway_backend(args.pg_admin_url, dbname, args.redis_url, prefix)
 
     print(json.dumps(results, indent=2))

@@ -1,8 +1,9 @@
 """The paper's benchmark (Table 2 and its figures), run from the command line::
 
-    python -m core.bench --dataset school --runs 10 --json out.json --plots figs/ [--seed 0]
-           [--data-dir DIR] [--models STL,ELLA-Rand] [--no-tune]
-    python -m core.bench --speed --json speed.json --plots figs/
+    python -m benchmarks.paper --dataset school --runs 10 --json out.json --plots figs/ [--seed 0]
+           [--data-dir DIR] [--models STL,ELLA-Rand] [--no-tune] [--val-splits 3] [--quiet]
+
+(update times against the number of tasks learned: :mod:`benchmarks.speed`.)
 
 Protocol (the paper's, with the decisions it leaves open written down):
 
@@ -10,7 +11,7 @@ Protocol (the paper's, with the decisions it leaves open written down):
   (``floor(n/2)`` training rows, as ELLA v1.0's demo does).
 * **Order**: tasks are presented one at a time. ``-Rand`` models (and STL) see one random
   permutation per run, shared between them. ``ELLA-Info`` picks each next task itself among
-  the remaining ones with :meth:`core.ella.ELLA.select_next` (InfoMax on their training
+  the remaining ones with :meth:`core.ELLA.select_next` (InfoMax on their training
   halves). ``FCL3-OneByOne`` sees the tasks cluster by cluster: on Disjoint the true clusters;
   on the real data sets, where no clusters are known, the clusters found by k-means
   (``ONEBYONE_CLUSTERS`` clusters, on the unit-normalised STL task vectors learned from the
@@ -25,7 +26,8 @@ Protocol (the paper's, with the decisions it leaves open written down):
   other parameters (ELLA: ``n_components``; FCL3, CL3 and woDecoder, each on its own:
   ``lambda2`` and ``gamma``). ELLA-Info uses ELLA-Rand's choice and FCL3-OneByOne
   FCL3-Rand's (see :data:`SHARES_TUNING`; a model whose source is not run tunes its own grid).
-  ``--no-tune`` uses :data:`DEFAULTS` (the classes' own defaults).
+  ``--no-tune`` uses the classes' own defaults (what the service runs with); every grid
+  point modifies those defaults.
 * **Metric**: RMSE in the data set's own units (regression) or AUC in % (classification),
   averaged over tasks (tasks whose test half lacks a class are skipped for AUC), then
   mean ± standard error over runs. On Disjoint the standardised RMSE (RMSE divided by the
@@ -35,7 +37,6 @@ Protocol (the paper's, with the decisions it leaves open written down):
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -44,19 +45,15 @@ from typing import Any
 
 import numpy as np
 
-from .base import LifelongLearner
-from .data import DATASETS, Dataset, load_dataset
-from .ella import ELLA
-from .metrics import auc, mean_se, rmse
-from .stl import STL
+from core import CL3, ELLA, FCL3, STL, FCL3WithoutDecoder, LifelongLearner
+from core.metrics import auc, mean_se, rmse
 
-try:  # the FCL3 family lives in core/fcl3.py
-    from .fcl3 import CL3, FCL3, FCL3WithoutDecoder
-except ImportError:  # pragma: no cover - only while fcl3.py does not exist
-    FCL3 = CL3 = FCL3WithoutDecoder = None
+from .common import matplotlib_pyplot, progress_bar, write_json
+from .datasets import DATASETS, Dataset, load_dataset
 
 # --------------------------------------------------------------------------- settings
-#: Hyper-parameter grids, tuned per run on validation splits of the training halves.
+#: Hyper-parameter grids, tuned per run on validation splits of the training halves; every grid
+#: point modifies the class's own defaults.
 #: "STL" tunes the single-task ridge ``mu``; a model whose grid has no ``mu`` uses STL's choice.
 #: The other models tune two (ELLA) or three (the FCL3 family) parameters.
 GRIDS: dict[str, dict[str, list]] = {
@@ -70,14 +67,9 @@ GRIDS: dict[str, dict[str, list]] = {
     "CL3": {"mu": [1e-2, 1e-1, 1.0], "lambda2": [0.5, 1.0, 5.0], "gamma": [0.5, 2.0]},
     "FCL3-woDecoder": {"mu": [1e-2, 1e-1, 1.0], "lambda2": [0.5, 1.0, 5.0], "gamma": [0.5, 2.0]},
 }
-#: Settings used with ``--no-tune`` (and as the base every grid point modifies); empty means
-#: the class's own defaults (what the service runs with).
-DEFAULTS: dict[str, dict[str, Any]] = {
-    "STL": {},
-    "ELLA": {},
-    "FCL3": {},
-    "CL3": {},
-    "FCL3-woDecoder": {},
+#: Model family -> engine class.
+FAMILIES: dict[str, type[LifelongLearner]] = {
+    "STL": STL, "ELLA": ELLA, "FCL3": FCL3, "CL3": CL3, "FCL3-woDecoder": FCL3WithoutDecoder,
 }
 #: Model name -> (family, order). ``order`` is "rand", "info" or "onebyone".
 MODELS: dict[str, tuple[str, str]] = {
@@ -97,20 +89,17 @@ ONEBYONE_CLUSTERS = 3
 VALIDATION_FRACTION = 0.3
 
 
-def _family_class(family: str):
-    classes = {"STL": STL, "ELLA": ELLA, "FCL3": FCL3, "CL3": CL3, "FCL3-woDecoder": FCL3WithoutDecoder}
-    cls = classes[family]
-    if cls is None:
-        raise RuntimeError(f"model family {family} is not available (core/fcl3.py could not be imported)")
-    return cls
-
-
-def available_models() -> list[str]:
-    return [m for m, (fam, _) in MODELS.items() if fam not in FCL3_FAMILIES or FCL3 is not None]
-
-
 def build(family: str, kind: str, params: dict[str, Any], seed: int) -> LifelongLearner:
-    return _family_class(family)(kind=kind, random_state=int(seed), **params)
+    """A fresh learner of ``family``: the class's defaults modified by ``params``."""
+    return FAMILIES[family](kind=kind, random_state=int(seed), **params)
+
+
+def check_models(models: list[str]) -> list[str]:
+    """``models`` unchanged; :class:`ValueError` naming the first unknown one."""
+    for m in models:
+        if m not in MODELS:
+            raise ValueError(f"unknown model {m!r}; choose from {list(MODELS)}")
+    return models
 
 
 def _grid_points(grid: dict[str, list]) -> list[dict[str, Any]]:
@@ -240,22 +229,13 @@ def run_benchmark(
     grids = GRIDS if grids is None else grids
     ds = load_dataset(dataset, data_dir, random_state=seed)
     kind = ds.kind
-    models = available_models() if models is None else list(models)
-    for m in models:
-        if m not in MODELS:
-            raise ValueError(f"unknown model {m!r}; choose from {list(MODELS)}")
-        if m not in available_models():
-            raise ValueError(f"model {m!r} is not available (core/fcl3.py could not be imported)")
+    models = list(MODELS) if models is None else check_models(list(models))
     y_std = float(np.std(np.concatenate([y for _, y in ds.tasks])))
     per_model: dict[str, dict[str, Any]] = {m: {"scores": [], "std_scores": [], "update_ms": [], "params": [],
                                                "curves": [], "reps": [], "rep_tasks": [], "orders": []}
                                            for m in models}
     raw: dict[str, Any] = {"first_run": {}}
-    try:
-        from tqdm import tqdm
-        bar = tqdm(total=runs * len(models), desc=f"{dataset}", file=sys.stderr, disable=not progress)
-    except ImportError:  # pragma: no cover
-        bar = None
+    bar = progress_bar(total=runs * len(models), desc=f"{dataset}", enabled=progress)
     for r in range(runs):
         rng = np.random.default_rng([seed, r])
         run_seed = seed + r
@@ -265,7 +245,7 @@ def run_benchmark(
         order_rng = np.random.default_rng([seed, r, 1])
         chosen: dict[str, dict[str, Any]] = {}
         # the single-task ridge: tuned on STL (whether or not STL is reported)
-        stl_params = dict(DEFAULTS["STL"])
+        stl_params: dict[str, Any] = {}
         if tune_params:
             stl_params, _ = tune("STL", "rand", kind, folds, rand_order, stl_params, run_seed, grids["STL"])
         shared = {"mu": stl_params["mu"]} if "mu" in stl_params else {}
@@ -284,11 +264,11 @@ def run_benchmark(
             if family == "STL":
                 params = dict(stl_params)
             elif not tune_params:
-                params = dict(DEFAULTS[family])
+                params = {}
             elif name in SHARES_TUNING and SHARES_TUNING[name] in chosen:
                 params = chosen[SHARES_TUNING[name]]
             else:
-                base = {**DEFAULTS[family], **({} if "mu" in grids[family] else shared)}
+                base = {} if "mu" in grids[family] else dict(shared)
                 params, _ = tune(family, order_kind, kind, folds, order, base, run_seed, grids[family])
             chosen[name] = params
             model = build(family, kind, params, run_seed)
@@ -308,11 +288,9 @@ def run_benchmark(
             if r == 0:
                 raw["first_run"][name] = {"results": out["results"], "order": out["order"],
                                           "theta": {t: model.theta(t) for t in ds.task_ids}}
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix_str(f"run {r + 1}/{runs} {name} {score:.3f}")
-    if bar is not None:
-        bar.close()
+            bar.update(1)
+            bar.set_postfix_str(f"run {r + 1}/{runs} {name} {score:.3f}")
+    bar.close()
     summary: dict[str, Any] = {
         "dataset": dataset, "metric": "rmse" if kind == "regression" else "auc", "runs": runs, "seed": seed,
         "tuned": tune_params, "n_tasks": ds.n_tasks, "n_features": ds.n_features, "models": {},
@@ -343,20 +321,6 @@ def run_benchmark(
 
 
 # --------------------------------------------------------------------------- output
-def _json_clean(obj):
-    if isinstance(obj, dict):
-        return {str(k): _json_clean(v) for k, v in obj.items() if not str(k).startswith("_")}
-    if isinstance(obj, (list, tuple)):
-        return [_json_clean(v) for v in obj]
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if np.isfinite(obj) else None
-    if isinstance(obj, np.ndarray):
-        return _json_clean(obj.tolist())
-    return obj
-
-
 def format_table(summary: dict[str, Any]) -> str:
     metric = summary["metric"]
     head = "RMSE" if metric == "rmse" else "AUC %"
@@ -380,11 +344,7 @@ def format_table(summary: dict[str, Any]) -> str:
 
 def write_plots(summary: dict[str, Any], out_dir: str) -> list[str]:
     """Error vs tasks learned, Z^t heat-maps of the FCL3 models, Disjoint correlation matrices."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = matplotlib_pyplot()
     os.makedirs(out_dir, exist_ok=True)
     raw = summary["_raw"]
     ds: Dataset = raw["dataset"]
@@ -478,198 +438,35 @@ def write_plots(summary: dict[str, Any], out_dir: str) -> list[str]:
     return written
 
 
-# --------------------------------------------------------------------------- speed
-SPEED_CONFIGS = [  # (n_features, n_components, n_tasks, n_environments)
-    (28, 5, 150, 4),
-    (28, 20, 150, 4),
-    (28, 20, 150, 24),  # more environments than components: every column of D is in use
-    (128, 20, 60, 4),
-    (128, 20, 60, 24),
-]
-
-
-def speed_benchmark(configs=SPEED_CONFIGS, n_samples: int = 50, seed: int = 0, models=None,
-                    progress: bool = True, datasets: tuple[str, ...] = (), data_dir: str | None = None,
-                    dataset_components: tuple[int, ...] = (5, 20)) -> dict[str, Any]:
-    """Time single updates vs the number of tasks already learned on synthetic clustered data
-    and, for each name in ``datasets``, on that real data set's stream (every task whole, in
-    a seeded random order, with ``n_components`` in ``dataset_components``).
-
-    Synthetic tasks cycle through ``n_environments`` centres. With 4 environments FCL3 seeds
-    and uses only 4 of the ``p`` columns of ``D`` (the others decouple and cost nothing);
-    with 24 every column is in use, the worst case for the decoder solve. Wall-clock and
-    process CPU time are both recorded: on a shared machine CPU time is the steadier of the two.
-    """
-    models = [m for m in (models or ["FCL3-Rand", "ELLA-Rand"]) if m in available_models()]
-    real = [load_dataset(name, data_dir, random_state=seed) for name in datasets]  # a missing file fails now
-    out: dict[str, Any] = {"n_samples_per_task": n_samples, "blas_threads": _blas_threads(), "configs": []}
-    for config in configs:
-        d, p, T = config[:3]
-        n_env = config[3] if len(config) > 3 else 4
-        rng = np.random.default_rng([seed, d, p, n_env])
-        centers = rng.normal(size=(n_env, d))
-        tasks = []
-        for t in range(T):
-            w = centers[t % n_env] + 0.3 * rng.normal(size=d)
-            X = rng.normal(size=(n_samples, d))
-            tasks.append((X, X @ w + rng.normal(size=n_samples)))
-        cfg: dict[str, Any] = {"data": "synthetic", "n_features": d, "n_components": p, "n_tasks": T,
-                               "n_environments": n_env, "models": {}}
-        for name in models:
-            cfg["models"][name] = _time_stream(name, "regression", tasks, p, seed,
-                                               f"speed d={d} p={p} env={n_env} {name}", progress)
-        out["configs"].append(cfg)
-    for dataset, ds in zip(datasets, real):
-        order = np.random.default_rng(seed).permutation(ds.n_tasks)
-        tasks = [ds.tasks[i] for i in order]
-        for p in dataset_components:
-            cfg = {"data": dataset, "n_features": ds.n_features, "n_components": p, "n_tasks": ds.n_tasks,
-                   "n_environments": None, "models": {}}
-            for name in models:
-                cfg["models"][name] = _time_stream(name, ds.kind, tasks, p, seed,
-                                                   f"speed {dataset} p={p} {name}", progress)
-            out["configs"].append(cfg)
-    return out
-
-
-def _time_stream(name: str, kind: str, tasks, n_components: int, seed: int, label: str,
-                 progress: bool) -> dict[str, Any]:
-    """Learn ``tasks`` one at a time with model ``name`` and record each update's time."""
-    family, _ = MODELS[name]
-    model = build(family, kind, {"n_components": n_components}, seed)
-    times, cpu = [], []
-    it = range(len(tasks))
-    if progress:
-        from tqdm import tqdm
-        it = tqdm(it, desc=label, file=sys.stderr)
-    for t in it:
-        t0, c0 = time.perf_counter(), time.process_time()
-        model.learn(f"t{t}", *tasks[t])
-        times.append(1000.0 * (time.perf_counter() - t0))
-        cpu.append(1000.0 * (time.process_time() - c0))
-    times_a = np.array(times)
-    q = max(1, len(tasks) // 5)
-    entry = {"update_ms_median": float(np.median(times_a)), "update_ms_max": float(times_a.max()),
-             "update_cpu_ms_median": float(np.median(cpu)),
-             "median_first_fifth": float(np.median(times_a[:q])),
-             "median_last_fifth": float(np.median(times_a[-q:])), "update_ms": times}
-    res = getattr(model, "representatives", None)
-    if res is not None:
-        entry["n_representatives"] = len(res)
-    D = getattr(model, "D_", None)
-    if D is not None:
-        entry["n_active_components"] = int(np.sum(np.any(D != 0.0, axis=0)))
-    return entry
-
-
-def _blas_threads() -> str | None:
-    """The BLAS thread setting the timings ran under (set ``OPENBLAS_NUM_THREADS`` before
-    starting Python; the README's figures use 1)."""
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        if os.environ.get(var):
-            return f"{var}={os.environ[var]}"
-    return None
-
-
-def format_speed(speed: dict[str, Any]) -> str:
-    lines = [f"{'data':<10}{'d':>5}{'p':>4}{'env':>5}{'tasks':>7}  {'model':<12}{'median ms':>11}{'cpu ms':>8}{'max ms':>9}"
-             f"{'first 1/5':>11}{'last 1/5':>10}{'K':>4}{'cols':>6}"]
-    for cfg in speed["configs"]:
-        for name, e in cfg["models"].items():
-            env = cfg.get("n_environments")
-            lines.append(f"{cfg.get('data', 'synthetic'):<10}{cfg['n_features']:>5}{cfg['n_components']:>4}"
-                         f"{'' if env is None else env:>5}"
-                         f"{cfg['n_tasks']:>7}  {name:<12}"
-                         f"{e['update_ms_median']:>11.2f}{e.get('update_cpu_ms_median', float('nan')):>8.2f}"
-                         f"{e['update_ms_max']:>9.1f}{e['median_first_fifth']:>11.2f}"
-                         f"{e['median_last_fifth']:>10.2f}{e.get('n_representatives', ''):>4}"
-                         f"{e.get('n_active_components', ''):>6}")
-    return "\n".join(lines)
-
-
-def plot_speed(speed: dict[str, Any], out_dir: str) -> str:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    os.makedirs(out_dir, exist_ok=True)
-    n = len(speed["configs"])
-    ncols = min(4, n)
-    nrows = math.ceil(n / ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.4 * nrows), squeeze=False)
-    for ax in axes.flat[n:]:
-        ax.set_visible(False)
-    for ax, cfg in zip(axes.flat, speed["configs"]):
-        for name, e in cfg["models"].items():
-            ax.plot(np.arange(len(e["update_ms"])), e["update_ms"], label=name, lw=1)
-        ax.set_yscale("log")
-        ax.set_xlabel("tasks already learned")
-        ax.set_ylabel("update time (ms)")
-        where = (f"{cfg['n_environments']} environments" if cfg.get("n_environments")
-                 else cfg.get("data", "synthetic"))
-        ax.set_title(f"d={cfg['n_features']}, p={cfg['n_components']}, {where}", fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = os.path.join(out_dir, "speed.png")
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
-
-
 # --------------------------------------------------------------------------- CLI
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m core.bench", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dataset", choices=DATASETS)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.paper", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", choices=DATASETS, required=True)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", dest="json_out")
-    ap.add_argument("--data-dir")
-    ap.add_argument("--plots")
+    ap.add_argument("--json", dest="json_out", help="write the summary here")
+    ap.add_argument("--data-dir", help="directory of the real data sets (default: $FCL3_DATA_DIR, ../shared/data)")
+    ap.add_argument("--plots", help="write the figures to this directory")
     ap.add_argument("--models", help="comma-separated subset of: " + ", ".join(MODELS))
-    ap.add_argument("--no-tune", action="store_true", help="use DEFAULTS instead of validation tuning")
+    ap.add_argument("--no-tune", action="store_true", help="use the classes' own defaults instead of validation tuning")
     ap.add_argument("--val-splits", type=int, default=3,
                     help="random fit/validation splits of the training halves averaged when tuning")
-    ap.add_argument("--speed", action="store_true", help="time single updates (FCL3-Rand, ELLA-Rand)")
-    ap.add_argument("--speed-data", default="",
-                    help="with --speed, also time the streams of these real data sets (comma-separated, "
-                         "e.g. school), with p = 5 and 20")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
-    if not args.dataset and not args.speed:
-        ap.error("give --dataset and/or --speed")
     models = [m.strip() for m in args.models.split(",")] if args.models else None
-    output: dict[str, Any] = {}
-    if args.dataset:
-        try:
-            summary = run_benchmark(args.dataset, args.runs, args.seed, models, not args.no_tune, args.data_dir,
-                                    progress=not args.quiet, val_splits=args.val_splits)
-        except (FileNotFoundError, ValueError, RuntimeError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        print(format_table(summary))
-        if args.plots:
-            for p in write_plots(summary, args.plots):
-                print(f"wrote {p}", file=sys.stderr)
-        output = summary
-    if args.speed:
-        real = tuple(s.strip() for s in args.speed_data.split(",") if s.strip())
-        try:
-            speed = speed_benchmark(models=models, seed=args.seed, progress=not args.quiet,
-                                    datasets=real, data_dir=args.data_dir)
-        except (FileNotFoundError, ValueError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        print(format_speed(speed))
-        if args.plots:
-            print(f"wrote {plot_speed(speed, args.plots)}", file=sys.stderr)
-        output = {**output, "speed": speed} if output else {"speed": speed}
+    try:
+        summary = run_benchmark(args.dataset, args.runs, args.seed, models, not args.no_tune, args.data_dir,
+                                progress=not args.quiet, val_splits=args.val_splits)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_table(summary))
+    if args.plots:
+        for p in write_plots(summary, args.plots):
+            print(f"wrote {p}", file=sys.stderr)
     if args.json_out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json_out)), exist_ok=True)
-        with open(args.json_out, "w") as fh:
-            json.dump(_json_clean(output), fh, indent=1)
-        print(f"wrote {args.json_out}", file=sys.stderr)
+        print(f"wrote {write_json(args.json_out, summary)}", file=sys.stderr)
     return 0
 
 

@@ -1,0 +1,95 @@
+"""Error mapping: the service's and its libraries' exceptions -> HTTP answers.
+
+401 missing/unknown API key, 403 read key on a write route, 422 bad input (core's own
+message, or pydantic's), 404 unknown task, 409 a stale writer refused, 413 body, rows or
+features over the limits, 503 lock busy (with Retry-After), model not created yet, or
+database / Redis down, 500 an internal error (a generic message with the request id; the
+details go to the log only). Error bodies are scrubbed of API keys and connection-URL
+passwords (``app.state.redact``).
+"""
+from __future__ import annotations
+
+import logging
+import math
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
+
+import core
+
+from .learners import ModelConfigError
+from .locks import LockBackendDown, LockBusy
+from .reads import ModelMissing
+from .writes import StaleWrite
+
+log = logging.getLogger("service")
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of a (database) error, for a log line or an error body."""
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the exception handlers on ``app`` (which holds ``state.redact``)."""
+    redact = app.state.redact
+
+    def detail(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+        return JSONResponse({"detail": redact(message)}, status_code=status, headers=headers)
+
+    @app.exception_handler(core.InputError)
+    async def _input(request: Request, exc: core.InputError):
+        return detail(422, str(exc))
+
+    @app.exception_handler(core.UnknownTaskError)
+    async def _unknown(request: Request, exc: core.UnknownTaskError):
+        return detail(404, str(exc))
+
+    @app.exception_handler(LockBusy)
+    async def _busy(request: Request, exc: LockBusy):
+        return detail(503, str(exc), {"Retry-After": str(max(1, math.ceil(exc.wait)))})
+
+    @app.exception_handler(LockBackendDown)
+    async def _redis_down(request: Request, exc: LockBackendDown):
+        log.warning("update refused: %s", exc)
+        return detail(503, f"{exc}; no update was applied", {"Retry-After": "5"})
+
+    @app.exception_handler(StaleWrite)
+    async def _stale(request: Request, exc: StaleWrite):
+        log.warning("stale writer refused: %s", exc)
+        return detail(409, str(exc))
+
+    @app.exception_handler(ModelConfigError)
+    async def _config(request: Request, exc: ModelConfigError):
+        log.error("model configuration error: %s", exc)
+        return detail(500, f"model configuration error: {exc}")
+
+    @app.exception_handler(ModelMissing)
+    async def _missing(request: Request, exc: ModelMissing):
+        return detail(503, str(exc), {"Retry-After": "1"})
+
+    @app.exception_handler(sa_exc.OperationalError)
+    @app.exception_handler(sa_exc.InterfaceError)
+    @app.exception_handler(sa_exc.TimeoutError)
+    async def _db_down(request: Request, exc: Exception):
+        log.warning("database unavailable: %s", first_line(exc))
+        return detail(503, f"database unavailable: {first_line(exc)}; nothing was changed", {"Retry-After": "5"})
+
+    @app.exception_handler(sa_exc.ProgrammingError)
+    async def _schema(request: Request, exc: sa_exc.ProgrammingError):
+        if getattr(getattr(exc, "orig", None), "sqlstate", None) == "42P01":  # undefined table
+            return detail(503, f"database schema missing (run `alembic upgrade head`): {first_line(exc)}")
+        raise exc
+
+    try:
+        import redis
+
+        @app.exception_handler(redis.exceptions.ConnectionError)
+        @app.exception_handler(redis.exceptions.TimeoutError)
+        async def _redis(request: Request, exc: Exception):
+            log.warning("redis unavailable: %s", exc)
+            return detail(503, f"redis unavailable: {exc}; no update was applied", {"Retry-After": "5"})
+    except ImportError:  # pragma: no cover
+        pass

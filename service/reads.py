@@ -1,0 +1,174 @@
+"""Cached reads of one stored model: the served learner, model and task rows, batches.
+
+Layout of a stored model (see :mod:`service.models`): the global part of
+:class:`core.ModelState` in the ``models`` row, each task's part in its ``tasks`` row, and
+every accepted raw batch in ``batches``.
+
+Each process caches one :class:`Snapshot`. :meth:`ModelReader.snapshot` costs one
+``SELECT version`` per request; when the version moved, the process re-reads the model row
+and only the task rows written after its cached version, in one snapshot (REPEATABLE READ on
+PostgreSQL), and swaps in a new learner. Readers never take the update lock, and nothing
+here writes: a missing model row is :class:`ModelMissing` (answered 503 with Retry-After).
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Engine, func, select
+
+import core
+
+from . import memory
+from .models import BatchRow, ModelRow, TaskRow
+
+models_t = ModelRow.__table__
+tasks_t = TaskRow.__table__
+batches_t = BatchRow.__table__
+
+_MODEL_INFO_COLS = [c for c in models_t.c if c.name != "arrays"]
+_TASK_INFO_COLS = [c for c in tasks_t.c if c.name != "arrays"]
+
+
+class ModelMissing(Exception):
+    """No row for the model: it has not been created yet, or the database was emptied under
+    a running service. Start-up and the first update create it."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One process's cached view of one stored model version. Never mutated.
+
+    It holds the learner and nothing else of the model's arrays (no exported
+    :class:`core.ModelState`, which would be a second copy of everything the learner holds):
+    an update exports the one task it touched when it needs it, and ``learner.get_state()``
+    gives the full state when wanted.
+    """
+
+    version: int
+    learner: core.LifelongLearner
+    info: dict[str, Any]  # the model row without arrays
+
+
+class ModelReader:
+    """Reads of the model ``name``, with the process's cached :class:`Snapshot`."""
+
+    def __init__(self, engine: Engine, name: str, bulk_engine: Engine | None = None):
+        """``engine``: small queries (the per-request ``SELECT version``, task listings);
+        ``bulk_engine`` (default: ``engine``): the statements that move the model's arrays
+        (the model row and changed task rows, batches); see :data:`service.db.BULK_POOL_SIZE`."""
+        self.engine = engine
+        self.bulk = bulk_engine if bulk_engine is not None else engine
+        self.name = name
+        self._cache: Snapshot | None = None
+        self._cache_lock = threading.Lock()
+        self._postgres = engine.dialect.name == "postgresql"
+        # Single-statement reads need no transaction: one round trip instead of BEGIN/SELECT/ROLLBACK.
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    # ------------------------------------------------------------------ the cached learner
+    @property
+    def cached(self) -> Snapshot | None:
+        """The snapshot this process serves now (None before the first read)."""
+        return self._cache
+
+    def stored_version(self) -> int | None:
+        with self._autocommit.connect() as conn:
+            return conn.execute(select(models_t.c.version).where(models_t.c.name == self.name)).scalar()
+
+    def snapshot(self) -> Snapshot:
+        """The model at its stored version: one cheap query when the cache is current."""
+        version = self.stored_version()
+        if version is None:
+            raise ModelMissing(f"model {self.name!r} is not in the database")
+        cached = self._cache
+        if cached is not None and cached.version == version:
+            return cached
+        with self._cache_lock:
+            cached = self._cache
+            if cached is not None and cached.version >= version:
+                return cached if cached.version == version else self._refresh(None)
+            snap = self._refresh(cached)
+        memory.trim_after_model_change()  # the old version's buffers are garbage now
+        return snap
+
+    def offer(self, snap: Snapshot) -> None:
+        """Serve ``snap`` (a version this process just committed) unless a newer one is cached."""
+        with self._cache_lock:
+            self._install(snap)
+        memory.trim_after_model_change()
+
+    def _install(self, snap: Snapshot) -> None:
+        current = self._cache
+        if current is None or snap.version >= current.version:
+            self._cache = snap
+
+    def _refresh(self, cached: Snapshot | None) -> Snapshot:
+        conn = self.bulk.connect()
+        if self._postgres:  # model row and task rows from one snapshot
+            conn = conn.execution_options(isolation_level="REPEATABLE READ")
+        with conn, conn.begin():
+            row = conn.execute(select(models_t).where(models_t.c.name == self.name)).mappings().first()
+            if row is None:
+                raise ModelMissing(f"model {self.name!r} is not in the database")
+            if cached is not None and cached.version == row["version"]:
+                return cached
+            q = select(tasks_t.c.task_id, tasks_t.c.arrays, tasks_t.c.meta).where(tasks_t.c.model_name == self.name)
+            if cached is not None:
+                q = q.where(tasks_t.c.version > cached.version)
+            changed = {t.task_id: {"arrays": t.arrays, "meta": t.meta} for t in conn.execute(q)}
+        state = core.ModelState(estimator=row["estimator"], params=row["params"], meta=row["meta"],
+                                arrays=row["arrays"], tasks=changed, format_version=row["format_version"])
+        if cached is None:
+            learner = core.load_state(state)
+        else:  # rebuild only the global arrays and the tasks written since the cached version
+            learner = cached.learner.with_state(state)
+        del state, changed  # the learner copied what it needs: keep no second copy of the arrays
+        info = {k: v for k, v in row.items() if k != "arrays"}
+        snap = Snapshot(int(row["version"]), learner, info)
+        self._install(snap)
+        return snap
+
+    def predict(self, task_id: str, X) -> tuple[list[float], list[float] | None, int]:
+        """Predictions (and P(positive class) for classification) of the served version."""
+        snap = self.snapshot()
+        learner = snap.learner
+        preds = learner.predict(task_id, X)
+        probs = learner.predict_proba(task_id, X) if learner.kind == "classification" else None
+        return (np.asarray(preds, dtype=float).tolist(),
+                None if probs is None else np.asarray(probs, dtype=float).tolist(), snap.version)
+
+    # ------------------------------------------------------------------ rows, uncached
+    def model_info(self) -> dict[str, Any]:
+        """The model row without arrays, with its task and batch counts."""
+        with self._autocommit.connect() as conn:
+            row = conn.execute(select(*_MODEL_INFO_COLS).where(models_t.c.name == self.name)).mappings().first()
+            if row is None:
+                raise ModelMissing(f"model {self.name!r} is not in the database")
+            n_tasks = conn.execute(select(func.count()).select_from(tasks_t).where(tasks_t.c.model_name == self.name)).scalar()
+            n_batches = conn.execute(select(func.count()).select_from(batches_t).where(batches_t.c.model_name == self.name)).scalar()
+        return {**row, "n_tasks": int(n_tasks), "n_batches": int(n_batches)}
+
+    def list_tasks(self, offset: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+        with self._autocommit.connect() as conn:
+            rows = conn.execute(select(*_TASK_INFO_COLS).where(tasks_t.c.model_name == self.name)
+                                .order_by(tasks_t.c.created_at, tasks_t.c.task_id).offset(offset).limit(limit))
+            return [dict(r) for r in rows.mappings()]
+
+    def task_info(self, task_id: str) -> dict[str, Any]:
+        with self._autocommit.connect() as conn:
+            row = conn.execute(select(*_TASK_INFO_COLS).where(
+                tasks_t.c.model_name == self.name, tasks_t.c.task_id == task_id)).mappings().first()
+        if row is None:
+            raise core.UnknownTaskError(f"unknown task {task_id!r}: the model has not learned it")
+        return dict(row)
+
+    def batches(self, task_id: str | None = None) -> list[dict[str, Any]]:
+        """Every stored batch in the order applied (for audits, replays and tests)."""
+        q = select(batches_t).where(batches_t.c.model_name == self.name).order_by(batches_t.c.version)
+        if task_id is not None:
+            q = q.where(batches_t.c.task_id == task_id)
+        with self.bulk.connect() as conn:
+            return [dict(r) for r in conn.execute(q).mappings()]

@@ -1,0 +1,152 @@
+"""Guarded writes of one stored model: create it, prepare an update, commit it.
+
+An update rewrites the model row, the one task it touched and appends one batch: its cost
+does not grow with the number of tasks. The caller (:func:`service.usecases.learn`) holds
+the update lock around :meth:`ModelWriter.prepare` and :meth:`ModelWriter.commit`::
+
+    with lock(model):                       # Redis or in-process; short wait -> 503
+        snapshot = refresh to the stored version
+        prepared = prepare(snapshot, task_id, X, y)  # learns on a private copy; InputError -> 422
+        BEGIN
+          UPDATE models SET version = v+1, ... WHERE name = :m AND version = v
+          -- 0 rows: someone committed since we read (our lock had expired) -> StaleWrite
+          UPSERT tasks (only task_id);  INSERT batches (version v+1)
+        COMMIT                              # only now is the batch acknowledged
+
+The lock only saves wasted work; the version compare-and-set is the guard (see
+:mod:`service.locks`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+from sqlalchemy import insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+import core
+
+from .learners import make_learner
+from .reads import ModelReader, Snapshot, batches_t, models_t, tasks_t
+from .responses import result_json
+
+
+class StaleWrite(Exception):
+    """The model moved since this writer read it (its lock expired): the commit is refused."""
+
+
+@dataclass
+class Prepared:
+    """An update computed against ``base_version`` but not yet committed."""
+
+    base_version: int
+    task_id: str
+    result: core.UpdateResult
+    learner: core.LifelongLearner
+    state: core.ModelState  # global part + the one task touched (what the commit writes)
+    X: np.ndarray
+    y: np.ndarray
+    summary: dict[str, Any]  # the model row's summary after this update
+    info: dict[str, Any]  # the model row (without arrays) this update was computed from
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _representatives(learner: core.LifelongLearner, previous: list[str], result: core.UpdateResult) -> list[str]:
+    """Representative task ids, from the learner if it says, else from the update results."""
+    reps = getattr(learner, "representatives", None)
+    if reps is not None and not callable(reps):
+        return [str(r) for r in reps]
+    reps = list(result.assignment_tasks) if result.assignment_tasks else list(previous)
+    if result.new_representative and result.task_id not in reps:
+        reps.append(result.task_id)
+    return reps
+
+
+class ModelWriter:
+    """Writes of the model that ``reader`` reads; a commit becomes the reader's cached snapshot."""
+
+    def __init__(self, reader: ModelReader, model_settings: dict[str, Any]):
+        """``model_settings``: what the model is created with when its row does not exist
+        (:meth:`service.config.Settings.model_settings`); a stored model keeps its own."""
+        self.reader = reader
+        self.name = reader.name
+        self.model_settings = model_settings
+
+    def ensure_model(self) -> bool:
+        """Create the model row (version 0, unfitted learner) if it does not exist yet;
+        returns whether this call created it."""
+        with self.reader.engine.connect() as conn:
+            if conn.execute(select(models_t.c.version).where(models_t.c.name == self.name)).first():
+                return False
+        learner = make_learner(self.model_settings)
+        state = learner.get_state()
+        now = _now()
+        try:
+            with self.reader.engine.begin() as conn:
+                conn.execute(insert(models_t).values(
+                    name=self.name, version=0, estimator=state.estimator, kind=learner.kind,
+                    settings=self.model_settings, params=state.params, meta=state.meta, arrays=state.arrays,
+                    format_version=state.format_version, summary={"representatives": []},
+                    created_at=now, updated_at=now))
+        except IntegrityError:
+            return False  # another process created it first
+        return True
+
+    def prepare(self, snap: Snapshot, task_id: str, X, y) -> Prepared:
+        """Run the update on a private copy of the learner (nothing is stored)."""
+        d = (snap.info.get("settings") or {}).get("d")
+        if d is not None and not snap.learner.is_fitted:
+            width = np.asarray(X, dtype=object).shape
+            if len(width) == 2 and width[1] != d:
+                raise core.InputError(f"X has {width[1]} features per row but the model expects {d}")
+        learner = snap.learner.copy()  # shares arrays, which learning replaces, never mutates
+        result = learner.learn(task_id, X, y)  # InputError (bad or numerically unusable): nothing happened
+        state = learner.get_state(tasks=[task_id])  # global part + the one task touched: what commit writes
+        summary = dict(snap.info.get("summary") or {})
+        summary["representatives"] = _representatives(learner, summary.get("representatives", []), result)
+        summary["n_representatives"] = int(result.n_representatives)
+        return Prepared(base_version=snap.version, task_id=task_id, result=result, learner=learner, state=state,
+                        X=np.asarray(X, dtype=float), y=np.asarray(y, dtype=float), summary=summary,
+                        info=snap.info)
+
+    def commit(self, p: Prepared) -> int:
+        """Write the update in one transaction, guarded by the version compare-and-set;
+        returns the new version, which this process then serves."""
+        new_version = p.base_version + 1
+        task = p.state.tasks[p.task_id]
+        now = _now()
+        last = result_json(p.result)
+        with self.reader.bulk.begin() as conn:
+            res = conn.execute(
+                update(models_t)
+                .where(models_t.c.name == self.name, models_t.c.version == p.base_version)
+                .values(version=new_version, params=p.state.params, meta=p.state.meta, arrays=p.state.arrays,
+                        format_version=p.state.format_version, summary=p.summary, updated_at=now))
+            if res.rowcount != 1:
+                raise StaleWrite(
+                    f"model {self.name!r} changed since version {p.base_version} was read "
+                    "(the update lock expired before the commit); this batch was NOT applied — retry")
+            if p.result.new_task:
+                conn.execute(insert(tasks_t).values(
+                    model_name=self.name, task_id=p.task_id, version=new_version, n_samples=p.result.n_samples,
+                    n_batches=1, arrays=task["arrays"], meta=task["meta"], last_update=last,
+                    created_at=now, updated_at=now))
+            else:
+                res = conn.execute(
+                    update(tasks_t).where(tasks_t.c.model_name == self.name, tasks_t.c.task_id == p.task_id)
+                    .values(version=new_version, n_samples=p.result.n_samples, n_batches=tasks_t.c.n_batches + 1,
+                            arrays=task["arrays"], meta=task["meta"], last_update=last, updated_at=now))
+                if res.rowcount != 1:
+                    raise StaleWrite(f"task {p.task_id!r} row missing; this batch was NOT applied — retry")
+            conn.execute(insert(batches_t).values(
+                model_name=self.name, task_id=p.task_id, version=new_version, n_samples=int(p.X.shape[0]),
+                X=p.X, y=p.y, created_at=now))
+        info = {**p.info, "version": new_version, "params": p.state.params, "meta": p.state.meta,
+                "format_version": p.state.format_version, "summary": p.summary, "updated_at": now}
+        self.reader.offer(Snapshot(new_version, p.learner, info))
+        return new_version

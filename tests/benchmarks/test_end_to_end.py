@@ -1,0 +1,74 @@
+"""Short real runs of the service benchmark and the load test (uvicorn on PostgreSQL + Redis).
+
+Skipped, with the reason, when PostgreSQL or Redis is absent, unless ``CI`` or
+``FCL3_REQUIRE_SERVICES=1`` is set (then their absence is a failure)."""
+import json
+import os
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+PG_ADMIN = os.environ.get("FCL3_TEST_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("FCL3_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@pytest.fixture(scope="module")
+def backends():
+    import psycopg
+    import redis
+
+    try:
+        with psycopg.connect(PG_ADMIN, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
+    except Exception as exc:  # noqa: BLE001
+        msg = f"PostgreSQL ({PG_ADMIN}) or Redis ({REDIS_URL}) not available: {str(exc).strip()[:200]}"
+        if os.environ.get("CI") or os.environ.get("FCL3_REQUIRE_SERVICES") == "1":
+            pytest.fail(msg, pytrace=False)
+        pytest.skip(msg)
+    return ["--pg-admin-url", PG_ADMIN, "--redis-url", REDIS_URL]
+
+
+def databases(prefix: str) -> set[str]:
+    """The databases named ``prefix*`` (other test sessions make and drop their own meanwhile)."""
+    import psycopg
+
+    with psycopg.connect(PG_ADMIN) as conn:
+        return {r[0] for r in conn.execute("SELECT datname FROM pg_database") if r[0].startswith(prefix)}
+
+
+def test_service_benchmark_short_run(backends, tmp_path, capsys):
+    from benchmarks import service
+
+    before = databases("fcl3_bench_")
+    out = tmp_path / "bench.json"
+    res = service.main(["--updates", "12", "--tasks", "3", "--rows", "5", "--d", "4", "--seconds", "0.5",
+                        "--concurrency", "2", "--estimator", "STL", "--json", str(out), "--quiet", *backends])
+    assert json.loads(out.read_text()) == res
+    assert res["command"].startswith("python -m benchmarks.service ")
+    assert res["setup"]["updates"] == 12 and res["setup"]["estimator"] == "STL"
+    u = res["update_ms"]
+    assert 0 < u["engine_p50"] <= u["engine_p99"] and 0 < u["http_p50"] <= u["http_p99"]
+    assert res["predict"]["http_rps"] > 0 and res["predict"]["http_non_200"] == 0
+    assert res["trivial_endpoint_rps"] > 0
+    assert databases("fcl3_bench_") <= before  # the throwaway database is dropped
+
+
+def test_loadtest_short_run(backends, tmp_path):
+    from benchmarks import loadtest
+
+    before = databases("fcl3_load_")
+    out, plot = tmp_path / "load.json", tmp_path / "rss.png"
+    res = loadtest.main(["--seconds", "3", "--topologies", "1x1", "--clients", "2", "--tasks", "2", "--rows", "4",
+                         "--d", "3", "--update-fraction", "0.3", "--rss-every", "0.5", "--estimator", "STL",
+                         "--json", str(out), "--plot", str(plot), "--quiet", *backends])
+    (run,) = res["runs"]
+    assert run["consistency"]["zero_lost_updates"], run["consistency"]
+    assert run["consistency"]["acknowledged_updates"] > 2 and run["predictions_per_s"] > 0
+    assert run["metrics_exposed"]
+    (rss,) = run["worker_rss"].values()
+    assert rss["samples"] >= 2 and rss["max_mb"] > 0
+    assert json.loads(out.read_text())["runs"][0]["consistency"] == run["consistency"]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert databases("fcl3_load_") <= before
