@@ -20,10 +20,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .evidence import RIDGE, Family, Library, choose_family, family_fits
 from .exceptions import InputError, UnknownTaskError
 from .losses import KINDS, curvature_scale, fit_single_task, fit_squared_from_moments, sigmoid
 from .preprocessing import Scaler, as_matrix, as_targets, label_convention
 from .state import ModelState, SquaredLossMoments, TaskData, TaskRecord, TaskRows, load_state
+
+
+#: ``task_models`` values: every task's own empirical-Bayes model, or the paper's rule.
+TASK_MODELS = ("empirical_bayes", "paper")
 
 
 @dataclass(frozen=True)
@@ -54,19 +59,26 @@ class LifelongLearner:
     ``random_state``; ``max_task_rows``: ``None`` keeps every row of a classification task
     (exact refits, memory growing with the data), an integer keeps a uniform random sample
     of that many (:class:`TaskRows`). Regression tasks are exact sufficient statistics
-    (:class:`SquaredLossMoments`) either way.
+    (:class:`SquaredLossMoments`) either way. ``task_models``: ``"empirical_bayes"`` (default)
+    predicts every task with its posterior mean under a prior built from the learned library
+    without that task, the prior's strength and family chosen by the evidence
+    (:mod:`core.evidence`); ``"paper"`` predicts with the learner's own rule (FCL3: ``D s_t``;
+    ELLA: ``L s_t``; STL: the ridge fit with ``mu``).
     """
 
     _state_attrs: ClassVar[tuple[str, ...]] = ()  # global learned arrays
     _meta_attrs: ClassVar[tuple[str, ...]] = ()  # global learned JSON-able values
+    #: The prior families the learner offers its tasks (:mod:`core.evidence`); ``ridge`` first.
+    _families: ClassVar[tuple[Family, ...]] = (RIDGE,)
 
     def __init__(self, kind: str = "regression", mu: float = 0.1, standardize: bool = True, random_state: int = 0,
-                 max_task_rows: int | None = None):
+                 max_task_rows: int | None = None, task_models: str = "empirical_bayes"):
         self.kind = kind
         self.mu = mu
         self.standardize = standardize
         self.random_state = random_state
         self.max_task_rows = max_task_rows
+        self.task_models = task_models
 
     # ----------------------------------------------------------------- parameters
     @classmethod
@@ -97,6 +109,8 @@ class LifelongLearner:
         cap = self.max_task_rows
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, (int, np.integer)) or cap < 1):
             raise InputError(f"max_task_rows must be None or an integer >= 1, got {cap!r}")
+        if self.task_models not in TASK_MODELS:
+            raise InputError(f"task_models must be one of {TASK_MODELS}, got {self.task_models!r}")
 
     # ----------------------------------------------------------------- learned state
     @property
@@ -142,6 +156,8 @@ class LifelongLearner:
                 y01 = (y == 1.0).astype(float) if self.kind == "classification" else y
                 self.scaler_ = Scaler.fit(X, y01, self.kind, self.standardize)
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # checked below
+                # the prior this task's evidence is measured against: the library without it
+                library = self._safe_library(task_id, previous) if self.task_models == "empirical_bayes" else None
                 data = self._merged(task_id, previous.data if previous else None, self._summarise(X, y))
                 if previous is None:
                     record = TaskRecord(data=data, labels=labels)
@@ -152,6 +168,8 @@ class LifelongLearner:
                     )
                 record.w, record.omega = self._single_task(record.data)
                 result = self._update(task_id, record, previous)
+                if self.task_models == "empirical_bayes":
+                    self._record_evidence(task_id, library)
             self._check_finite(task_id)
         except (np.linalg.LinAlgError, ArithmeticError) as exc:
             # finite input whose scale breaks the arithmetic (values ~1e16 and beyond): the
@@ -163,13 +181,16 @@ class LifelongLearner:
         except BaseException:
             self._restore(snapshot)
             raise
+        self._task_models = {}  # the task models follow the new library
         return result
 
     def _check_finite(self, task_id: str) -> None:
         """Refuse an update whose learned arrays are not all finite (the caller rolls back)."""
         arrays = [self._finite_witness(a, getattr(self, a)) for a in self._state_attrs]
         record = self.tasks_[task_id]
-        arrays += [record.w, record.omega, *record.arrays.values(), *record.data.to_arrays().values()]
+        # y'y may be NaN by design (a task from a state older than format 3): not a failure
+        arrays += [record.w, record.omega, *record.arrays.values(),
+                   *(v for k, v in record.data.to_arrays().items() if k != "yy")]
         if not all(np.all(np.isfinite(a)) for a in arrays):
             raise FloatingPointError("learning gave non-finite parameters")
 
@@ -187,7 +208,8 @@ class LifelongLearner:
             return TaskRows(X.copy(), (y == 1.0).astype(float), X.shape[0])
         scaler = self.scaler_ if scaler is None else scaler
         Xd = scaler.design(X)
-        return SquaredLossMoments(X.shape[0], Xd.T @ Xd, Xd.T @ scaler.target(y))
+        t = scaler.target(y)
+        return SquaredLossMoments(X.shape[0], Xd.T @ Xd, Xd.T @ t, float(t @ t))
 
     def _merged(self, task_id: str, kept: TaskData | None, batch: TaskData) -> TaskData:
         """What the task keeps after ``batch``: summed statistics, or rows (capped at
@@ -231,6 +253,7 @@ class LifelongLearner:
                 setattr(self, a, snapshot[a])
             elif hasattr(self, a):
                 delattr(self, a)
+        self._task_models = {}
 
     def copy(self) -> "LifelongLearner":
         """A copy that can learn without touching this one, in O(number of tasks) time.
@@ -242,22 +265,106 @@ class LifelongLearner:
         clone = copy.copy(self)
         if hasattr(self, "tasks_"):
             clone.tasks_ = dict(self.tasks_)
+        clone._task_models = {}
         return clone
+
+    # ----------------------------------------------------------------- empirical-Bayes task models
+    def _library(self, task_id: str, exclude: TaskRecord | None) -> Library | None:
+        """The ingredients of task ``task_id``'s prior, from the learned state without the
+        contribution of ``exclude`` (the task's stored record, or ``None`` for a task the
+        state does not hold yet). ``None``: the learner has no library (STL)."""
+        return None
+
+    def _safe_library(self, task_id: str, exclude: TaskRecord | None) -> Library | None:
+        """:meth:`_library`, or ``None`` when the arithmetic fails: removing a task's terms
+        from statistics dominated by them can leave a system that is not positive definite
+        (values of extreme magnitude); the task is then judged without a library."""
+        try:
+            library = self._library(task_id, exclude)
+        except (np.linalg.LinAlgError, ArithmeticError):
+            return None
+        if library is not None and not (np.all(np.isfinite(library.centres))
+                                        and (library.basis is None or np.all(np.isfinite(library.basis)))):
+            return None
+        return library
+
+    def _evidence_data(self, record: TaskRecord):
+        """The task's data as :func:`core.evidence.family_fits` takes it, or ``None`` when its
+        evidence cannot be computed (a regression task without ``y'y``)."""
+        data = record.data
+        if isinstance(data, SquaredLossMoments):
+            return (data.n, data.gram, data.moment, data.yy) if np.isfinite(data.yy) else None
+        Xd, y, _ = self._design(data)
+        return Xd, y
+
+    def _record_evidence(self, task_id: str, library: Library | None) -> None:
+        """Store the task's log evidence for every family, measured against ``library``."""
+        record = self.tasks_[task_id]
+        data = self._evidence_data(record)
+        evidence = None
+        if data is not None:
+            try:
+                fits = family_fits(self.kind, data, library, self._families)
+            except (np.linalg.LinAlgError, ArithmeticError):  # values of extreme magnitude
+                fits = {}
+            evidence = {name: float(f.log_evidence) for name, f in fits.items() if np.isfinite(f.log_evidence)}
+            if RIDGE.name not in evidence:
+                evidence = None
+        record.meta = {**record.meta, "evidence": evidence}
+
+    def task_family(self) -> str:
+        """The prior family every task is predicted with (``"paper"`` when ``task_models`` is)."""
+        if self.task_models == "paper":
+            return "paper"
+        cache = self.__dict__.setdefault("_task_models", {})
+        if "family" not in cache:
+            evidence = [r.meta.get("evidence") for r in getattr(self, "tasks_", {}).values()]
+            cache["family"] = choose_family([e for e in evidence if e], self._families)
+        return cache["family"]
+
+    def _task_model(self, task_id: str) -> np.ndarray:
+        """The parameters task ``task_id`` is predicted with (cached until the next update)."""
+        if self.task_models == "paper":
+            return self._theta(task_id)
+        cache = self.__dict__.setdefault("_task_models", {})
+        theta = cache.get(task_id)
+        if theta is None:
+            theta = cache[task_id] = self._empirical_bayes_model(task_id)
+        return theta
+
+    def _empirical_bayes_model(self, task_id: str) -> np.ndarray:
+        record = self.tasks_[task_id]
+        data = self._evidence_data(record)
+        if data is None or not record.meta.get("evidence"):
+            return self._theta(task_id)
+        name = self.task_family()
+        family = next(f for f in self._families if f.name == name)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            library = None if family is RIDGE else self._safe_library(task_id, record)
+            try:
+                fit = family_fits(self.kind, data, library, (family,)).get(name)
+                if fit is None:  # the library cannot define the family for this task
+                    fit = family_fits(self.kind, data, None, (RIDGE,))[RIDGE.name]
+            except (np.linalg.LinAlgError, ArithmeticError):
+                return self._theta(task_id)
+        return fit.theta if np.all(np.isfinite(fit.theta)) else self._theta(task_id)
 
     # ----------------------------------------------------------------- prediction
     def _theta(self, task_id: str) -> np.ndarray:
         raise NotImplementedError
 
     def theta(self, task_id: str) -> np.ndarray:
-        """Task parameters in the scaled space (bias last); for FCL3/ELLA ``theta_t = D s_t``."""
+        """The parameters task ``task_id`` is predicted with, in the scaled space (bias last):
+        its empirical-Bayes model, or with ``task_models="paper"`` the learner's own rule
+        (FCL3/ELLA: ``theta_t = D s_t``)."""
         self._record(task_id)
-        return self._theta(task_id)
+        return self._task_model(task_id).copy()
 
     def decision_function(self, task_id: str, X) -> np.ndarray:
         record = self._record(task_id)
         X = as_matrix(X, self.n_features_in_)
         with np.errstate(over="ignore", invalid="ignore"):
-            score = self.scaler_.design(X) @ self._theta(task_id)
+            score = self.scaler_.design(X) @ self._task_model(task_id)
         del record
         if not np.all(np.isfinite(score)):
             raise InputError("the prediction overflowed: the rows' values are too large for this model")
@@ -360,7 +467,8 @@ class LifelongLearner:
         meta = dict(task["meta"])
         labels = meta.pop("labels")
         if "gram" in a:
-            data: TaskData = SquaredLossMoments(int(a.pop("n")), a.pop("gram"), a.pop("moment"))
+            data: TaskData = SquaredLossMoments(int(a.pop("n")), a.pop("gram"), a.pop("moment"),
+                                                float(a.pop("yy", np.nan)))
         elif self.kind == "regression":
             X, y = a.pop("X"), a.pop("y")
             data = self._summarise(X, y)

@@ -67,6 +67,7 @@ from typing import Mapping
 import numpy as np
 
 from .base import LifelongLearner, TaskRecord, UpdateResult
+from .evidence import RIDGE, Family, Library
 from .exceptions import InputError
 from .preprocessing import Scaler, as_matrix, as_targets
 from .solvers import lasso_gram
@@ -103,6 +104,11 @@ class ELLA(LifelongLearner):
         v1.0's ``initializeWithFirstKTasks``: the ``j``-th task (``j <= k``) gets code ``e_j``.
     standardize, random_state, max_task_rows
         As in :class:`core.base.LifelongLearner`.
+    task_models : ``"empirical_bayes"`` (default): every task is predicted with its posterior
+        mean under a ``ridge`` prior or a ``subspace`` prior (extra variance along the span
+        of the basis ``L`` learned without the task), the family chosen for the whole stream
+        and the prior's strength per task by the evidence (:mod:`core.evidence`);
+        ``"paper"``: ``theta_t = L s_t``.
 
     Examples
     --------
@@ -117,6 +123,7 @@ class ELLA(LifelongLearner):
     """
 
     _state_attrs = ("L_", "A_", "b_", "n_tasks_")
+    _families = (RIDGE, Family("subspace", rho=10.0))
 
     def __init__(
         self,
@@ -129,9 +136,10 @@ class ELLA(LifelongLearner):
         standardize: bool = True,
         random_state: int = 0,
         max_task_rows: int | None = None,
+        task_models: str = "empirical_bayes",
     ):
         super().__init__(kind=kind, mu=mu, standardize=standardize, random_state=random_state,
-                         max_task_rows=max_task_rows)
+                         max_task_rows=max_task_rows, task_models=task_models)
         self.n_components = n_components
         self.code_l1 = code_l1
         self.ridge = ridge
@@ -222,6 +230,17 @@ class ELLA(LifelongLearner):
 
     def _theta(self, task_id: str) -> np.ndarray:
         return self.L_ @ self.tasks_[task_id].arrays["code"]
+
+    def _library(self, task_id: str, exclude: TaskRecord | None) -> Library | None:
+        """The basis re-solved without ``exclude``'s terms (its slope rows): ELLA has no
+        representatives, only the span of ``L``."""
+        if not [t for t in self.tasks_ if t != task_id]:
+            return None
+        L = self.L_
+        if exclude is not None and "code" in exclude.arrays:
+            dA, db = self._contribution(exclude.arrays["code"], exclude.omega, exclude.w)
+            L = self._solve_basis(self.A_ - dA, self.b_ - db, int(self.n_tasks_) - 1)
+        return Library(L[:-1], np.empty((0, L.shape[0] - 1)), np.empty(0))
 
     # ----------------------------------------------------------------- InfoMax (ELLA-Info)
     def information_gain(self, X, y) -> float:

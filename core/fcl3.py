@@ -75,6 +75,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import LifelongLearner, TaskRecord, UpdateResult
+from .evidence import RIDGE, Family, Library
 from .exceptions import InputError
 from .losses import half_hessian
 from .solvers import (admm_assignment, fista_quadratic_l1, kronecker_sum_pcg, plus_kron_terms,
@@ -137,10 +138,19 @@ class FCL3(LifelongLearner):
         paper's algorithm needs for exact refits; an integer keeps a uniform random sample of
         that many (bounded memory for endless streams, approximate fits). Regression tasks
         are kept as exact sufficient statistics either way.
+    task_models : ``"empirical_bayes"`` (default): every task is predicted with its posterior
+        mean under a prior made of the library without the task — ``ridge`` (no transfer),
+        ``mixture`` (a mixture of Gaussians around the representatives' models, weighted by
+        the sizes of their environments) or ``mixture_span`` (the same, with extra prior
+        variance along the span of ``D``), the family chosen for the whole stream and the
+        prior's strength for each task by the evidence (:mod:`core.evidence`). ``"paper"``:
+        ``theta_t = D s_t``, the paper's model.
     """
 
     _state_attrs = ("D_", "L_", "A_", "b_", "M_", "C_", "S_")
     _meta_attrs = ("representatives_", "n_learned_", "n_seeded_columns_")
+    _families = (RIDGE, Family("mixture", rho=0.0, centred_on_representatives=True),
+                 Family("mixture_span", rho=10.0, centred_on_representatives=True))
 
     def __init__(
         self, kind: str = "regression", n_components: int = 5, mu: float = 0.1,
@@ -150,10 +160,10 @@ class FCL3(LifelongLearner):
         joint: bool = True, max_outer_iter: int = 20, tol: float = 1e-6,
         task_intercept: bool = True, z_init: str = "single_task", seed_columns: str = "novel",
         standardize: bool = True,
-        random_state: int = 0, max_task_rows: int | None = None,
+        random_state: int = 0, max_task_rows: int | None = None, task_models: str = "empirical_bayes",
     ):
         super().__init__(kind=kind, mu=mu, standardize=standardize, random_state=random_state,
-                         max_task_rows=max_task_rows)
+                         max_task_rows=max_task_rows, task_models=task_models)
         self.n_components = n_components
         self.lambda1 = lambda1
         self.lambda2 = lambda2
@@ -459,6 +469,52 @@ class FCL3(LifelongLearner):
         record = self.tasks_[task_id]
         return self._full_model(record, self.D_ @ record.arrays["code"])
 
+    def _library(self, task_id: str, exclude: TaskRecord | None) -> Library | None:
+        """The decoder re-solved without ``exclude``'s terms in ``A, b`` (``D_{-t}``), the models
+        ``D_{-t} s_k`` of the other representatives, and log weights proportional to the sizes
+        of their environments (the representative and the other tasks whose largest
+        assignment it holds)."""
+        others = [t for t in self.tasks_ if t != task_id]
+        if not others:
+            return None
+        D = self.D_
+        if exclude is not None and "code" in exclude.arrays:
+            T = int(self.n_learned_) - 1
+            if T <= 0:
+                return None
+            terms, db, _, _ = self._stored_contribution_terms(exclude)
+            A, _ = plus_kron_terms(self.A_, [(S_j, om_j, -1.0) for S_j, om_j in terms])
+            D = self._solve_decoder(A, self.b_ - db, T, self.D_)
+        basis = D if self.task_intercept else D[:-1]
+        reps = [r for r in self.representatives_ if r != task_id]
+        sizes = self._environment_sizes()
+        own = self.tasks_.get(task_id)
+        own_env = self._environment_of(own) if own is not None and exclude is not None else None
+        counts = np.array([sizes.get(r, 0) + 1.0 - (own_env == r) for r in reps])
+        centres = np.array([basis @ self.S_[self.representatives_.index(r)] for r in reps]).reshape(-1, basis.shape[0])
+        return Library(basis, centres, np.log(counts / counts.sum()) if len(reps) else np.empty(0))
+
+    @staticmethod
+    def _environment_of(record: TaskRecord) -> str | None:
+        """The representative a task leans on most (``None``: the outlier slot wins)."""
+        z = record.arrays.get("assignment")
+        names = record.meta.get("assignment_tasks") or []
+        if z is None or not len(names) or int(np.argmax(z)) == len(z) - 1:
+            return None
+        return names[int(np.argmax(z[:-1]))]
+
+    def _environment_sizes(self) -> dict[str, int]:
+        """For every representative, how many tasks lean on it most (cached per update)."""
+        cache = self.__dict__.setdefault("_task_models", {})
+        if "environments" not in cache:
+            sizes: dict[str, int] = {}
+            for record in self.tasks_.values():
+                env = self._environment_of(record)
+                if env is not None:
+                    sizes[env] = sizes.get(env, 0) + 1
+            cache["environments"] = sizes
+        return cache["environments"]
+
     @property
     def representatives(self) -> list[str]:
         """Task ids whose codes form the model knowledge library ``S``, in order of arrival."""
@@ -476,7 +532,7 @@ class FCL3WithoutDecoder(FCL3):
         joint: bool = True, max_outer_iter: int = 20, tol: float = 1e-6,
         task_intercept: bool = True, z_init: str = "single_task", seed_columns: str = "novel",
         standardize: bool = True,
-        random_state: int = 0, max_task_rows: int | None = None,
+        random_state: int = 0, max_task_rows: int | None = None, task_models: str = "empirical_bayes",
     ):
         super().__init__(
             kind=kind, n_components=n_components, mu=mu, lambda1=lambda1, lambda2=lambda2, alpha=alpha,
@@ -484,7 +540,7 @@ class FCL3WithoutDecoder(FCL3):
             ridge=ridge, encoder_ridge=encoder_ridge, max_norm=max_norm, joint=joint,
             max_outer_iter=max_outer_iter, tol=tol, task_intercept=task_intercept, z_init=z_init,
             seed_columns=seed_columns, standardize=standardize, random_state=random_state,
-            max_task_rows=max_task_rows,
+            max_task_rows=max_task_rows, task_models=task_models,
         )
 
 
@@ -500,7 +556,7 @@ class CL3(FCL3):
         joint: bool = False, max_outer_iter: int = 20, tol: float = 1e-6,
         task_intercept: bool = True, z_init: str = "single_task", seed_columns: str = "novel",
         standardize: bool = True,
-        random_state: int = 0, max_task_rows: int | None = None,
+        random_state: int = 0, max_task_rows: int | None = None, task_models: str = "empirical_bayes",
     ):
         super().__init__(
             kind=kind, n_components=n_components, mu=mu, lambda1=lambda1, lambda2=lambda2, alpha=alpha,
@@ -508,5 +564,5 @@ class CL3(FCL3):
             ridge=ridge, encoder_ridge=encoder_ridge, max_norm=max_norm, joint=joint,
             max_outer_iter=max_outer_iter, tol=tol, task_intercept=task_intercept, z_init=z_init,
             seed_columns=seed_columns, standardize=standardize, random_state=random_state,
-            max_task_rows=max_task_rows,
+            max_task_rows=max_task_rows, task_models=task_models,
         )

@@ -15,11 +15,13 @@ import numpy as np
 if TYPE_CHECKING:
     from .base import LifelongLearner
 
-#: Bumped whenever the meaning or names of exported arrays change. Format 2 keeps a
-#: regression task as its sufficient statistics and a classification task as its rows;
-#: format-1 states (every task's raw rows) still load, their rows summarised on load.
-STATE_FORMAT_VERSION = 2
-READABLE_FORMAT_VERSIONS = (1, 2)
+#: Bumped whenever the meaning or names of exported arrays change. Format 3 keeps a
+#: regression task as its sufficient statistics ``X'X``, ``X'y``, ``y'y``, ``n`` and a
+#: classification task as its rows. Older states still load: format-1 rows are summarised on
+#: load; a regression task from format 1 or 2 has no ``y'y``, which no later batch can
+#: restore, so it keeps predicting with the library's model (:attr:`SquaredLossMoments.yy`).
+STATE_FORMAT_VERSION = 3
+READABLE_FORMAT_VERSIONS = (1, 2, 3)
 
 
 @dataclass(frozen=True)
@@ -70,25 +72,30 @@ class TaskRows:
 class SquaredLossMoments:
     """A regression task's exact sufficient statistics, in the learner's scaled space.
 
-    Squared loss sees the rows only through ``X'X``, ``X'y`` and ``n`` (``X`` scaled, bias
-    column last; ``y`` scaled), so these refit ``w_t`` and ``Omega_t`` exactly while their
-    size, ``(d+1)^2``, does not grow with the rows learned: a long-lived regression stream
-    keeps constant memory per task. Valid because the scaler is frozen after the first batch.
+    Squared loss sees the rows only through ``X'X``, ``X'y``, ``y'y`` and ``n`` (``X`` scaled,
+    bias column last; ``y`` scaled), so these refit ``w_t`` and ``Omega_t`` exactly and give the
+    task's evidence (:mod:`core.evidence`) while their size, ``(d+1)^2``, does not grow with
+    the rows learned: a long-lived regression stream keeps constant memory per task. Valid
+    because the scaler is frozen after the first batch. ``yy`` is NaN for a task loaded from a
+    state older than format 3, which did not keep it; the sum stays NaN.
     """
 
     n: int
     gram: np.ndarray  # X'X
     moment: np.ndarray  # X'y
+    yy: float = float("nan")  # y'y
 
     @property
     def n_samples(self) -> int:
         return int(self.n)
 
     def merged(self, later: "SquaredLossMoments") -> "SquaredLossMoments":
-        return SquaredLossMoments(self.n + later.n, self.gram + later.gram, self.moment + later.moment)
+        return SquaredLossMoments(self.n + later.n, self.gram + later.gram, self.moment + later.moment,
+                                  self.yy + later.yy)
 
     def to_arrays(self) -> dict[str, np.ndarray]:
-        return {"gram": self.gram, "moment": self.moment, "n": np.array(self.n, dtype=np.int64)}
+        return {"gram": self.gram, "moment": self.moment, "yy": np.array(self.yy, dtype=float),
+                "n": np.array(self.n, dtype=np.int64)}
 
 
 TaskData = TaskRows | SquaredLossMoments

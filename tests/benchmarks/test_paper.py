@@ -104,12 +104,14 @@ def test_no_tune_uses_the_classes_own_defaults(monkeypatch):
 
 
 def test_grid_points_modify_the_defaults(monkeypatch):
-    """A tuned model gets the grid point (plus STL's mu when its grid has none), nothing else."""
+    """A tuned model gets the grid point (plus STL's mu when its grid has none) and the paper's
+    prediction rule, nothing else."""
     grids = {**TINY, "ELLA": {"n_components": [2, 3]}}
     monkeypatch.setattr(bench, "GRIDS", grids)
     out = bench.run_benchmark("disjoint", runs=1, seed=0, models=["ELLA-Rand"], progress=False)
     (params,) = out["models"]["ELLA-Rand"]["params"]
-    assert set(params) == {"mu", "n_components"} and params["mu"] in TINY["STL"]["mu"]
+    assert set(params) == {"mu", "n_components", "task_models"} and params["mu"] in TINY["STL"]["mu"]
+    assert params["task_models"] == "paper"
 
 
 def test_unknown_model_is_a_clear_error(capsys):

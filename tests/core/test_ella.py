@@ -63,7 +63,7 @@ def test_basis_is_the_closed_form_of_the_statistics(kind):
 
 
 def test_first_tasks_get_initialisation_slots_and_dead_columns_are_redrawn():
-    model = ELLA(n_components=3)
+    model = ELLA(n_components=3, task_models="paper")
     (t0, X, y), *_ = _tasks()
     model.learn(t0, X, y)
     np.testing.assert_array_equal(model.tasks_[t0].arrays["code"], [1.0, 0.0, 0.0])

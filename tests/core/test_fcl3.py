@@ -147,7 +147,7 @@ def test_encoder_is_the_minimiser_of_its_objective(phi):
 
 @pytest.mark.parametrize("kind", ["regression", "classification"])
 def test_task_intercept_is_the_tasks_best_intercept_for_the_shared_slopes(kind):
-    m, _ = fitted(kind)
+    m, _ = fitted(kind, task_models="paper")
     rec = m.tasks_["task4"]
     theta = m.theta("task4")
     # minimise the task's quadratic ||w - theta||^2_Omega over the intercept alone (scipy)
@@ -159,7 +159,7 @@ def test_task_intercept_is_the_tasks_best_intercept_for_the_shared_slopes(kind):
 
 
 def test_intercept_through_the_decoder_when_asked():
-    m, _ = fitted("regression", task_intercept=False)
+    m, _ = fitted("regression", task_intercept=False, task_models="paper")
     rec = m.tasks_["task4"]
     assert m.D_.shape[0] == rec.w.size
     np.testing.assert_allclose(m.theta("task4"), m.D_ @ rec.arrays["code"])
@@ -239,7 +239,7 @@ def test_variants_are_distinct():
     tasks = clustered_stream(9, spread=2.0)
     preds = []
     for cls in (FCL3, FCL3WithoutDecoder, CL3):
-        m = cls(n_components=3, assignment_ridge=1.0)
+        m = cls(n_components=3, assignment_ridge=1.0, task_models="paper")
         for tid, X, y, _ in tasks:
             m.learn(tid, X, y)
         preds.append(np.concatenate([m.predict(tid, X) for tid, X, _, _ in tasks]))

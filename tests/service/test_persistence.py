@@ -187,7 +187,7 @@ def test_a_database_of_format_1_task_rows_is_read_and_upgraded_one_task_at_a_tim
             select(TaskRow.task_id, TaskRow.arrays).where(TaskRow.model_name == reader.name))}
         version = conn.execute(select(ModelRow.format_version).where(ModelRow.name == reader.name)).scalar()
     assert "gram" in kept["b"] and "X" not in kept["b"] and "X" in kept["a"] and "X" in kept["c"]
-    assert version == core.STATE_FORMAT_VERSION == 2
+    assert version == core.STATE_FORMAT_VERSION == 3
     from service.learners import make_learner
 
     replay = make_learner(fresh.app.state.model.reader.snapshot().info["settings"])

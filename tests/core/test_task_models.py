@@ -1,0 +1,128 @@
+"""Empirical-Bayes task models (``task_models="empirical_bayes"``, the default) on whole
+streams: no loss against tuned per-task learning where tasks share nothing, a clear gain
+where they share environments, exact re-learning, old states, and the paper's rule."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.linear_model import RidgeCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from core import ELLA, FCL3, STL, load_state
+from core.metrics import rmse
+
+
+def _stream(n_tasks, d, n_train, envs, seed, noise=0.5, deviation=0.15):
+    """Tasks ``(id, X_train, y_train, X_test, y_test)``: weights from ``envs`` unit centres plus
+    a small deviation, or each its own (``envs=0``); per-task target offsets."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(max(envs, 1), d))
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    out = []
+    for t in range(n_tasks):
+        w = centres[t % envs] + deviation * rng.normal(size=d) / np.sqrt(d) if envs else rng.normal(size=d) / np.sqrt(d)
+        X = rng.normal(size=(2 * n_train, d))
+        y = rng.normal(0, 2) + X @ w + noise * rng.normal(size=2 * n_train)
+        out.append((f"t{t}", X[:n_train], y[:n_train], X[n_train:], y[n_train:]))
+    return out
+
+
+def _ratio(model, tasks):
+    """Mean test RMSE of ``model`` over tasks / that of per-task RidgeCV (exact leave-one-out)."""
+    for tid, X, y, _, _ in tasks:
+        model.learn(tid, X, y)
+    ours = np.mean([rmse(yt, model.predict(tid, Xt)) for tid, _, _, Xt, yt in tasks])
+    base = np.mean([rmse(yt, make_pipeline(StandardScaler(), RidgeCV(alphas=np.logspace(-6, 6, 25))).fit(X, y)
+                         .predict(Xt)) for _, X, y, Xt, yt in tasks])
+    return ours / base
+
+
+def test_unrelated_tasks_match_tuned_per_task_learning():
+    ratios = []
+    for seed in range(3):
+        model = FCL3()
+        ratios.append(_ratio(model, _stream(20, 6, 15, envs=0, seed=seed)))
+        assert model.task_family() == "ridge"  # no transfer where nothing is shared
+    assert np.exp(np.mean(np.log(ratios))) < 1.03
+
+
+def test_clustered_tasks_with_few_rows_beat_tuned_per_task_learning_clearly():
+    ratios = []
+    for seed in range(3):
+        model = FCL3()
+        ratios.append(_ratio(model, _stream(24, 8, 10, envs=3, seed=seed)))
+        assert model.task_family() != "ridge"
+    assert np.exp(np.mean(np.log(ratios))) < 0.8
+
+
+def test_the_paper_rule_predicts_with_the_library_model():
+    tasks = _stream(8, 5, 20, envs=2, seed=0)
+    model = FCL3(task_models="paper")
+    for tid, X, y, _, _ in tasks:
+        model.learn(tid, X, y)
+    rec = model.tasks_["t3"]
+    np.testing.assert_allclose(model.theta("t3")[:-1], model.D_ @ rec.arrays["code"])
+    assert model.task_family() == "paper"
+
+
+@pytest.mark.parametrize("cls", [FCL3, ELLA, STL])
+def test_relearning_the_latest_task_after_more_data_is_exact(cls):
+    tasks = _stream(6, 5, 16, envs=2, seed=1)
+    once, twice = cls(), cls()
+    for tid, X, y, _, _ in tasks[:-1]:
+        once.learn(tid, X, y)
+        twice.learn(tid, X, y)
+    tid, X, y, Xt, _ = tasks[-1]
+    once.learn(tid, X, y)
+    twice.learn(tid, X[:7], y[:7])
+    twice.learn(tid, X[7:], y[7:])
+    assert once.tasks_[tid].meta["evidence"] == pytest.approx(twice.tasks_[tid].meta["evidence"], rel=1e-9)
+    np.testing.assert_allclose(twice.predict(tid, Xt), once.predict(tid, Xt), rtol=1e-9, atol=1e-9)
+
+
+def test_every_task_model_follows_the_library():
+    tasks = _stream(10, 5, 10, envs=2, seed=2)
+    model = FCL3()
+    for tid, X, y, _, _ in tasks[:-1]:
+        model.learn(tid, X, y)
+    before = model.theta("t0")
+    model.learn(*tasks[-1][:3])
+    assert model.task_family() != "ridge" and not np.allclose(model.theta("t0"), before)
+    copy = model.copy()  # a copy learns without changing what the original predicts
+    after = model.theta("t0")
+    copy.learn("extra", tasks[0][1], tasks[0][2] + 5.0)
+    np.testing.assert_array_equal(model.theta("t0"), after)
+
+
+def test_a_regression_task_without_yy_keeps_the_library_model():
+    """States older than format 3 kept no y'y: such a task is predicted with the paper's rule,
+    even after more data, and the rest of the model is unaffected."""
+    tasks = _stream(6, 4, 12, envs=2, seed=3)
+    model = FCL3()
+    for tid, X, y, _, _ in tasks:
+        model.learn(tid, X, y)
+    state = model.get_state()
+    for task in state.tasks.values():
+        del task["arrays"]["yy"]
+    state.format_version = 2
+    old = load_state(state)
+    np.testing.assert_allclose(old.theta("t1"), old._theta("t1"))
+    old.learn("t1", tasks[1][1], tasks[1][2])
+    assert np.isnan(old.tasks_["t1"].data.yy) and old.tasks_["t1"].meta["evidence"] is None
+    np.testing.assert_allclose(old.theta("t1"), old._theta("t1"))
+
+
+def test_classification_unrelated_tasks_stay_on_the_ridge_and_clustered_ones_transfer():
+    rng = np.random.default_rng(0)
+    d = 5
+    centres = rng.normal(size=(2, d)) * 2.0
+    for envs, expect_ridge in ((0, True), (2, False)):
+        model = FCL3(kind="classification")
+        for t in range(16):
+            w = rng.normal(size=d) * 2.0 if envs == 0 else centres[t % 2] + 0.2 * rng.normal(size=d)
+            X = rng.normal(size=(30, d))
+            y = (rng.random(30) < 1 / (1 + np.exp(-X @ w))).astype(float)
+            model.learn(f"c{t}", X, y)
+        assert (model.task_family() == "ridge") is expect_ridge
+        assert np.all(np.isfinite(model.predict_proba("c0", X)))
