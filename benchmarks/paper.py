@@ -227,9 +227,12 @@ def tune(
 def run_benchmark(
     dataset: str, runs: int = 10, seed: int = 0, models: list[str] | None = None, tune_params: bool = True,
     data_dir: str | None = None, grids: dict[str, dict[str, list]] | None = None, progress: bool = True,
-    val_splits: int = 1,
+    val_splits: int = 1, curves: bool = True,
 ) -> dict[str, Any]:
-    """Run the protocol; returns the JSON-able summary plus ``_raw`` data for the plots."""
+    """Run the protocol; returns the JSON-able summary plus ``_raw`` data for the plots.
+
+    ``curves=False`` skips the test error after every task (the learning-curve figure), which
+    costs a prediction of every learned task after every update."""
     grids = GRIDS if grids is None else grids
     ds = load_dataset(dataset, data_dir, random_state=seed)
     kind = ds.kind
@@ -276,7 +279,7 @@ def run_benchmark(
                 params, _ = tune(family, order_kind, kind, folds, order, base, run_seed, grids[family])
             chosen[name] = params
             model = build(family, kind, params, run_seed)
-            out = run_stream(model, train, order, kind, test=test, curve=True)
+            out = run_stream(model, train, order, kind, test=test, curve=curves)
             score = mean_score(model, kind, test)
             rec = per_model[name]
             rec["scores"].append(score)
@@ -358,6 +361,8 @@ def write_plots(summary: dict[str, Any], out_dir: str) -> list[str]:
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for model, curves in raw["curves"].items():
+        if not any(curves):
+            continue
         arr = np.array(curves, dtype=float)
         x = np.arange(1, arr.shape[1] + 1)
         m = np.nanmean(arr, axis=0)
@@ -457,11 +462,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--val-splits", type=int, default=3,
                     help="random fit/validation splits of the training halves averaged when tuning")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.add_argument("--no-curves", action="store_true",
+                    help="skip the test error after every task (no learning-curve figure; faster)")
     args = ap.parse_args(argv)
     models = [m.strip() for m in args.models.split(",")] if args.models else None
     try:
         summary = run_benchmark(args.dataset, args.runs, args.seed, models, not args.no_tune, args.data_dir,
-                                progress=not args.quiet, val_splits=args.val_splits)
+                                progress=not args.quiet, val_splits=args.val_splits, curves=not args.no_curves)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

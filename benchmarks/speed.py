@@ -6,8 +6,10 @@ already learned, run from the command line::
 
 Streams of synthetic clustered tasks (:data:`SPEED_CONFIGS`) and, with ``--datasets``, the
 streams of real data sets (every task whole, in a seeded random order, with ``p`` = 5 and 20
-components). Wall-clock and process CPU time of every update are recorded; on a shared
-machine CPU time is the steadier of the two. Run it with ``OPENBLAS_NUM_THREADS=1`` (recorded
+components). Wall-clock and process CPU time of every update are recorded (on a shared
+machine CPU time is the steadier of the two), and the time of the updated task's first
+prediction after it, when its empirical-Bayes task model is computed. ``FCL3-Rand:paper``
+is FCL3 with the paper's prediction rule: what the task models add is the difference. Run it with ``OPENBLAS_NUM_THREADS=1`` (recorded
 in the output): the matrices are small, and BLAS threads only add synchronisation.
 """
 from __future__ import annotations
@@ -32,7 +34,10 @@ SPEED_CONFIGS = [  # (n_features, n_components, n_tasks, n_environments)
     (128, 20, 60, 4),
     (128, 20, 60, 24),
 ]
-DEFAULT_MODELS = ("FCL3-Rand", "ELLA-Rand")
+DEFAULT_MODELS = ("FCL3-Rand", "FCL3-Rand:paper", "ELLA-Rand")
+#: A model name ending in this runs the paper's prediction rule (``task_models="paper"``):
+#: the same library learning, without the empirical-Bayes task models.
+PAPER_SUFFIX = ":paper"
 
 
 def speed_benchmark(configs=None, n_samples: int = 50, seed: int = 0, models=None,
@@ -48,9 +53,10 @@ def speed_benchmark(configs=None, n_samples: int = 50, seed: int = 0, models=Non
     process CPU time are both recorded: on a shared machine CPU time is the steadier of the two.
     """
     configs = SPEED_CONFIGS if configs is None else configs
-    models = check_models(list(models or DEFAULT_MODELS))
+    models = list(models or DEFAULT_MODELS)
+    check_models([m.removesuffix(PAPER_SUFFIX) for m in models])
     for name in models:
-        if MODELS[name][0] == "STL":
+        if MODELS[name.removesuffix(PAPER_SUFFIX)][0] == "STL":
             raise ValueError(f"{name} has no components to time against; choose a model with a basis")
     real = [load_dataset(name, data_dir, random_state=seed) for name in datasets]  # a missing file fails now
     out: dict[str, Any] = {"n_samples_per_task": n_samples, "blas_threads": blas_threads(), "configs": []}
@@ -85,19 +91,27 @@ def speed_benchmark(configs=None, n_samples: int = 50, seed: int = 0, models=Non
 
 def _time_stream(name: str, kind: str, tasks, n_components: int, seed: int, label: str,
                  progress: bool) -> dict[str, Any]:
-    """Learn ``tasks`` one at a time with model ``name`` and record each update's time."""
-    family, _ = MODELS[name]
-    model = build(family, kind, {"n_components": n_components}, seed)
-    times, cpu = [], []
+    """Learn ``tasks`` one at a time with model ``name`` and record each update's time, and the
+    time of the updated task's first prediction after it (its task model is computed then)."""
+    family, _ = MODELS[name.removesuffix(PAPER_SUFFIX)]
+    params = {"n_components": n_components}
+    if name.endswith(PAPER_SUFFIX):
+        params["task_models"] = "paper"
+    model = build(family, kind, params, seed)
+    times, cpu, first = [], [], []
     for t in progress_bar(range(len(tasks)), desc=label, enabled=progress):
         t0, c0 = time.perf_counter(), time.process_time()
         model.learn(f"t{t}", *tasks[t])
-        times.append(1000.0 * (time.perf_counter() - t0))
-        cpu.append(1000.0 * (time.process_time() - c0))
+        t1, c1 = time.perf_counter(), time.process_time()
+        model.theta(f"t{t}")
+        first.append(1000.0 * (time.perf_counter() - t1))
+        times.append(1000.0 * (t1 - t0))
+        cpu.append(1000.0 * (c1 - c0))
     times_a = np.array(times)
     q = max(1, len(tasks) // 5)
     entry = {"update_ms_median": float(np.median(times_a)), "update_ms_max": float(times_a.max()),
              "update_cpu_ms_median": float(np.median(cpu)),
+             "first_predict_ms_median": float(np.median(first)),
              "median_first_fifth": float(np.median(times_a[:q])),
              "median_last_fifth": float(np.median(times_a[-q:])), "update_ms": times}
     res = getattr(model, "representatives", None)
@@ -110,18 +124,19 @@ def _time_stream(name: str, kind: str, tasks, n_components: int, seed: int, labe
 
 
 def format_speed(speed: dict[str, Any]) -> str:
-    lines = [f"{'data':<10}{'d':>5}{'p':>4}{'env':>5}{'tasks':>7}  {'model':<12}{'median ms':>11}{'cpu ms':>8}{'max ms':>9}"
-             f"{'first 1/5':>11}{'last 1/5':>10}{'K':>4}{'cols':>6}"]
+    lines = [f"{'data':<10}{'d':>5}{'p':>4}{'env':>5}{'tasks':>7}  {'model':<16}{'median ms':>11}{'cpu ms':>8}{'max ms':>9}"
+             f"{'first 1/5':>11}{'last 1/5':>10}{'K':>4}{'cols':>6}{'1st pred ms':>13}"]
     for cfg in speed["configs"]:
         for name, e in cfg["models"].items():
             env = cfg.get("n_environments")
             lines.append(f"{cfg.get('data', 'synthetic'):<10}{cfg['n_features']:>5}{cfg['n_components']:>4}"
                          f"{'' if env is None else env:>5}"
-                         f"{cfg['n_tasks']:>7}  {name:<12}"
+                         f"{cfg['n_tasks']:>7}  {name:<16}"
                          f"{e['update_ms_median']:>11.2f}{e.get('update_cpu_ms_median', float('nan')):>8.2f}"
                          f"{e['update_ms_max']:>9.1f}{e['median_first_fifth']:>11.2f}"
                          f"{e['median_last_fifth']:>10.2f}{e.get('n_representatives', ''):>4}"
-                         f"{e.get('n_active_components', ''):>6}")
+                         f"{e.get('n_active_components', ''):>6}"
+                         f"{e.get('first_predict_ms_median', float('nan')):>13.2f}")
     return "\n".join(lines)
 
 
@@ -162,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
                          + ", ".join(REAL_DATASETS) + "), with p = 5 and 20")
     ap.add_argument("--data-dir", help="directory of the real data sets (default: $FCL3_DATA_DIR, ../shared/data)")
     ap.add_argument("--models", help="comma-separated, default " + ",".join(DEFAULT_MODELS)
-                    + "; any of: " + ", ".join(m for m, (fam, _) in MODELS.items() if fam != "STL"))
+                    + "; any of: " + ", ".join(m for m, (fam, _) in MODELS.items() if fam != "STL")
+                    + f", each optionally with {PAPER_SUFFIX!r} (the paper's prediction rule)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)

@@ -69,6 +69,10 @@ Decisions on the points the paper leaves open (each covered by a test):
   codes, assignment, the representative codes and Hessians it used are stored with it), the
   task is re-learned on all its data, and ``T`` is not incremented. It is not compared with
   itself; a representative stays one with its code in ``S`` replaced.
+* **Predictions** (``task_models``): by default each task is predicted with its
+  empirical-Bayes model around the library learned without it (:mod:`core.evidence`), which
+  never does worse than learning the task alone; ``task_models="paper"`` predicts with
+  ``theta_t = D s_t``. The library itself is learned as above either way.
 """
 from __future__ import annotations
 
