@@ -4,7 +4,6 @@ bad state), leaving the model exactly as it was.
 The checks of :data:`core.checks.INPUT_CHECKS` run here over every learner and kind (one test
 per bad batch and per scale); the rest are the engine's specific refusals.
 """
-import functools
 
 import numpy as np
 import pytest
@@ -12,22 +11,8 @@ import pytest
 import core
 from core import ELLA, FCL3, STL, InputError, checks, load_state
 
-KINDS = ["regression", "classification"]
+from .helpers import KINDS, basis_tasks, factory, learners, make  # noqa: F401
 
-
-def make(cls, kind, **kw):
-    params = {"kind": kind}
-    if "n_components" in cls._param_names():
-        params["n_components"] = 3
-    return cls(**params, **kw)
-
-
-def factory(cls, kind):
-    return functools.partial(make, cls, kind)
-
-
-learners = pytest.mark.parametrize("cls,kind", [(c, k) for c in core.LEARNERS.values() for k in KINDS],
-                                   ids=lambda v: getattr(v, "__name__", v))
 classifiers = pytest.mark.parametrize("cls", list(core.LEARNERS.values()), ids=lambda c: c.__name__)
 
 
@@ -80,20 +65,6 @@ def test_bad_hyper_parameters_are_refused_before_any_work():
 
 
 # ----------------------------------------------------------------------------- ELLA
-def _ella_tasks(n_tasks=6, d=5, n=40, seed=0, kind="regression"):
-    rng = np.random.default_rng(seed)
-    basis = rng.normal(size=(d, 2))
-    out = []
-    for t in range(n_tasks):
-        w = basis @ rng.normal(size=2)
-        X = rng.normal(size=(n, d)) * 3 + 1
-        f = X @ w
-        if kind == "regression":
-            y = f + 0.3 * rng.normal(size=n)
-        else:
-            y = (f + rng.logistic(size=n) > 0).astype(float)
-        out.append((f"t{t}", X, y))
-    return out
 
 
 @pytest.mark.parametrize("bad", [
@@ -105,7 +76,7 @@ def _ella_tasks(n_tasks=6, d=5, n=40, seed=0, kind="regression"):
 ])
 def test_ella_bad_input_leaves_state_unchanged(bad):
     model = ELLA(n_components=2)
-    tasks = _ella_tasks()
+    tasks = basis_tasks()
     for t, X, y in tasks[:3]:
         model.learn(t, X, y)
     before = model.get_state()

@@ -1,6 +1,5 @@
 """The conformance suite :mod:`core.checks`, run over every learner of :data:`core.LEARNERS`
 (one test per check, learner and kind), and tests that its checks can fail."""
-import functools
 import inspect
 
 import numpy as np
@@ -9,22 +8,7 @@ import pytest
 import core
 from core import CL3, ELLA, FCL3, STL, FCL3WithoutDecoder, checks
 
-KINDS = ["regression", "classification"]
-
-
-def make(cls, kind, **kw):
-    params = {"kind": kind}
-    if "n_components" in cls._param_names():
-        params["n_components"] = 3
-    return cls(**params, **kw)
-
-
-def factory(cls, kind):
-    return functools.partial(make, cls, kind)
-
-
-learners = pytest.mark.parametrize("cls,kind", [(c, k) for c in core.LEARNERS.values() for k in KINDS],
-                                   ids=lambda v: getattr(v, "__name__", v))
+from .helpers import KINDS, factory, learners, make  # noqa: F401
 
 
 @learners

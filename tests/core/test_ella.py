@@ -5,21 +5,10 @@ import pytest
 from core import load_state
 from core.ella import ELLA
 
+from .helpers import basis_tasks
 
-def _tasks(n_tasks=6, d=5, n=40, seed=0, kind="regression"):
-    rng = np.random.default_rng(seed)
-    basis = rng.normal(size=(d, 2))
-    out = []
-    for t in range(n_tasks):
-        w = basis @ rng.normal(size=2)
-        X = rng.normal(size=(n, d)) * 3 + 1
-        f = X @ w
-        if kind == "regression":
-            y = f + 0.3 * rng.normal(size=n)
-        else:
-            y = (f + rng.logistic(size=n) > 0).astype(float)
-        out.append((f"t{t}", X, y))
-    return out
+
+_tasks = basis_tasks
 
 
 def _stats_from_codes(model):
