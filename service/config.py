@@ -29,7 +29,10 @@ class Settings(BaseSettings):
     AUTO_CREATE_SCHEMA: bool | None = Field(
         None, description="Run the migrations at start-up. Default: yes on SQLite, no otherwise "
         "(run `alembic upgrade head` once before the workers start).")
-    MODEL_NAME: str = Field("default", description="Name of the model this service hosts; every row is keyed by it.")
+    MODEL_NAME: str = Field("default", description="Name of the default model: the one the routes without "
+                            "/models/{name} act on, created at start-up from the FCL3_* settings.")
+    MODEL_CACHE_SIZE: int = Field(100, gt=0, description="Models (besides the default one) whose learner each "
+                                  "process keeps in memory; the least recently used is dropped first.")
     LOCK_TTL: float = Field(30.0, gt=0, description="Seconds before an update lock expires if its holder dies.")
     LOCK_WAIT: float = Field(5.0, ge=0, description="Seconds an update waits for the lock before answering 503.")
     MAX_BODY_BYTES: int = Field(16 * 1024 * 1024, gt=0, description="Larger request bodies get 413.")

@@ -1,8 +1,9 @@
 """Error mapping: the service's and its libraries' exceptions -> HTTP answers.
 
 401 missing/unknown API key, 403 read key on a write route, 422 bad input (core's own
-message, or pydantic's), 404 unknown task, 409 a stale writer refused, 413 body, rows or
-features over the limits, 503 lock busy (with Retry-After), model not created yet, or
+message, or pydantic's; a bad model file), 404 unknown model or task, 409 a stale writer
+refused, a model name taken or a fork that cannot be made, 413 body, rows or
+features over the limits, 503 lock busy (with Retry-After), default model not created yet, or
 database / Redis down, 500 an internal error (a generic message with the request id; the
 details go to the log only). Error bodies are scrubbed of API keys and connection-URL
 passwords (``app.state.redact``).
@@ -21,7 +22,8 @@ import core
 from .learners import ModelConfigError
 from .locks import LockBackendDown, LockBusy
 from .reads import ModelMissing
-from .writes import StaleWrite
+from .usecases import ForkRefused
+from .writes import ModelExists, StaleWrite
 
 log = logging.getLogger("service")
 
@@ -68,7 +70,18 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ModelMissing)
     async def _missing(request: Request, exc: ModelMissing):
-        return detail(503, str(exc), {"Retry-After": "1"})
+        settings = getattr(request.app.state, "settings", None)
+        if settings is not None and exc.name == settings.MODEL_NAME:  # created at start-up / first write
+            return detail(503, str(exc), {"Retry-After": "1"})
+        return detail(404, f"unknown model {exc.name!r}: create it with POST /models")
+
+    @app.exception_handler(ModelExists)
+    async def _exists(request: Request, exc: ModelExists):
+        return detail(409, str(exc))
+
+    @app.exception_handler(ForkRefused)
+    async def _fork(request: Request, exc: ForkRefused):
+        return detail(409, str(exc))
 
     @app.exception_handler(sa_exc.OperationalError)
     @app.exception_handler(sa_exc.InterfaceError)

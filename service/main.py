@@ -14,13 +14,14 @@ from fastapi import Depends, FastAPI
 from sqlalchemy import exc as sa_exc
 
 from . import logs, usecases
-from .api.routes import data, health, model, predict, prometheus, tasks
+from .api.routes import data, health, model, models, predict, prometheus, tasks
 from .config import Settings, get_settings
 from .db import make_bulk_engine, make_engine, upgrade_schema
 from .errors import first_line, install_error_handlers
 from .locks import make_locks
 from .memory import limit_malloc_arenas
 from .middleware import BodyLimit, RequestContext
+from .api.deps import model_name
 from .security import FORBIDDEN, UNAUTHORIZED, KeyRing, Redactor, require_read, require_write
 
 log = logging.getLogger("service")
@@ -44,8 +45,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.settings = settings
         app.state.engine = engine
         app.state.locks = locks
-        app.state.model = usecases.HostedModel.open(engine, locks, settings.MODEL_NAME, settings.model_settings(),
-                                                    bulk_engine)
+        app.state.models = usecases.ModelRegistry(engine, bulk_engine, locks, settings.MODEL_NAME,
+                                                  settings.model_settings(), settings.MODEL_CACHE_SIZE)
+        app.state.model = app.state.models.default
         if settings.auto_create_schema:
             upgrade_schema(engine)
         try:
@@ -71,9 +73,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RequestContext)  # outermost: sees every answer, 413 included
     install_error_handlers(app)
     auth_errors = {401: UNAUTHORIZED}
-    app.include_router(data.router, dependencies=[Depends(require_write)], responses={**auth_errors, 403: FORBIDDEN})
-    for r in (predict.router, tasks.router, model.router):
+    write_errors = {**auth_errors, 403: FORBIDDEN}
+    # The routes of one model, twice: on the default model (MODEL_NAME), and under
+    # /models/{name} on any model (the same route functions; see service.api.deps).
+    named = {"prefix": "/models/{name}", "responses": {404: {"description": "Unknown model."}}}
+    app.include_router(data.router, dependencies=[Depends(require_write)], responses=write_errors)
+    app.include_router(data.router, dependencies=[Depends(require_write), Depends(model_name)],
+                       **{**named, "responses": {**write_errors, **named["responses"]}})
+    for r in (predict.router, tasks.router):
         app.include_router(r, dependencies=[Depends(require_read)], responses=auth_errors)
+        app.include_router(r, dependencies=[Depends(require_read), Depends(model_name)],
+                           **{**named, "responses": {**auth_errors, **named["responses"]}})
+    app.include_router(model.router, dependencies=[Depends(require_read)], responses=auth_errors)
+    app.include_router(models.write_router, dependencies=[Depends(require_write)], responses=write_errors)
+    app.include_router(models.read_router, dependencies=[Depends(require_read)], responses=auth_errors)
     app.include_router(health.router)  # /healthz, /readyz: open
     app.include_router(prometheus.router)  # /metrics: open
     return app

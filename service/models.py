@@ -7,7 +7,12 @@
   update of that task; ``version`` is the model version that last wrote it, so a reader
   refreshes only the tasks that changed since its cached version.
 * ``batches`` – append-only: every accepted raw batch with the model version it produced.
-  ``(model_name, version)`` is unique, so a batch can never be applied twice.
+  ``(model_name, version)`` is the primary key, so a batch can never be applied twice.
+
+Every primary key starts with the model name (``models.name``, ``tasks.model_name``,
+``batches.model_name``), so the three tables can be partitioned or sharded by it (e.g. Citus
+``create_distributed_table(..., 'model_name')``, colocated with ``models``); see
+docs/operations.md.
 
 Arrays are stored as ``np.save(..., allow_pickle=False)`` bytes (dtype and shape kept) in a
 ``LargeBinary`` column: BYTEA on PostgreSQL, BLOB on SQLite.
@@ -19,7 +24,7 @@ import zipfile
 from datetime import datetime, timezone
 
 import numpy as np
-from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, LargeBinary, String, UniqueConstraint
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, LargeBinary, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -91,6 +96,7 @@ class ModelRow(Base):
     arrays: Mapped[dict] = mapped_column(NDArrayDict, nullable=False)  # ModelState.arrays
     format_version: Mapped[int] = mapped_column(Integer, nullable=False)
     summary: Mapped[dict] = mapped_column(JSON, nullable=False, default=dict)  # representatives etc.
+    origin: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # {"fork": {...}} / {"import": {...}}; null: created
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
 
@@ -113,12 +119,10 @@ class TaskRow(Base):
 
 class BatchRow(Base):
     __tablename__ = "batches"
-    __table_args__ = (UniqueConstraint("model_name", "version", name="uq_batches_model_version"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    model_name: Mapped[str] = mapped_column(ForeignKey("models.name", ondelete="CASCADE"), nullable=False)
+    model_name: Mapped[str] = mapped_column(ForeignKey("models.name", ondelete="CASCADE"), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)  # model version it produced
     task_id: Mapped[str] = mapped_column(String(200), nullable=False)
-    version: Mapped[int] = mapped_column(Integer, nullable=False)  # model version this batch produced
     n_samples: Mapped[int] = mapped_column(Integer, nullable=False)
     X: Mapped[np.ndarray] = mapped_column(NDArray, nullable=False)
     y: Mapped[np.ndarray] = mapped_column(NDArray, nullable=False)

@@ -33,8 +33,14 @@ _TASK_INFO_COLS = [c for c in tasks_t.c if c.name != "arrays"]
 
 
 class ModelMissing(Exception):
-    """No row for the model: it has not been created yet, or the database was emptied under
-    a running service. Start-up and the first update create it."""
+    """No row for the model ``name``: it has not been created yet, was deleted, or the
+    database was emptied under a running service. For the default model (``MODEL_NAME``)
+    start-up and the first update create it (answered 503 meanwhile); any other model is
+    unknown (404)."""
+
+    def __init__(self, name: str):
+        super().__init__(f"model {name!r} is not in the database")
+        self.name = name
 
 
 @dataclass(frozen=True)
@@ -78,16 +84,33 @@ class ModelReader:
         with self._autocommit.connect() as conn:
             return conn.execute(select(models_t.c.version).where(models_t.c.name == self.name)).scalar()
 
-    def snapshot(self) -> Snapshot:
-        """The model at its stored version: one cheap query when the cache is current."""
+    def require(self) -> int:
+        """The stored version; :class:`ModelMissing` when the model does not exist."""
         version = self.stored_version()
         if version is None:
-            raise ModelMissing(f"model {self.name!r} is not in the database")
+            raise ModelMissing(self.name)
+        return version
+
+    def snapshot(self) -> Snapshot:
+        """The model at its stored version: one cheap query when the cache is current.
+
+        The query also reads ``created_at``, the model's identity: a model deleted and created
+        again under the same name (by another process) restarts at version 0 and must never be
+        mistaken for the cached one when it reaches the cached version number."""
+        with self._autocommit.connect() as conn:
+            row = conn.execute(select(models_t.c.version, models_t.c.created_at)
+                               .where(models_t.c.name == self.name)).first()
+        if row is None:
+            self._cache = None  # deleted: keep nothing of it
+            raise ModelMissing(self.name)
+        version, created = row
         cached = self._cache
-        if cached is not None and cached.version == version:
+        if cached is not None and cached.version == version and cached.info.get("created_at") == created:
             return cached
         with self._cache_lock:
             cached = self._cache
+            if cached is not None and cached.info.get("created_at") != created:
+                cached = self._cache = None  # another model of the same name
             if cached is not None and cached.version >= version:
                 return cached if cached.version == version else self._refresh(None)
             snap = self._refresh(cached)
@@ -102,7 +125,8 @@ class ModelReader:
 
     def _install(self, snap: Snapshot) -> None:
         current = self._cache
-        if current is None or snap.version >= current.version:
+        if (current is None or snap.version >= current.version
+                or current.info.get("created_at") != snap.info.get("created_at")):
             self._cache = snap
 
     def _refresh(self, cached: Snapshot | None) -> Snapshot:
@@ -112,7 +136,9 @@ class ModelReader:
         with conn, conn.begin():
             row = conn.execute(select(models_t).where(models_t.c.name == self.name)).mappings().first()
             if row is None:
-                raise ModelMissing(f"model {self.name!r} is not in the database")
+                raise ModelMissing(self.name)
+            if cached is not None and cached.info.get("created_at") != row["created_at"]:
+                cached = None
             if cached is not None and cached.version == row["version"]:
                 return cached
             q = select(tasks_t.c.task_id, tasks_t.c.arrays, tasks_t.c.meta).where(tasks_t.c.model_name == self.name)
@@ -146,7 +172,7 @@ class ModelReader:
         with self._autocommit.connect() as conn:
             row = conn.execute(select(*_MODEL_INFO_COLS).where(models_t.c.name == self.name)).mappings().first()
             if row is None:
-                raise ModelMissing(f"model {self.name!r} is not in the database")
+                raise ModelMissing(self.name)
             n_tasks = conn.execute(select(func.count()).select_from(tasks_t).where(tasks_t.c.model_name == self.name)).scalar()
             n_batches = conn.execute(select(func.count()).select_from(batches_t).where(batches_t.c.model_name == self.name)).scalar()
         return {**row, "n_tasks": int(n_tasks), "n_batches": int(n_batches)}
@@ -162,7 +188,8 @@ class ModelReader:
             row = conn.execute(select(*_TASK_INFO_COLS).where(
                 tasks_t.c.model_name == self.name, tasks_t.c.task_id == task_id)).mappings().first()
         if row is None:
-            raise core.UnknownTaskError(f"unknown task {task_id!r}: the model has not learned it")
+            self.require()  # an unknown model is said first
+            raise core.UnknownTaskError(f"unknown task {task_id!r}: model {self.name!r} has not learned it")
         return dict(row)
 
     def batches(self, task_id: str | None = None) -> list[dict[str, Any]]:
@@ -172,3 +199,17 @@ class ModelReader:
             q = q.where(batches_t.c.task_id == task_id)
         with self.bulk.connect() as conn:
             return [dict(r) for r in conn.execute(q).mappings()]
+
+
+def list_models(engine: Engine, offset: int = 0, limit: int = 100) -> tuple[int, list[dict[str, Any]]]:
+    """How many models are stored, and the rows (without arrays, with task and batch counts)
+    of ``limit`` of them from ``offset``, by name."""
+    # Correlated counts: computed for the listed models only, each on its primary-key prefix.
+    n_tasks = select(func.count()).where(tasks_t.c.model_name == models_t.c.name).scalar_subquery()
+    n_batches = select(func.count()).where(batches_t.c.model_name == models_t.c.name).scalar_subquery()
+    q = (select(*_MODEL_INFO_COLS, n_tasks.label("n_tasks"), n_batches.label("n_batches"))
+         .order_by(models_t.c.name).offset(offset).limit(limit))
+    with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
+        total = conn.execute(select(func.count()).select_from(models_t)).scalar()
+        rows = [dict(r) for r in conn.execute(q).mappings()]
+    return int(total), rows

@@ -54,7 +54,7 @@ def model_out(info: dict[str, Any]) -> ModelOut:
         hyperparameters=params, created_with=info["settings"], version=info["version"], n_tasks=info["n_tasks"],
         n_batches=info["n_batches"], n_representatives=summary.get("n_representatives", 0),
         representatives=summary.get("representatives", []),
-        created_at=info["created_at"], updated_at=info["updated_at"])
+        created_at=info["created_at"], updated_at=info["updated_at"], origin=info.get("origin"))
 
 
 def task_out(row: dict[str, Any]) -> TaskOut:

@@ -3,9 +3,9 @@ non-numbers (strict floats: no strings, no booleans)."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 Number = Annotated[float, Strict()]
 
@@ -102,3 +102,47 @@ class ModelOut(BaseModel):
     representatives: list[str]
     created_at: UtcDatetime
     updated_at: UtcDatetime
+    origin: dict[str, Any] | None = Field(None, description='How the model came to be: null (created), '
+                                          '{"fork": {"model", "version"}} or {"import": {"model", "version"}}.')
+
+
+class ModelList(BaseModel):
+    total: int = Field(..., description="Models in the database.")
+    offset: int
+    count: int
+    models: list[ModelOut] = Field(..., description="By name.")
+
+
+class ForkFrom(Request):
+    model: str = Field(..., min_length=1, max_length=200, description="The model to fork.")
+    version: int | None = Field(None, ge=0, le=2**31 - 1,
+                                description="Its version to start from (default: its current version).")
+
+
+MODEL_NAME_PATTERN = r"^[A-Za-z0-9._-]{1,100}$"
+
+
+class ModelCreate(Request):
+    """A new model: its settings, or ``fork`` (an existing model at one of its versions; the
+    settings are then the parent's, and none may be given)."""
+
+    name: str = Field(..., min_length=1, max_length=100, pattern=MODEL_NAME_PATTERN,
+                      description="1-100 characters of [A-Za-z0-9._-].", examples=["schools"])
+    kind: Literal["regression", "classification"] | None = Field(None, description="Required unless forking.")
+    estimator: str = Field("FCL3", min_length=1, max_length=100, description="Learner class in core (FCL3, STL, ...).")
+    params: dict[str, Any] = Field(default_factory=dict, description='Other hyper-parameters, e.g. {"lambda2": 0.5}.')
+    d: int | None = Field(None, gt=0, le=10**6, description="Number of features; null: fixed by the first batch.")
+    fork: ForkFrom | None = Field(None, description="Create the model as this model was at this version.")
+
+    @model_validator(mode="after")
+    def _kind_or_fork(self) -> "ModelCreate":
+        if self.fork is not None:
+            given = sorted(self.model_fields_set & {"kind", "estimator", "params", "d"})
+            if given:
+                raise ValueError(f"a fork takes its parent's settings: do not give {', '.join(given)}")
+        elif self.kind is None:
+            raise ValueError("kind is required: 'regression' or 'classification'")
+        return self
+
+    def model_settings(self) -> dict[str, Any]:
+        return {"estimator": self.estimator, "kind": self.kind, "params": dict(self.params), "d": self.d}

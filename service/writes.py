@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
-from sqlalchemy import insert, select, update
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 import core
@@ -35,6 +35,29 @@ from .responses import result_json
 
 class StaleWrite(Exception):
     """The model moved since this writer read it (its lock expired): the commit is refused."""
+
+
+class ModelExists(Exception):
+    """A model of that name already exists (answered 409)."""
+
+    def __init__(self, name: str):
+        super().__init__(f"model {name!r} already exists: pick another name, or DELETE /models/{name} first")
+        self.name = name
+
+
+@dataclass
+class NewModel:
+    """Everything a new model's rows hold: its learner at ``version``, the settings it was
+    created with, and optionally each task's counters and the batches ``1..version`` behind it
+    (a fork copies them; an import has none)."""
+
+    learner: core.LifelongLearner
+    settings: dict[str, Any]
+    version: int = 0
+    summary: dict[str, Any] | None = None
+    tasks: dict[str, dict[str, Any]] | None = None  # task id -> {"version", "n_batches", "last_update"}
+    batches: list[dict[str, Any]] | None = None  # {"task_id", "version", "X", "y"}
+    origin: dict[str, Any] | None = None
 
 
 @dataclass
@@ -67,6 +90,14 @@ def _representatives(learner: core.LifelongLearner, previous: list[str], result:
     return reps
 
 
+def _learner_summary(learner: core.LifelongLearner) -> dict[str, Any]:
+    """A model row's summary from a learner alone (a new, imported or forked model)."""
+    reps = getattr(learner, "representatives", None)
+    if reps is None or callable(reps):
+        reps = getattr(learner, "representatives_", None) or []
+    return {"representatives": [str(r) for r in reps], "n_representatives": len(reps)}
+
+
 class ModelWriter:
     """Writes of the model that ``reader`` reads; a commit becomes the reader's cached snapshot."""
 
@@ -83,19 +114,52 @@ class ModelWriter:
         with self.reader.engine.connect() as conn:
             if conn.execute(select(models_t.c.version).where(models_t.c.name == self.name)).first():
                 return False
-        learner = make_learner(self.model_settings)
-        state = learner.get_state()
-        now = _now()
         try:
-            with self.reader.engine.begin() as conn:
-                conn.execute(insert(models_t).values(
-                    name=self.name, version=0, estimator=state.estimator, kind=learner.kind,
-                    settings=self.model_settings, params=state.params, meta=state.meta, arrays=state.arrays,
-                    format_version=state.format_version, summary={"representatives": []},
-                    created_at=now, updated_at=now))
-        except IntegrityError:
+            self.create(NewModel(make_learner(self.model_settings), self.model_settings))
+        except ModelExists:
             return False  # another process created it first
         return True
+
+    def create(self, new: NewModel) -> None:
+        """Write a new model (its row, every task row, its batches) in one transaction;
+        :class:`ModelExists` if the name is taken (nothing written)."""
+        learner = new.learner
+        state = learner.get_state()
+        now = _now()
+        summary = new.summary if new.summary is not None else _learner_summary(learner)
+        infos = new.tasks or {}
+        try:
+            with self.reader.bulk.begin() as conn:
+                if conn.execute(select(models_t.c.version).where(models_t.c.name == self.name)).first():
+                    raise ModelExists(self.name)
+                conn.execute(insert(models_t).values(
+                    name=self.name, version=new.version, estimator=state.estimator, kind=learner.kind,
+                    settings=new.settings, params=state.params, meta=state.meta, arrays=state.arrays,
+                    format_version=state.format_version, summary=summary, origin=new.origin,
+                    created_at=now, updated_at=now))
+                for task_id, task in state.tasks.items():
+                    info = infos.get(task_id) or {}
+                    conn.execute(insert(tasks_t).values(
+                        model_name=self.name, task_id=task_id, version=int(info.get("version", new.version)),
+                        n_samples=int(learner.tasks_[task_id].n_samples), n_batches=int(info.get("n_batches", 0)),
+                        arrays=task["arrays"], meta=task["meta"], last_update=info.get("last_update") or {},
+                        created_at=now, updated_at=now))
+                for b in new.batches or ():
+                    conn.execute(insert(batches_t).values(
+                        model_name=self.name, task_id=b["task_id"], version=int(b["version"]),
+                        n_samples=int(np.shape(b["X"])[0]), X=np.asarray(b["X"], dtype=float),
+                        y=np.asarray(b["y"], dtype=float), created_at=now))
+        except IntegrityError:
+            raise ModelExists(self.name) from None  # created by someone else meanwhile
+
+    def delete(self) -> bool:
+        """Remove the model with its tasks and batches (one transaction); whether it existed.
+        A writer of this model that commits later finds no row and is refused (stale)."""
+        with self.reader.bulk.begin() as conn:
+            conn.execute(delete(batches_t).where(batches_t.c.model_name == self.name))
+            conn.execute(delete(tasks_t).where(tasks_t.c.model_name == self.name))
+            gone = conn.execute(delete(models_t).where(models_t.c.name == self.name)).rowcount
+        return bool(gone)
 
     def prepare(self, snap: Snapshot, task_id: str, X, y) -> Prepared:
         """Run the update on a private copy of the learner (nothing is stored)."""

@@ -3,30 +3,63 @@ from __future__ import annotations
 
 # Plain attribute look-ups: `async def` so FastAPI does not send them to the thread pool.
 
+import re
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import Depends, HTTPException, Path, Request
 
 from ..config import Settings
 from ..reads import ModelReader
-from ..usecases import HostedModel
+from ..usecases import HostedModel, ModelRegistry
+
+#: A model name: 1-100 characters of [A-Za-z0-9._-] (safe in a URL path, a file name, a Redis key).
+NAME_PATTERN = r"^[A-Za-z0-9._-]{1,100}$"
+_NAME = re.compile(NAME_PATTERN)
+
+ModelName = Annotated[str, Path(min_length=1, max_length=100, pattern=NAME_PATTERN,
+                                description="Model name: 1-100 characters of [A-Za-z0-9._-].")]
+
+
+async def model_name(name: ModelName) -> str:
+    """The ``{name}`` of a ``/models/{name}/...`` route (declared and validated here, once for
+    every route of the router included under that prefix)."""
+    return name
 
 
 async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
+async def get_registry(request: Request) -> ModelRegistry:
+    return request.app.state.models
+
+
+def hosted(request: Request, name: str | None) -> HostedModel:
+    """The model ``name`` (``None``: the default model) of this app's registry."""
+    if name is None:
+        return request.app.state.model
+    registry: ModelRegistry = request.app.state.models
+    if not _NAME.match(name):
+        # Never cached, never used: the route's validation of {name} (service.api.deps.model_name)
+        # answers 422 before the endpoint runs.
+        return registry.transient(name)
+    return registry.get(name)
+
+
 async def get_hosted_model(request: Request) -> HostedModel:
-    return request.app.state.model
+    """The model a route acts on: ``{name}`` of ``/models/{name}/...``, else the default model.
+    The same route functions thus serve both prefixes (see :func:`service.main.create_app`)."""
+    return hosted(request, request.path_params.get("name"))
 
 
 async def get_reader(request: Request) -> ModelReader:
-    return request.app.state.model.reader
+    return (await get_hosted_model(request)).reader
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 ModelDep = Annotated[HostedModel, Depends(get_hosted_model)]
 ReaderDep = Annotated[ModelReader, Depends(get_reader)]
+RegistryDep = Annotated[ModelRegistry, Depends(get_registry)]
 
 
 def check_size(settings: Settings, n_rows: int, widths) -> None:

@@ -72,3 +72,18 @@ def test_loadtest_short_run(backends, tmp_path):
     assert json.loads(out.read_text())["runs"][0]["consistency"] == run["consistency"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert databases("fcl3_load_") <= before
+
+
+def test_models_benchmark_short_run(backends, tmp_path):
+    from benchmarks import models
+
+    before = databases("fcl3_models_")
+    out = tmp_path / "models.json"
+    assert models.main(["--small", "6", "--large", "0", "--predictions", "20", "--cache-size", "4",
+                        "--json", str(out), "--quiet", *backends]) == 0
+    res = json.loads(out.read_text())
+    small = res["groups"]["small"]
+    assert small["models"] == 6 and res["cache_size"] == 4
+    assert 0 < small["predict_ms"]["p50"] <= small["predict_ms"]["p99"] and small["predict_per_s"] > 0
+    assert small["worker_rss_mb"]["all_loaded"] > 0
+    assert databases("fcl3_models_") <= before

@@ -4,15 +4,15 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Query
 
 from ... import usecases
-from ...reads import ModelReader
 from ...schemas import PredictOut, PredictRequest
-from ..deps import ReaderDep, SettingsDep, check_size
+from ...usecases import HostedModel
+from ..deps import ModelDep, SettingsDep, check_size
 
 router = APIRouter(tags=["prediction"])
 
 ERRORS = {
     400: {"description": "A body that cannot be decoded at all (not UTF-8 JSON)."},
-    404: {"description": "Unknown task."},
+    404: {"description": "Unknown task (or unknown model, under /models/{name})."},
     413: {"description": "Request body, rows or features over the limits."},
     422: {"description": "Bad rows (wrong width, NaN/inf, non-numbers, unknown fields)."},
     503: {"description": "The database is down."},
@@ -32,14 +32,14 @@ def parse_rows(x: list[str]) -> list[list[float]]:
     return rows
 
 
-def _predict(reader: ModelReader, task_id: str, X) -> PredictOut:
-    preds, probs, version = usecases.predict(reader, task_id, X)
+def _predict(model: HostedModel, task_id: str, X) -> PredictOut:
+    preds, probs, version = usecases.predict(model, task_id, X)
     return PredictOut(task_id=task_id, predictions=preds, probabilities=probs, version=version)
 
 
 @router.get("/predict", response_model=PredictOut, response_model_exclude_none=True, responses=ERRORS)
 def predict_get(
-    reader: ReaderDep,
+    model: ModelDep,
     settings: SettingsDep,
     task_id: str = Query(..., min_length=1, max_length=200),
     x: list[str] = Query(..., description="One feature row as comma-separated numbers; repeat for more rows.",
@@ -47,11 +47,11 @@ def predict_get(
 ) -> PredictOut:
     """Predictions for feature rows given in the query string."""
     check_size(settings, len(x), (t.count(",") + 1 for t in x))
-    return _predict(reader, task_id, parse_rows(x))
+    return _predict(model, task_id, parse_rows(x))
 
 
 @router.post("/predict", response_model=PredictOut, response_model_exclude_none=True, responses=ERRORS)
-def predict_post(reader: ReaderDep, settings: SettingsDep, body: PredictRequest) -> PredictOut:
+def predict_post(model: ModelDep, settings: SettingsDep, body: PredictRequest) -> PredictOut:
     """Predictions for a batch of feature rows (for many rows)."""
     check_size(settings, len(body.X), map(len, body.X))
-    return _predict(reader, body.task_id, body.X)
+    return _predict(model, body.task_id, body.X)

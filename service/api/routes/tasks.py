@@ -5,7 +5,7 @@ from fastapi import APIRouter, Query
 
 from ...responses import task_out
 from ...schemas import TaskList, TaskOut
-from ..deps import ReaderDep
+from ..deps import ModelDep
 
 router = APIRouter(tags=["tasks"])
 
@@ -15,15 +15,17 @@ MAX_OFFSET = 2**63 - 1
 
 
 @router.get("/tasks", response_model=TaskList)
-def list_tasks(reader: ReaderDep, offset: int = Query(0, ge=0, le=MAX_OFFSET),
+def list_tasks(model: ModelDep, offset: int = Query(0, ge=0, le=MAX_OFFSET),
                limit: int = Query(1000, ge=1, le=10000)) -> TaskList:
     """The learned tasks, oldest first (``last_update`` is the task's latest update result)."""
+    reader = model.reader
+    version = reader.stored_version() if model.default else reader.require()
     rows = reader.list_tasks(offset, limit)
-    return TaskList(model=reader.name, version=reader.stored_version(), count=len(rows),
-                    tasks=[task_out(r) for r in rows])
+    return TaskList(model=reader.name, version=version, count=len(rows), tasks=[task_out(r) for r in rows])
 
 
-@router.get("/tasks/{task_id}", response_model=TaskOut, responses={404: {"description": "Unknown task."}})
-def get_task(reader: ReaderDep, task_id: str) -> TaskOut:
+@router.get("/tasks/{task_id}", response_model=TaskOut,
+            responses={404: {"description": "Unknown task (or unknown model, under /models/{name})."}})
+def get_task(model: ModelDep, task_id: str) -> TaskOut:
     """One task: samples, batches, and its latest code, assignment and outlier probability."""
-    return task_out(reader.task_info(task_id))
+    return task_out(model.reader.task_info(task_id))

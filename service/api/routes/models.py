@@ -1,0 +1,95 @@
+"""/models: the models of this service and their lifecycle — create (or fork), list,
+describe, delete, export and import (``/models/{name}/state``, one ``.npz`` file).
+
+The routes of one model (learn, predict, tasks) live in their own routers, included both
+on the default model and under ``/models/{name}`` (see :func:`service.main.create_app`).
+"""
+from __future__ import annotations
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from ... import usecases
+from ...reads import list_models
+from ...responses import model_out
+from ...schemas import ModelCreate, ModelList, ModelOut
+from ..deps import ModelName, RegistryDep, hosted
+from .tasks import MAX_OFFSET
+
+write_router = APIRouter(tags=["models"])
+read_router = APIRouter(tags=["models"])
+
+NPZ = "application/octet-stream"
+UNKNOWN = {404: {"description": "Unknown model."}}
+BUSY = {503: {"description": "An update of this model holds its lock (Retry-After), or the database/Redis is down."}}
+
+
+class NpzResponse(Response):
+    media_type = NPZ
+
+
+@write_router.post("/models", response_model=ModelOut, status_code=201, responses={
+    400: {"description": "A body that cannot be decoded at all (not UTF-8 JSON)."},
+    404: {"description": "The model to fork is unknown."},
+    409: {"description": "The name is taken, or the fork cannot be made (version past the last one, batches gone)."},
+    413: {"description": "Request body over MAX_BODY_BYTES."},
+    422: {"description": "Bad name, unknown estimator or kind, parameters the estimator refuses, bad fork."},
+    **BUSY})
+def create_model(registry: RegistryDep, body: ModelCreate) -> ModelOut:
+    """Create a model from its settings, or fork one (``{"name": .., "fork": {"model": .., "version": N}}``):
+    the new model is the parent as it was at version N, rebuilt by replaying its batches 1..N."""
+    model = registry.get(body.name)
+    if body.fork is not None:
+        usecases.fork_model(model, registry.get(body.fork.model), body.fork.version)
+    else:
+        usecases.create_model(model, body.model_settings())
+    return model_out(model.reader.model_info())
+
+
+@read_router.get("/models", response_model=ModelList)
+def get_models(request: Request, offset: int = Query(0, ge=0, le=MAX_OFFSET),
+               limit: int = Query(100, ge=1, le=1000)) -> ModelList:
+    """The models, by name (paginated with ``offset`` and ``limit``)."""
+    total, rows = list_models(request.app.state.engine, offset, limit)
+    return ModelList(total=total, offset=offset, count=len(rows), models=[model_out(r) for r in rows])
+
+
+@read_router.get("/models/{name}", response_model=ModelOut, responses=UNKNOWN)
+def get_model(request: Request, name: ModelName) -> ModelOut:
+    """Kind, estimator, d, p, hyper-parameters, version, tasks, batches, representatives, times."""
+    return model_out(hosted(request, name).reader.model_info())
+
+
+@write_router.delete("/models/{name}", status_code=204, response_class=Response, responses={**UNKNOWN, **BUSY})
+def delete_model(request: Request, registry: RegistryDep, name: ModelName) -> Response:
+    """Delete the model with its tasks and batches; the name is then unknown (404) everywhere."""
+    usecases.delete_model(hosted(request, name), registry)
+    return Response(status_code=204)
+
+
+@read_router.get("/models/{name}/state", response_class=NpzResponse, responses={
+    200: {"description": "The model as one .npz file (np.savez, no pickle; see service.state_files).",
+          "content": {NPZ: {"schema": {"type": "string", "format": "binary"}}}},
+    **UNKNOWN, **BUSY})
+def export_model(request: Request, name: ModelName) -> NpzResponse:
+    """Export the model (its served version) as one ``.npz`` file."""
+    data, version = usecases.export_model(hosted(request, name))
+    return NpzResponse(data, headers={"Content-Disposition": f'attachment; filename="{name}.npz"',
+                                      "X-Model-Version": str(version)})
+
+
+@write_router.post("/models/{name}/state", response_model=ModelOut, status_code=201, responses={
+    409: {"description": "The name is taken."},
+    413: {"description": "File over MAX_BODY_BYTES."},
+    422: {"description": "Not a model file: malformed, truncated, pickled, wrong format (the reason is given)."},
+    503: {"description": "The database is down."}},
+    openapi_extra={"requestBody": {"required": True, "content": {NPZ: {"schema": {"type": "string", "format": "binary"}}}}})
+async def import_model(request: Request, name: ModelName) -> JSONResponse:
+    """Create the model ``name`` from an exported ``.npz`` file sent as the body; its
+    predictions equal the exported model's. Nothing is stored unless the whole file loads."""
+    model = hosted(request, name)
+    data = await request.body()  # at most MAX_BODY_BYTES (BodyLimit)
+    await run_in_threadpool(usecases.import_model, model, data)
+    out = await run_in_threadpool(model.reader.model_info)
+    return JSONResponse(model_out(out).model_dump(mode="json"), status_code=201)
