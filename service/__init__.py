@@ -4,8 +4,9 @@
 ``main.py`` (assembles the app), ``config.py`` (one pydantic-settings ``Settings``),
 ``db.py`` (engines and schema), ``models.py`` (SQLAlchemy tables), ``learners.py`` (the
 configured learner), ``reads.py`` (cached reads of the model), ``writes.py`` (create,
-prepare, guarded commit), ``usecases.py`` (start, learn, predict: where the model's
-metrics and log lines are recorded), ``locks.py`` (Redis or in-process update lock),
+prepare, guarded commit), ``idempotency.py`` (``Idempotency-Key`` claims and answers),
+``usecases.py`` (start, learn, predict: where the model's metrics and log lines are
+recorded), ``locks.py`` (Redis, per-machine file or in-process update lock),
 ``responses.py`` (results and rows -> API bodies), ``middleware.py``, ``errors.py``,
 ``security.py``, ``logs.py``, ``metrics.py``, ``memory.py``, ``api/deps.py`` and
 ``api/routes/*`` (one router per resource).

@@ -23,8 +23,9 @@ class Settings(BaseSettings):
         "Unset: an SQLite file (SQLITE_PATH) with the schema created automatically.")
     SQLITE_PATH: str = Field("fcl3.db", description="SQLite file used when DATABASE_URL is unset.")
     REDIS_URL: str | None = Field(
-        None, description="redis://host:6379/0 for the update lock. Unset: an in-process lock "
-        "(correct for one process only).")
+        None, description="redis://host:6379/0 for the update lock. Unset: on the SQLite default, file "
+        "locks next to the database file (any number of processes of one machine); otherwise an "
+        "in-process lock (correct for one process only).")
     REDIS_PREFIX: str = Field("fcl3:", description="Prefix of every Redis key this service uses.")
     AUTO_CREATE_SCHEMA: bool | None = Field(
         None, description="Run the migrations at start-up. Default: yes on SQLite, no otherwise "
@@ -35,6 +36,10 @@ class Settings(BaseSettings):
                                   "process keeps in memory; the least recently used is dropped first.")
     LOCK_TTL: float = Field(30.0, gt=0, description="Seconds before an update lock expires if its holder dies.")
     LOCK_WAIT: float = Field(5.0, ge=0, description="Seconds an update waits for the lock before answering 503.")
+    IDEMPOTENCY_TTL: float = Field(24 * 3600.0, gt=0, description="Seconds an Idempotency-Key is kept "
+                                   "after its request (then purged; a later request with it is a new one).")
+    IDEMPOTENCY_PURGE_EVERY: float = Field(300.0, ge=0, description="At most one purge of expired "
+                                           "Idempotency-Keys per this many seconds per process (on writes).")
     MAX_BODY_BYTES: int = Field(16 * 1024 * 1024, gt=0, description="Larger request bodies get 413.")
     DB_POOL_SIZE: int = Field(20, gt=0, description="Database connections kept per process (as many again may overflow).")
     DB_CONNECT_TIMEOUT: int = Field(3, gt=0, description="Seconds to wait for a database connection.")

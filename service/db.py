@@ -72,8 +72,25 @@ def alembic_config(url: str | None = None):
     return cfg
 
 
-def upgrade_schema(engine: Engine) -> None:
-    """``alembic upgrade head`` on this engine (used for the embedded SQLite default)."""
+def upgrade_schema(engine: Engine, wait: float = 120.0) -> None:
+    """``alembic upgrade head`` on this engine (used for the embedded SQLite default).
+
+    On an SQLite file, under an exclusive file lock next to it (``<db>.migrate.lock``, the
+    ``filelock`` library): the workers of ``uvicorn --workers N`` start together, and the
+    first migrates (and switches the file to WAL) while the others wait, then find it done."""
+    from .locks import sqlite_file
+
+    path = sqlite_file(engine.url.render_as_string(hide_password=False)) if engine.dialect.name == "sqlite" else None
+    if path is None:
+        _upgrade_schema(engine)
+        return
+    import filelock
+
+    with filelock.FileLock(str(path.with_name(path.name + ".migrate.lock")), timeout=wait):
+        _upgrade_schema(engine)
+
+
+def _upgrade_schema(engine: Engine) -> None:
     from alembic import command
 
     if ALEMBIC_INI.exists() and MIGRATIONS.exists():

@@ -2,7 +2,8 @@
 
 401 missing/unknown API key, 403 read key on a write route, 422 bad input (core's own
 message, or pydantic's; a bad model file), 404 unknown model or task, 409 a stale writer
-refused, a model name taken or a fork that cannot be made, 413 body, rows or
+refused, a model name taken, a fork that cannot be made or an Idempotency-Key whose first
+request still runs (with Retry-After), 413 body, rows or
 features over the limits, 503 lock busy (with Retry-After), default model not created yet, or
 database / Redis down, 500 an internal error (a generic message with the request id; the
 details go to the log only). Error bodies are scrubbed of API keys and connection-URL
@@ -19,6 +20,7 @@ from sqlalchemy import exc as sa_exc
 
 import core
 
+from .idempotency import KeyInFlight
 from .learners import ModelConfigError
 from .locks import LockBackendDown, LockBusy
 from .reads import ModelMissing
@@ -62,6 +64,10 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _stale(request: Request, exc: StaleWrite):
         log.warning("stale writer refused: %s", exc)
         return detail(409, str(exc))
+
+    @app.exception_handler(KeyInFlight)
+    async def _key_in_flight(request: Request, exc: KeyInFlight):
+        return detail(409, str(exc), {"Retry-After": "1"})
 
     @app.exception_handler(ModelConfigError)
     async def _config(request: Request, exc: ModelConfigError):

@@ -18,6 +18,7 @@ from .api.routes import data, health, model, models, predict, prometheus, tasks
 from .config import Settings, get_settings
 from .db import make_bulk_engine, make_engine, upgrade_schema
 from .errors import first_line, install_error_handlers
+from .idempotency import IdempotencyKeys
 from .locks import make_locks
 from .memory import limit_malloc_arenas
 from .middleware import BodyLimit, RequestContext
@@ -45,13 +46,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.settings = settings
         app.state.engine = engine
         app.state.locks = locks
+        idem = IdempotencyKeys(engine, settings.IDEMPOTENCY_TTL, settings.LOCK_TTL, settings.IDEMPOTENCY_PURGE_EVERY)
         app.state.models = usecases.ModelRegistry(engine, bulk_engine, locks, settings.MODEL_NAME,
-                                                  settings.model_settings(), settings.MODEL_CACHE_SIZE)
+                                                  settings.model_settings(), settings.MODEL_CACHE_SIZE, idem)
         app.state.model = app.state.models.default
         if settings.auto_create_schema:
-            upgrade_schema(engine)
+            upgrade_schema(engine)  # serialised across the processes of one machine (file lock)
         try:
             usecases.start(app.state.model)
+            usecases.purge_keys(idem)
         except (sa_exc.OperationalError, sa_exc.ProgrammingError, sa_exc.InterfaceError) as exc:
             # Start anyway: /readyz says what is missing, requests answer 503 until it is back.
             log.warning("model %r not ready at start-up: %s", settings.MODEL_NAME, first_line(exc))

@@ -127,3 +127,24 @@ class BatchRow(Base):
     X: Mapped[np.ndarray] = mapped_column(NDArray, nullable=False)
     y: Mapped[np.ndarray] = mapped_column(NDArray, nullable=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
+
+
+class IdempotencyKeyRow(Base):
+    """One ``Idempotency-Key`` of one model (see :mod:`service.idempotency`).
+
+    Claimed (``response`` null, ``owner`` the claiming request) before the update; its
+    ``response`` and ``version`` are written by the update's own commit, in the transaction
+    that stores the batch. ``touched_at`` (claim, take-over, commit) drives both the expiry
+    of an abandoned claim (``LOCK_TTL``) and the purge (``IDEMPOTENCY_TTL``). No foreign key
+    to ``models``: the default model may be created by the very update that claims a key."""
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (Index("ix_idempotency_keys_touched_at", "touched_at"),)
+
+    model_name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    request_hash: Mapped[str] = mapped_column(String(64), nullable=False)  # sha256 of task id + batch
+    owner: Mapped[str] = mapped_column(String(32), nullable=False)  # the request that holds the claim
+    version: Mapped[int | None] = mapped_column(Integer, nullable=True)  # model version it produced
+    response: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # the 200 body; null: running
+    touched_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)

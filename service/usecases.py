@@ -22,11 +22,14 @@ from sqlalchemy import Engine
 import core
 
 from . import memory, metrics, state_files
+from .idempotency import Claim, IdempotencyKeys, KeyInFlight, KeyTakenOver, Replayed, request_hash
 from .learners import ModelConfigError, make_learner
-from .locks import LocalLocks, LockBusy, RedisLocks
+from .locks import FileLocks, LocalLocks, LockBusy, RedisLocks
 from .reads import ModelMissing, ModelReader, Snapshot
 from .responses import result_json
 from .writes import ModelExists, ModelWriter, NewModel, StaleWrite, _learner_summary, _representatives
+
+Locks = LocalLocks | FileLocks | RedisLocks
 
 # "service.store": the logger name is part of each of its log lines (their "logger" field).
 log = logging.getLogger("service.store")
@@ -38,20 +41,24 @@ class HostedModel:
 
     reader: ModelReader
     writer: ModelWriter
-    locks: LocalLocks | RedisLocks
+    locks: Locks
     #: The default model (``MODEL_NAME``): created at start-up and by its first write when
     #: missing, and the one the process gauges describe. Any other model exists only once
     #: created through ``POST /models`` (missing: 404).
     default: bool = True
+    #: The ``Idempotency-Key`` store (shared by every model of the process).
+    keys: IdempotencyKeys | None = None
 
     @classmethod
-    def open(cls, engine: Engine, locks: LocalLocks | RedisLocks, name: str, model_settings: dict | None,
-             bulk_engine: Engine | None = None, default: bool = True) -> HostedModel:
+    def open(cls, engine: Engine, locks: Locks, name: str, model_settings: dict | None,
+             bulk_engine: Engine | None = None, default: bool = True,
+             keys: IdempotencyKeys | None = None) -> HostedModel:
         """The model ``name`` on ``engine`` (``bulk_engine`` for its large transfers; see
         :data:`service.db.BULK_POOL_SIZE`), created with ``model_settings`` if it is missing
         (the default model only)."""
         reader = ModelReader(engine, name, bulk_engine)
-        return cls(reader, ModelWriter(reader, model_settings), locks, default)
+        keys = keys if keys is not None else IdempotencyKeys(engine, claim_ttl=getattr(locks, "ttl", 30.0))
+        return cls(reader, ModelWriter(reader, model_settings), locks, default, keys)
 
     @property
     def name(self) -> str:
@@ -72,11 +79,13 @@ def create(model: HostedModel) -> None:
         log.info("created model %r (%s, %s)", model.name, s["estimator"], s["kind"])
 
 
-def learn(model: HostedModel, task_id: str, X, y) -> tuple[core.UpdateResult, int]:
+def learn(model: HostedModel, task_id: str, X, y, claim: Claim | None = None) -> tuple[core.UpdateResult, int]:
     """Learn one batch and commit it; returns the result and the new model version.
 
     Under the model's update lock: refresh to the stored version (creating the model first if
     its row is missing), learn on a private copy, commit with the version compare-and-set.
+    With ``claim`` (an ``Idempotency-Key`` held by this request, see :func:`learn_once`), the
+    claim is checked again under the lock and the answer is stored with the batch.
     Observed: lock wait (``fcl3_lock_wait_seconds``), update time, outcome; one log line per
     committed update."""
     t0 = time.perf_counter()
@@ -86,9 +95,17 @@ def learn(model: HostedModel, task_id: str, X, y) -> tuple[core.UpdateResult, in
         with model.locks.hold(model.name):
             acquired = time.perf_counter()
             metrics.LOCK_WAIT_SECONDS.labels("acquired").observe(acquired - t0)
+            if claim is not None:
+                model.keys.verify(claim)  # Replayed / KeyInFlight: another request has the key
             prepared = model.writer.prepare(_current(model), task_id, X, y)
-            version = model.writer.commit(prepared)
+            version = model.writer.commit(prepared, claim) if claim is not None else model.writer.commit(prepared)
         outcome = "committed"
+    except Replayed:
+        outcome = "replayed"
+        raise
+    except KeyInFlight:
+        outcome = "key_in_flight"
+        raise
     except core.InputError:
         outcome = "bad_input"
         raise
@@ -112,6 +129,70 @@ def learn(model: HostedModel, task_id: str, X, y) -> tuple[core.UpdateResult, in
         "new_representative": bool(r.new_representative), "n_representatives": int(r.n_representatives),
         "duration_ms": round((done - acquired) * 1000, 2), "lock_wait_ms": round((acquired - t0) * 1000, 2)})
     return r, version
+
+
+def learn_once(model: HostedModel, task_id: str, X, y, key: str) -> tuple[dict[str, Any], bool]:
+    """Learn one batch at most once per ``key`` (``Idempotency-Key``) of ``model``: returns the
+    answer (the body of the 200) and whether it is a replay of the first request's answer.
+
+    The key is claimed before the update lock (a key already answered is replayed, a key used
+    with another task or body is :class:`service.idempotency.KeyMismatch` (422), a key whose
+    first request still runs is :class:`service.idempotency.KeyInFlight` (409)), checked again
+    under the lock, and its answer is stored by the commit that stores the batch. An update
+    that fails releases the claim. See :mod:`service.idempotency`."""
+    keys = model.keys
+    purge_keys(keys, every=True)
+    h = request_hash(task_id, X, y)
+    try:
+        claim = keys.claim(model.name, key, h)
+    except Replayed as r:
+        return _replayed(model, key, r.response), True
+    except KeyInFlight:
+        metrics.UPDATES.labels("key_in_flight").inc()
+        raise
+    try:
+        result, version = learn(model, task_id, X, y, claim)
+    except Replayed as r:  # another request took the key over and committed (counted by learn)
+        _release(keys, claim)
+        return _replayed(model, key, r.response, count=False), True
+    except KeyTakenOver:
+        try:
+            keys.after_takeover(claim)
+        except Replayed as r:
+            return _replayed(model, key, r.response), True
+        raise AssertionError("unreachable")  # after_takeover always raises
+    except BaseException:
+        _release(keys, claim)
+        raise
+    return {**result_json(result), "version": version}, False
+
+
+def _replayed(model: HostedModel, key: str, response: dict[str, Any], count: bool = True) -> dict[str, Any]:
+    if count:
+        metrics.UPDATES.labels("replayed").inc()
+    log.info("idempotent replay", extra={"event": "update_replayed", "model": model.name,
+                                         "task": response.get("task_id"), "version": response.get("version")})
+    return response
+
+
+def _release(keys: IdempotencyKeys, claim: Claim) -> None:
+    try:
+        keys.release(claim)
+    except Exception as exc:  # noqa: BLE001 - it expires after LOCK_TTL anyway
+        log.warning("could not release Idempotency-Key claim on model %r (it expires by itself): %s",
+                    claim.model_name, type(exc).__name__)
+
+
+def purge_keys(keys: IdempotencyKeys, every: bool = False) -> None:
+    """Delete the expired ``Idempotency-Key`` rows: now (start-up), or with ``every`` at most
+    once per ``IDEMPOTENCY_PURGE_EVERY`` seconds (on writes). Never fails the caller."""
+    try:
+        n = keys.maybe_purge() if every else keys.purge()
+    except Exception as exc:  # noqa: BLE001 - a purge must never fail a write
+        log.warning("idempotency key purge failed: %s", type(exc).__name__)
+        return
+    if n:
+        log.info("purged %d expired idempotency keys", n, extra={"event": "idempotency_purge"})
 
 
 def predict(model: HostedModel, task_id: str, X) -> tuple[list[float], list[float] | None, int]:
@@ -162,11 +243,12 @@ class ModelRegistry:
     :attr:`locks`, so two entries of one name (one evicted, still in use) stay correct; the
     version compare-and-set guards every commit anyway."""
 
-    def __init__(self, engine: Engine, bulk_engine: Engine, locks: LocalLocks | RedisLocks, default_name: str,
-                 default_settings: dict, cache_size: int):
+    def __init__(self, engine: Engine, bulk_engine: Engine, locks: Locks, default_name: str,
+                 default_settings: dict, cache_size: int, keys: IdempotencyKeys | None = None):
         self.engine, self.bulk_engine, self.locks = engine, bulk_engine, locks
+        self.keys = keys if keys is not None else IdempotencyKeys(engine, claim_ttl=getattr(locks, "ttl", 30.0))
         self.cache_size = max(1, int(cache_size))
-        self.default = HostedModel.open(engine, locks, default_name, default_settings, bulk_engine)
+        self.default = HostedModel.open(engine, locks, default_name, default_settings, bulk_engine, keys=self.keys)
         self._lru: OrderedDict[str, HostedModel] = OrderedDict()
         self._guard = threading.Lock()
 
@@ -178,7 +260,8 @@ class ModelRegistry:
             if model is not None:
                 self._lru.move_to_end(name)
                 return model
-            model = HostedModel.open(self.engine, self.locks, name, None, self.bulk_engine, default=False)
+            model = HostedModel.open(self.engine, self.locks, name, None, self.bulk_engine, default=False,
+                                     keys=self.keys)
             self._lru[name] = model
             evicted = len(self._lru) > self.cache_size
             while len(self._lru) > self.cache_size:
@@ -189,7 +272,7 @@ class ModelRegistry:
 
     def transient(self, name: str) -> HostedModel:
         """A handle on ``name`` that is not cached (for a request refused before it is used)."""
-        return HostedModel.open(self.engine, self.locks, name, None, self.bulk_engine, default=False)
+        return HostedModel.open(self.engine, self.locks, name, None, self.bulk_engine, default=False, keys=self.keys)
 
     def forget(self, name: str) -> None:
         """Drop ``name``'s cached learner (after its deletion)."""

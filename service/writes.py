@@ -11,6 +11,7 @@ the update lock around :meth:`ModelWriter.prepare` and :meth:`ModelWriter.commit
           UPDATE models SET version = v+1, ... WHERE name = :m AND version = v
           -- 0 rows: someone committed since we read (our lock had expired) -> StaleWrite
           UPSERT tasks (only task_id);  INSERT batches (version v+1)
+          [UPDATE idempotency_keys SET response  -- with an Idempotency-Key: service.idempotency]
         COMMIT                              # only now is the batch acknowledged
 
 The lock only saves wasted work; the version compare-and-set is the guard (see
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sqlalchemy import delete, insert, select, update
@@ -31,6 +32,9 @@ import core
 from .learners import make_learner
 from .reads import ModelReader, Snapshot, batches_t, models_t, tasks_t
 from .responses import result_json
+
+if TYPE_CHECKING:
+    from .idempotency import Claim
 
 
 class StaleWrite(Exception):
@@ -153,10 +157,14 @@ class ModelWriter:
             raise ModelExists(self.name) from None  # created by someone else meanwhile
 
     def delete(self) -> bool:
-        """Remove the model with its tasks and batches (one transaction); whether it existed.
-        A writer of this model that commits later finds no row and is refused (stale)."""
+        """Remove the model with its tasks, batches and idempotency keys (one transaction);
+        whether it existed. A writer of this model that commits later finds no row and is
+        refused (stale)."""
+        from .idempotency import IdempotencyKeys
+
         with self.reader.bulk.begin() as conn:
             conn.execute(delete(batches_t).where(batches_t.c.model_name == self.name))
+            IdempotencyKeys.delete_model(conn, self.name)
             conn.execute(delete(tasks_t).where(tasks_t.c.model_name == self.name))
             gone = conn.execute(delete(models_t).where(models_t.c.name == self.name)).rowcount
         return bool(gone)
@@ -178,9 +186,14 @@ class ModelWriter:
                         X=np.asarray(X, dtype=float), y=np.asarray(y, dtype=float), summary=summary,
                         info=snap.info)
 
-    def commit(self, p: Prepared) -> int:
+    def commit(self, p: Prepared, claim: Claim | None = None) -> int:
         """Write the update in one transaction, guarded by the version compare-and-set;
-        returns the new version, which this process then serves."""
+        returns the new version, which this process then serves. With ``claim`` (an
+        ``Idempotency-Key`` this request holds), the answer is stored under the key in the
+        same transaction (:class:`service.idempotency.KeyTakenOver` if the claim is no longer
+        this request's: nothing is written)."""
+        from .idempotency import IdempotencyKeys
+
         new_version = p.base_version + 1
         task = p.state.tasks[p.task_id]
         now = _now()
@@ -210,6 +223,8 @@ class ModelWriter:
             conn.execute(insert(batches_t).values(
                 model_name=self.name, task_id=p.task_id, version=new_version, n_samples=int(p.X.shape[0]),
                 X=p.X, y=p.y, created_at=now))
+            if claim is not None:
+                IdempotencyKeys.record(conn, claim, new_version, {**last, "version": new_version}, now)
         info = {**p.info, "version": new_version, "params": p.state.params, "meta": p.state.meta,
                 "format_version": p.state.format_version, "summary": p.summary, "updated_at": now}
         self.reader.offer(Snapshot(new_version, p.learner, info))

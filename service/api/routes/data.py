@@ -1,9 +1,12 @@
-"""POST /tasks/{task_id}/data: learn one labelled batch."""
+"""POST /tasks/{task_id}/data: learn one labelled batch (at most once per ``Idempotency-Key``)."""
 from __future__ import annotations
 
-from fastapi import APIRouter, Path
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Path, Response
 
 from ... import usecases
+from ...idempotency import check_key
 from ...responses import result_json
 from ...schemas import Batch, UpdateOut
 from ..deps import ModelDep, SettingsDep, check_size
@@ -12,17 +15,32 @@ router = APIRouter(tags=["learning"])
 
 ERRORS = {
     400: {"description": "A body that cannot be decoded at all (not UTF-8 JSON)."},
-    409: {"description": "The model moved under a writer whose lock had expired; nothing was applied. Retry."},
+    409: {"description": "The model moved under a writer whose lock had expired; nothing was applied. Retry. "
+                         "Or: the first request with this Idempotency-Key is still running (Retry-After)."},
     413: {"description": "Request body, rows or features over the limits (MAX_BODY_BYTES, MAX_ROWS_PER_BATCH, MAX_FEATURES)."},
-    422: {"description": "Bad batch (wrong width, NaN/inf, empty, lengths differ, bad labels, unknown fields)."},
+    422: {"description": "Bad batch (wrong width, NaN/inf, empty, lengths differ, bad labels, unknown fields); "
+                         "a malformed Idempotency-Key, or one already used with another task or body."},
     503: {"description": "Another update holds the lock (Retry-After), or the database/Redis is down."},
 }
 
+IdempotencyKey = Annotated[str | None, Header(
+    alias="Idempotency-Key", description="1-255 printable ASCII characters (e.g. a UUID per batch). A batch sent "
+    "again with the same key is applied once: the retry gets the first answer (same version), with "
+    "`Idempotent-Replayed: true`. Kept IDEMPOTENCY_TTL seconds (default 24 h).")]
+
 
 @router.post("/tasks/{task_id}/data", response_model=UpdateOut, responses=ERRORS)
-def post_batch(model: ModelDep, settings: SettingsDep, batch: Batch,
-               task_id: str = Path(..., min_length=1, max_length=200)) -> UpdateOut:
+def post_batch(model: ModelDep, settings: SettingsDep, batch: Batch, response: Response,
+               task_id: str = Path(..., min_length=1, max_length=200),
+               idempotency_key: IdempotencyKey = None) -> UpdateOut:
     """Learn a labelled batch for a new or known task; answers once the update is committed."""
+    if idempotency_key is not None:
+        check_key(idempotency_key)
     check_size(settings, len(batch.X), map(len, batch.X))
-    result, version = usecases.learn(model, task_id, batch.X, batch.y)
-    return UpdateOut(**result_json(result), version=version)
+    if idempotency_key is None:
+        result, version = usecases.learn(model, task_id, batch.X, batch.y)
+        return UpdateOut(**result_json(result), version=version)
+    body, replayed = usecases.learn_once(model, task_id, batch.X, batch.y, idempotency_key)
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return UpdateOut(**body)
