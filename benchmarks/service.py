@@ -10,7 +10,10 @@ Starts ``uvicorn service.main:app`` on a throwaway PostgreSQL database (created 
   beside the bare engine's ``learn`` time on the same batches in the same order;
 * GET /predict requests/s (one row per request, ``--concurrency`` keep-alive connections),
   beside the bare engine's ``predict`` calls/s for the same row;
-* GET /healthz requests/s: a trivial FastAPI endpoint, the HTTP stack's ceiling.
+* GET /healthz requests/s: a trivial FastAPI endpoint, the HTTP stack's ceiling;
+* POST /predict requests/s with 1 and with 100 rows (the ratio: how much 100 rows cost).
+
+``--embedded``: the embedded default (an SQLite file, file locks) instead.
 
 The load generator is a minimal asyncio HTTP/1.1 client (keep-alive), so that the client
 costs as little CPU as possible: it shares the machine with the server.
@@ -50,9 +53,13 @@ def make_stream(n_updates: int, n_tasks: int, rows: int, d: int, seed: int = 0):
     return stream
 
 
-async def _http_get_loop(host, port, path, deadline, counts, idx):
+async def _http_get_loop(host, port, path, deadline, counts, idx, body: bytes | None = None):
     reader, writer = await asyncio.open_connection(host, port)
-    request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    if body is None:
+        request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    else:
+        request = (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body
     n = bad = 0
     try:
         while time.perf_counter() < deadline:
@@ -64,13 +71,15 @@ async def _http_get_loop(host, port, path, deadline, counts, idx):
     counts[idx] = (n, bad)
 
 
-def get_rps(host, port, path, seconds, concurrency) -> dict:
-    """GET ``path`` on ``concurrency`` keep-alive connections for ``seconds``: requests/s."""
+def get_rps(host, port, path, seconds, concurrency, body: bytes | None = None) -> dict:
+    """GET ``path`` (POST ``body`` to it if given) on ``concurrency`` keep-alive connections
+    for ``seconds``: requests/s."""
     async def run():
         counts = [None] * concurrency
         start = time.perf_counter()
         deadline = start + seconds
-        await asyncio.gather(*[_http_get_loop(host, port, path, deadline, counts, i) for i in range(concurrency)])
+        await asyncio.gather(*[_http_get_loop(host, port, path, deadline, counts, i, body)
+                               for i in range(concurrency)])
         return counts, time.perf_counter() - start
 
     counts, elapsed = asyncio.run(run())
@@ -95,21 +104,30 @@ def main(argv=None) -> dict:
     ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.add_argument("--embedded", action="store_true",
+                    help="the embedded default (an SQLite file, file locks) instead of PostgreSQL + Redis")
     args = ap.parse_args(argv)
 
     params = json.loads(args.params)
     if args.estimator not in core.LEARNERS:
         ap.error(f"--estimator {args.estimator!r}: choose from {', '.join(core.LEARNERS)}")
-    dbname, db_url = create_throwaway_database(args.pg_admin_url, "bench")
-    prefix = redis_prefix("bench")
-    env = {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": args.redis_url, "REDIS_PREFIX": prefix,
-           "FCL3_ESTIMATOR": args.estimator, "FCL3_PARAMS": args.params, "FCL3_KIND": "regression",
-           "AUTO_CREATE_SCHEMA": "false", "MODEL_NAME": "bench"}
-    log = Path(tempfile.mkdtemp(prefix="fcl3-bench-")) / "uvicorn.log"
+    tmp = Path(tempfile.mkdtemp(prefix="fcl3-bench-"))
+    if args.embedded:
+        dbname = prefix = None
+        env = {**os.environ, "DATABASE_URL": "", "REDIS_URL": "", "SQLITE_PATH": str(tmp / "fcl3.db")}
+    else:
+        dbname, db_url = create_throwaway_database(args.pg_admin_url, "bench")
+        prefix = redis_prefix("bench")
+        env = {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": args.redis_url, "REDIS_PREFIX": prefix,
+               "AUTO_CREATE_SCHEMA": "false"}
+    env.update({"FCL3_ESTIMATOR": args.estimator, "FCL3_PARAMS": args.params, "FCL3_KIND": "regression",
+                "MODEL_NAME": "bench"})
+    log = tmp / "uvicorn.log"
     server = Server(env, workers=args.workers, log_path=log, access_log=False)
     results: dict = {}
     try:
-        migrate(env)
+        if not args.embedded:
+            migrate(env)
         server.start(timeout=30)
         base = server.url
 
@@ -150,13 +168,19 @@ def main(argv=None) -> dict:
             print(f"requests/s: GET /predict then GET /healthz, {args.seconds:g} s each ...", file=sys.stderr)
         predict = get_rps("127.0.0.1", server.port, predict_path, args.seconds, args.concurrency)
         trivial = get_rps("127.0.0.1", server.port, "/healthz", args.seconds, args.concurrency)
+        body100 = json.dumps({"task_id": "task-0", "X": np.resize(stream[0][1], (100, args.d)).tolist()}).encode()
+        post100 = get_rps("127.0.0.1", server.port, "/predict", args.seconds, args.concurrency, body100)
+        body1 = json.dumps({"task_id": "task-0", "X": X1.tolist()}).encode()
+        post1 = get_rps("127.0.0.1", server.port, "/predict", args.seconds, args.concurrency, body1)
 
         results = {
             "command": "python -m benchmarks.service " + " ".join(argv if argv is not None else sys.argv[1:]),
             "machine": machine(),
             "setup": {"updates": args.updates, "tasks": args.tasks, "rows_per_batch": args.rows, "d": args.d,
                       "estimator": args.estimator, "params": params, "uvicorn_workers": args.workers,
-                      "concurrency": args.concurrency, "database": "postgresql", "lock": "redis",
+                      "concurrency": args.concurrency,
+                      "database": "sqlite" if args.embedded else "postgresql",
+                      "lock": "file" if args.embedded else "redis",
                       "server_log": str(log)},
             "update_ms": {
                 "http_p50": round(percentile(http_ms, 50), 2), "http_p99": round(percentile(http_ms, 99), 2),
@@ -165,12 +189,17 @@ def main(argv=None) -> dict:
                 "http_mean": round(statistics.fmean(http_ms), 2), "engine_mean": round(statistics.fmean(engine_ms), 2),
             },
             "predict": {"http_rps": predict["rps"], "http_non_200": predict["non_200"],
-                        "engine_calls_per_s": round(engine_pps, 1)},
+                        "engine_calls_per_s": round(engine_pps, 1),
+                        "post_1_row_rps": post1["rps"], "post_100_rows_rps": post100["rps"],
+                        "post_non_200": post1["non_200"] + post100["non_200"]},
             "trivial_endpoint_rps": trivial["rps"],
+            "ratios": {"get_predict_vs_trivial": round(predict["rps"] / max(trivial["rps"], 1e-9), 3),
+                       "post_1_row_vs_100_rows_time": round(post1["rps"] / max(post100["rps"], 1e-9), 3)},
         }
     finally:
         server.stop(timeout=15)
-        drop_throwaway_backend(args.pg_admin_url, dbname, args.redis_url, prefix)
+        if not args.embedded:
+            drop_throwaway_backend(args.pg_admin_url, dbname, args.redis_url, prefix)
 
     print(json.dumps(results, indent=2))
     if args.json:

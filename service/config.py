@@ -42,6 +42,10 @@ class Settings(BaseSettings):
                                            "Idempotency-Keys per this many seconds per process (on writes).")
     MAX_BODY_BYTES: int = Field(16 * 1024 * 1024, gt=0, description="Larger request bodies get 413.")
     DB_POOL_SIZE: int = Field(20, gt=0, description="Database connections kept per process (as many again may overflow).")
+    VERSION_POLL: float = Field(1.0, ge=0, description="Seconds a process serves its cached model without "
+                                "checking the stored version while its version watch (SQLite PRAGMA data_version, "
+                                "PostgreSQL LISTEN/NOTIFY) reports no change: the bound on staleness should a "
+                                "notification be lost. 0: check the version on every request.")
     DB_CONNECT_TIMEOUT: int = Field(3, gt=0, description="Seconds to wait for a database connection.")
 
     # --- access control, limits, logs ------------------------------------------------

@@ -23,7 +23,7 @@ import core
 from .idempotency import KeyInFlight
 from .learners import ModelConfigError
 from .locks import LockBackendDown, LockBusy
-from .reads import ModelMissing
+from .reads import ModelMissing, VersionBehind
 from .usecases import ForkRefused
 from .writes import ModelExists, StaleWrite
 
@@ -83,6 +83,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ModelExists)
     async def _exists(request: Request, exc: ModelExists):
+        return detail(409, str(exc))
+
+    @app.exception_handler(VersionBehind)
+    async def _behind(request: Request, exc: VersionBehind):
         return detail(409, str(exc))
 
     @app.exception_handler(ForkRefused)

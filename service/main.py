@@ -21,6 +21,7 @@ from .errors import first_line, install_error_handlers
 from .idempotency import IdempotencyKeys
 from .locks import make_locks
 from .memory import limit_malloc_arenas
+from .watch import make_watch
 from .middleware import BodyLimit, RequestContext
 from .api.deps import model_name
 from .security import FORBIDDEN, UNAUTHORIZED, KeyRing, Redactor, require_read, require_write
@@ -43,12 +44,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine = make_engine(settings)
         bulk_engine = make_bulk_engine(settings, engine)
         locks = make_locks(settings)
+        watch = make_watch(engine, settings.VERSION_POLL, settings.DB_CONNECT_TIMEOUT)
+        app.state.watch = watch
         app.state.settings = settings
         app.state.engine = engine
         app.state.locks = locks
         idem = IdempotencyKeys(engine, settings.IDEMPOTENCY_TTL, settings.LOCK_TTL, settings.IDEMPOTENCY_PURGE_EVERY)
         app.state.models = usecases.ModelRegistry(engine, bulk_engine, locks, settings.MODEL_NAME,
-                                                  settings.model_settings(), settings.MODEL_CACHE_SIZE, idem)
+                                                  settings.model_settings(), settings.MODEL_CACHE_SIZE, idem, watch)
         app.state.model = app.state.models.default
         if settings.auto_create_schema:
             upgrade_schema(engine)  # serialised across the processes of one machine (file lock)
@@ -59,6 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             # Start anyway: /readyz says what is missing, requests answer 503 until it is back.
             log.warning("model %r not ready at start-up: %s", settings.MODEL_NAME, first_line(exc))
         yield
+        watch.close()
         locks.close()
         engine.dispose()
         if bulk_engine is not engine:

@@ -4,15 +4,19 @@ Layout of a stored model (see :mod:`service.models`): the global part of
 :class:`core.ModelState` in the ``models`` row, each task's part in its ``tasks`` row, and
 every accepted raw batch in ``batches``.
 
-Each process caches one :class:`Snapshot`. :meth:`ModelReader.snapshot` costs one
-``SELECT version`` per request; when the version moved, the process re-reads the model row
-and only the task rows written after its cached version, in one snapshot (REPEATABLE READ on
-PostgreSQL), and swaps in a new learner. Readers never take the update lock, and nothing
-here writes: a missing model row is :class:`ModelMissing` (answered 503 with Retry-After).
+Each process caches one :class:`Snapshot`. :meth:`ModelReader.snapshot` serves it without
+touching the database while the process's version watch (:mod:`service.watch`: ``PRAGMA
+data_version`` on SQLite, ``LISTEN``/``NOTIFY`` on PostgreSQL) says nothing changed since the
+last check, for at most the watch's ``poll`` seconds; otherwise (or with a ``min_version``
+above the cached version) it costs one ``SELECT version``. When the version moved, the process
+re-reads the model row and only the task rows written after its cached version, in one
+snapshot (REPEATABLE READ on PostgreSQL), and swaps in a new learner. Writers always check the
+stored version. Readers never take the update lock, and nothing here writes: a missing model row is :class:`ModelMissing` (answered 503 with Retry-After).
 """
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +27,7 @@ import core
 
 from . import memory
 from .models import BatchRow, ModelRow, TaskRow
+from .watch import NoWatch
 
 models_t = ModelRow.__table__
 tasks_t = TaskRow.__table__
@@ -43,6 +48,16 @@ class ModelMissing(Exception):
         self.name = name
 
 
+class VersionBehind(Exception):
+    """A read asked for ``min_version`` but the stored model is at an earlier version
+    (answered 409): the version was not returned by a write of this model, or the model was
+    deleted and created again since."""
+
+    def __init__(self, name: str, version: int, min_version: int):
+        super().__init__(f"model {name!r} is at version {version} < min_version {min_version}")
+        self.name, self.version, self.min_version = name, version, min_version
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """One process's cached view of one stored model version. Never mutated.
@@ -61,13 +76,18 @@ class Snapshot:
 class ModelReader:
     """Reads of the model ``name``, with the process's cached :class:`Snapshot`."""
 
-    def __init__(self, engine: Engine, name: str, bulk_engine: Engine | None = None):
-        """``engine``: small queries (the per-request ``SELECT version``, task listings);
+    def __init__(self, engine: Engine, name: str, bulk_engine: Engine | None = None, watch=None):
+        """``engine``: small queries (the ``SELECT version``, task listings);
         ``bulk_engine`` (default: ``engine``): the statements that move the model's arrays
-        (the model row and changed task rows, batches); see :data:`service.db.BULK_POOL_SIZE`."""
+        (the model row and changed task rows, batches); see :data:`service.db.BULK_POOL_SIZE`.
+        ``watch`` (:mod:`service.watch`; default: none, a ``SELECT version`` per request): says
+        when the stored model may have changed."""
         self.engine = engine
         self.bulk = bulk_engine if bulk_engine is not None else engine
         self.name = name
+        self.watch = watch if watch is not None else NoWatch()
+        # (watch token read before the last SELECT version, monotonic deadline, snapshot it validated)
+        self._seen: tuple[Any, float, Snapshot] | None = None
         self._cache: Snapshot | None = None
         self._cache_lock = threading.Lock()
         self._postgres = engine.dialect.name == "postgresql"
@@ -91,12 +111,29 @@ class ModelReader:
             raise ModelMissing(self.name)
         return version
 
-    def snapshot(self) -> Snapshot:
-        """The model at its stored version: one cheap query when the cache is current.
+    def snapshot(self, min_version: int | None = None, check: bool = False) -> Snapshot:
+        """The model at its stored version: no query while the watch says nothing changed
+        (and the cached version is at least ``min_version``; never with ``check``, which
+        writers use), else one cheap query when the cache is current. :class:`VersionBehind`
+        when the stored version is below ``min_version``.
 
         The query also reads ``created_at``, the model's identity: a model deleted and created
         again under the same name (by another process) restarts at version 0 and must never be
         mistaken for the cached one when it reaches the cached version number."""
+        token = self.watch.token(self.name)
+        seen = self._seen
+        if (not check and token is not None and seen is not None and seen[0] == token and time.monotonic() < seen[1]
+                and seen[2] is self._cache and (min_version is None or seen[2].version >= min_version)):
+            return seen[2]
+        snap = self._checked()
+        if token is not None:
+            self._seen = (token, time.monotonic() + self.watch.poll, snap)
+        if min_version is not None and snap.version < min_version:
+            raise VersionBehind(self.name, snap.version, min_version)
+        return snap
+
+    def _checked(self) -> Snapshot:
+        """The model at its stored version, after one ``SELECT version, created_at``."""
         with self._autocommit.connect() as conn:
             row = conn.execute(select(models_t.c.version, models_t.c.created_at)
                                .where(models_t.c.name == self.name)).first()
@@ -157,9 +194,10 @@ class ModelReader:
         self._install(snap)
         return snap
 
-    def predict(self, task_id: str, X) -> tuple[list[float], list[float] | None, int]:
-        """Predictions (and P(positive class) for classification) of the served version."""
-        snap = self.snapshot()
+    def predict(self, task_id: str, X, min_version: int | None = None) -> tuple[list[float], list[float] | None, int]:
+        """Predictions (and P(positive class) for classification) of the served version (at
+        least ``min_version``: :class:`VersionBehind` if the stored model is not there yet)."""
+        snap = self.snapshot(min_version)
         learner = snap.learner
         preds = learner.predict(task_id, X)
         probs = learner.predict_proba(task_id, X) if learner.kind == "classification" else None

@@ -25,7 +25,7 @@ from . import memory, metrics, state_files
 from .idempotency import Claim, IdempotencyKeys, KeyInFlight, KeyTakenOver, Replayed, request_hash
 from .learners import ModelConfigError, make_learner
 from .locks import FileLocks, LocalLocks, LockBusy, RedisLocks
-from .reads import ModelMissing, ModelReader, Snapshot
+from .reads import ModelMissing, ModelReader, Snapshot, VersionBehind  # noqa: F401 - VersionBehind re-exported
 from .responses import result_json
 from .writes import ModelExists, ModelWriter, NewModel, StaleWrite, _learner_summary, _representatives
 
@@ -52,11 +52,11 @@ class HostedModel:
     @classmethod
     def open(cls, engine: Engine, locks: Locks, name: str, model_settings: dict | None,
              bulk_engine: Engine | None = None, default: bool = True,
-             keys: IdempotencyKeys | None = None) -> HostedModel:
+             keys: IdempotencyKeys | None = None, watch=None) -> HostedModel:
         """The model ``name`` on ``engine`` (``bulk_engine`` for its large transfers; see
         :data:`service.db.BULK_POOL_SIZE`), created with ``model_settings`` if it is missing
-        (the default model only)."""
-        reader = ModelReader(engine, name, bulk_engine)
+        (the default model only); ``watch``: the process's version watch (:mod:`service.watch`)."""
+        reader = ModelReader(engine, name, bulk_engine, watch)
         keys = keys if keys is not None else IdempotencyKeys(engine, claim_ttl=getattr(locks, "ttl", 30.0))
         return cls(reader, ModelWriter(reader, model_settings), locks, default, keys)
 
@@ -195,10 +195,12 @@ def purge_keys(keys: IdempotencyKeys, every: bool = False) -> None:
         log.info("purged %d expired idempotency keys", n, extra={"event": "idempotency_purge"})
 
 
-def predict(model: HostedModel, task_id: str, X) -> tuple[list[float], list[float] | None, int]:
-    """Predictions of the served version (never waits for the update lock); counted."""
+def predict(model: HostedModel, task_id: str, X, min_version: int | None = None
+            ) -> tuple[list[float], list[float] | None, int]:
+    """Predictions of the served version, at least ``min_version`` (never waits for the update
+    lock); counted. :class:`VersionBehind` (409) when the stored model is below ``min_version``."""
     try:
-        preds, probs, version = model.reader.predict(task_id, X)
+        preds, probs, version = model.reader.predict(task_id, X, min_version)
     except core.UnknownTaskError:
         raise core.UnknownTaskError(f"unknown task {task_id!r}: model {model.name!r} has not learned it") from None
     finally:
@@ -213,12 +215,12 @@ def _current(model: HostedModel) -> Snapshot:
     """The stored version for a writer: a missing default model row is created (writes may
     write); any other missing model is unknown."""
     try:
-        return model.reader.snapshot()
+        return model.reader.snapshot(check=True)
     except ModelMissing:
         if not model.default:
             raise
         create(model)
-        return model.reader.snapshot()
+        return model.reader.snapshot(check=True)
 
 
 def _observe_served(reader: ModelReader) -> None:
@@ -244,11 +246,12 @@ class ModelRegistry:
     version compare-and-set guards every commit anyway."""
 
     def __init__(self, engine: Engine, bulk_engine: Engine, locks: Locks, default_name: str,
-                 default_settings: dict, cache_size: int, keys: IdempotencyKeys | None = None):
-        self.engine, self.bulk_engine, self.locks = engine, bulk_engine, locks
+                 default_settings: dict, cache_size: int, keys: IdempotencyKeys | None = None, watch=None):
+        self.engine, self.bulk_engine, self.locks, self.watch = engine, bulk_engine, locks, watch
         self.keys = keys if keys is not None else IdempotencyKeys(engine, claim_ttl=getattr(locks, "ttl", 30.0))
         self.cache_size = max(1, int(cache_size))
-        self.default = HostedModel.open(engine, locks, default_name, default_settings, bulk_engine, keys=self.keys)
+        self.default = HostedModel.open(engine, locks, default_name, default_settings, bulk_engine, keys=self.keys,
+                                        watch=watch)
         self._lru: OrderedDict[str, HostedModel] = OrderedDict()
         self._guard = threading.Lock()
 
@@ -261,7 +264,7 @@ class ModelRegistry:
                 self._lru.move_to_end(name)
                 return model
             model = HostedModel.open(self.engine, self.locks, name, None, self.bulk_engine, default=False,
-                                     keys=self.keys)
+                                     keys=self.keys, watch=self.watch)
             self._lru[name] = model
             evicted = len(self._lru) > self.cache_size
             while len(self._lru) > self.cache_size:
@@ -272,7 +275,8 @@ class ModelRegistry:
 
     def transient(self, name: str) -> HostedModel:
         """A handle on ``name`` that is not cached (for a request refused before it is used)."""
-        return HostedModel.open(self.engine, self.locks, name, None, self.bulk_engine, default=False, keys=self.keys)
+        return HostedModel.open(self.engine, self.locks, name, None, self.bulk_engine, default=False, keys=self.keys,
+                                watch=self.watch)
 
     def forget(self, name: str) -> None:
         """Drop ``name``'s cached learner (after its deletion)."""
@@ -316,7 +320,7 @@ def delete_model(model: HostedModel, registry: ModelRegistry) -> None:
 
 def export_model(model: HostedModel) -> tuple[bytes, int]:
     """The served version of ``model`` as ``.npz`` bytes (:mod:`service.state_files`) and that version."""
-    snap = model.reader.snapshot()
+    snap = model.reader.snapshot(check=True)
     tasks = {r["task_id"]: {"version": int(r["version"]), "n_batches": int(r["n_batches"]),
                             "last_update": r["last_update"]}
              for r in model.reader.list_tasks(0, 2**62) if r["version"] <= snap.version}

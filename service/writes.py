@@ -12,6 +12,7 @@ the update lock around :meth:`ModelWriter.prepare` and :meth:`ModelWriter.commit
           -- 0 rows: someone committed since we read (our lock had expired) -> StaleWrite
           UPSERT tasks (only task_id);  INSERT batches (version v+1)
           [UPDATE idempotency_keys SET response  -- with an Idempotency-Key: service.idempotency]
+          pg_notify('fcl3_models', :m)      -- PostgreSQL: the other processes' version watch
         COMMIT                              # only now is the batch acknowledged
 
 The lock only saves wasted work; the version compare-and-set is the guard (see
@@ -32,6 +33,7 @@ import core
 from .learners import make_learner
 from .reads import ModelReader, Snapshot, batches_t, models_t, tasks_t
 from .responses import result_json
+from .watch import notify
 
 if TYPE_CHECKING:
     from .idempotency import Claim
@@ -153,6 +155,7 @@ class ModelWriter:
                         model_name=self.name, task_id=b["task_id"], version=int(b["version"]),
                         n_samples=int(np.shape(b["X"])[0]), X=np.asarray(b["X"], dtype=float),
                         y=np.asarray(b["y"], dtype=float), created_at=now))
+                notify(conn, self.name)
         except IntegrityError:
             raise ModelExists(self.name) from None  # created by someone else meanwhile
 
@@ -167,6 +170,8 @@ class ModelWriter:
             IdempotencyKeys.delete_model(conn, self.name)
             conn.execute(delete(tasks_t).where(tasks_t.c.model_name == self.name))
             gone = conn.execute(delete(models_t).where(models_t.c.name == self.name)).rowcount
+            if gone:
+                notify(conn, self.name)
         return bool(gone)
 
     def prepare(self, snap: Snapshot, task_id: str, X, y) -> Prepared:
@@ -225,6 +230,7 @@ class ModelWriter:
                 X=p.X, y=p.y, created_at=now))
             if claim is not None:
                 IdempotencyKeys.record(conn, claim, new_version, {**last, "version": new_version}, now)
+            notify(conn, self.name)
         info = {**p.info, "version": new_version, "params": p.state.params, "meta": p.state.meta,
                 "format_version": p.state.format_version, "summary": p.summary, "updated_at": now}
         self.reader.offer(Snapshot(new_version, p.learner, info))
