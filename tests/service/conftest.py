@@ -17,6 +17,8 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
+import numpy as np
 import pytest
 
 import core
@@ -396,3 +398,40 @@ def pg_cluster():
         yield cluster
     finally:
         cluster.cleanup()
+
+
+def concurrent_writers(url: str, n_clients: int, per_client: int, seed: int, retry: tuple[int, ...] = (),
+                       timeout: float = 60, join: float = 180):
+    """``n_clients`` threads each post ``per_client`` regression batches to tasks ``c0..c3``
+    of the default model at ``url`` (client ``i`` writes task ``c{i % 4}``). A status in
+    ``retry`` is retried (up to 20 times; nothing was applied); any other non-200 ends that
+    client with an error. Returns ``(acks, sent, errors)``: each client's acknowledged
+    versions in order, its rows acknowledged, and the errors."""
+    import threading  # only the concurrent writers use threads
+
+    acks: dict[int, list[int]] = {i: [] for i in range(n_clients)}
+    sent: dict[int, int] = {i: 0 for i in range(n_clients)}
+    errors: list[str] = []
+
+    def client_loop(i: int):
+        rng = np.random.default_rng(seed + i)
+        with httpx.Client(base_url=url, timeout=timeout) as client:
+            for _ in range(per_client):
+                X, y = regression_batch(rng, n=5 + i, task=i)
+                for _attempt in range(20):
+                    r = client.post(f"/tasks/c{i % 4}/data", json={"X": X, "y": y})
+                    if r.status_code not in retry:
+                        break
+                    time.sleep(0.05)
+                if r.status_code != 200:
+                    errors.append(f"client {i}: {r.status_code} {r.text}")
+                    return
+                acks[i].append(r.json()["version"])
+                sent[i] += len(y)
+
+    threads = [threading.Thread(target=client_loop, args=(i,)) for i in range(n_clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(join)
+    return acks, sent, errors

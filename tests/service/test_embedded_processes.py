@@ -12,7 +12,7 @@ import pytest
 
 from service.locks import FileLocks, LockBusy
 
-from .conftest import ESTIMATOR, PARAMS, regression_batch, unique_name
+from .conftest import ESTIMATOR, PARAMS, concurrent_writers, regression_batch, unique_name
 
 
 def embedded_env(tmp_path, **extra) -> dict:
@@ -107,27 +107,8 @@ def test_two_workers_eight_writers_on_sqlite_queue_without_409_or_503(tmp_path, 
     server = spawn(embedded_env(tmp_path), workers=2, log_path=tmp_path / "uvicorn.log").start(timeout=60)
     server.wait_workers()
     n_clients, per_client = 8, 6
-    acks: dict[int, list[int]] = {i: [] for i in range(n_clients)}
-    sent: dict[int, int] = {i: 0 for i in range(n_clients)}
-    errors: list[str] = []
-
-    def client_loop(i: int):
-        rng = np.random.default_rng(200 + i)
-        with httpx.Client(base_url=server.url, timeout=60) as client:
-            for _ in range(per_client):
-                X, y = regression_batch(rng, n=5 + i, task=i)
-                r = client.post(f"/tasks/c{i % 4}/data", json={"X": X, "y": y})  # no retry: every one must pass
-                if r.status_code != 200:
-                    errors.append(f"client {i}: {r.status_code} {r.text}")
-                    return
-                acks[i].append(r.json()["version"])
-                sent[i] += len(y)
-
-    threads = [threading.Thread(target=client_loop, args=(i,)) for i in range(n_clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(180)
+    # no retry: every write must pass
+    acks, sent, errors = concurrent_writers(server.url, n_clients, per_client, seed=200)
     assert not errors, errors
     total = n_clients * per_client
     assert sorted(v for vs in acks.values() for v in vs) == list(range(1, total + 1))

@@ -8,7 +8,7 @@ import httpx
 import numpy as np
 import pytest
 
-from .conftest import regression_batch
+from .conftest import concurrent_writers, regression_batch
 
 pytestmark = pytest.mark.slow
 
@@ -99,32 +99,9 @@ def test_two_workers_eight_clients_no_update_lost_or_doubled(server_env, tmp_pat
     env = {**server_env, "LOCK_WAIT": "10"}
     server = spawn(env, workers=2, log_path=tmp_path / "uvicorn.log").start()
     n_clients, per_client = 8, 6
-    acks: dict[int, list[int]] = {i: [] for i in range(n_clients)}
-    sent: dict[int, int] = {i: 0 for i in range(n_clients)}
-    errors: list[str] = []
-
-    def client_loop(i: int):
-        rng = np.random.default_rng(100 + i)
-        with httpx.Client(base_url=server.url, timeout=30) as client:
-            for j in range(per_client):
-                X, y = regression_batch(rng, n=5 + i, task=i)
-                for _attempt in range(20):
-                    r = client.post(f"/tasks/c{i % 4}/data", json={"X": X, "y": y})
-                    if r.status_code in (409, 503):  # lost the race: retry (nothing was applied)
-                        time.sleep(0.05)
-                        continue
-                    break
-                if r.status_code != 200:
-                    errors.append(f"client {i}: {r.status_code} {r.text}")
-                    return
-                acks[i].append(r.json()["version"])
-                sent[i] += len(y)
-
-    threads = [threading.Thread(target=client_loop, args=(i,)) for i in range(n_clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    # 409/503: lost the race, nothing was applied: retry
+    acks, sent, errors = concurrent_writers(server.url, n_clients, per_client, seed=100, retry=(409, 503),
+                                            timeout=30, join=120)
     assert not errors, errors
     all_versions = sorted(v for vs in acks.values() for v in vs)
     total = n_clients * per_client
