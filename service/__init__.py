@@ -7,7 +7,7 @@ configured learner), ``reads.py`` (cached reads of the model), ``writes.py`` (cr
 prepare, guarded commit), ``idempotency.py`` (``Idempotency-Key`` claims and answers),
 ``usecases.py`` (start, learn, predict: where the model's metrics and log lines are
 recorded), ``locks.py`` (Redis, per-machine file or in-process update lock),
-``responses.py`` (results and rows -> API bodies), ``middleware.py``, ``errors.py``,
+``responses.py`` (results and rows -> API bodies, the schemas of :mod:`fcl3.schemas`), ``middleware.py``, ``errors.py``,
 ``security.py``, ``logs.py``, ``metrics.py``, ``memory.py``, ``api/deps.py`` and
 ``api/routes/*`` (one router per resource).
 """

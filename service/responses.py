@@ -10,7 +10,7 @@ import numpy as np
 
 import core
 
-from .schemas import ModelOut, TaskOut
+from fcl3.schemas import ModelOut, TaskOut
 
 
 def result_json(result: core.UpdateResult) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import core
-from service.schemas import Batch, PredictRequest
+from fcl3.schemas import Batch, PredictRequest
 
 from .conftest import ESTIMATOR, PARAMS
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Header, Path, Response
 from ... import usecases
 from ...idempotency import check_key
 from ...responses import result_json
-from ...schemas import Batch, UpdateOut
+from fcl3.schemas import Batch, UpdateOut
 from ..deps import ModelDep, SettingsDep, check_size
 
 router = APIRouter(tags=["learning"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from ...responses import model_out
-from ...schemas import ModelOut
+from fcl3.schemas import ModelOut
 from ..deps import ReaderDep
 
 router = APIRouter(tags=["model"])

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from ... import usecases
 from ...reads import list_models
 from ...responses import model_out
-from ...schemas import ModelCreate, ModelList, ModelOut
+from fcl3.schemas import ModelCreate, ModelList, ModelOut
 from ..deps import ModelName, RegistryDep, hosted
 from .tasks import MAX_OFFSET
 

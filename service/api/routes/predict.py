@@ -4,7 +4,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Query
 
 from ... import usecases
-from ...schemas import PredictOut, PredictRequest
+from fcl3.schemas import PredictOut, PredictRequest
 from ...usecases import HostedModel
 from ..deps import ModelDep, SettingsDep, check_size
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Query
 
 from ...responses import task_out
-from ...schemas import TaskList, TaskOut
+from fcl3.schemas import TaskList, TaskOut
 from ..deps import ModelDep
 
 router = APIRouter(tags=["tasks"])
