@@ -11,10 +11,11 @@ import logging
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
+from fastapi_offline import FastAPIOffline
 from sqlalchemy import exc as sa_exc
 
 from . import logs, usecases
-from .api.routes import data, health, model, models, predict, prometheus, tasks
+from .api.routes import data, health, model, models, predict, prometheus, tasks, ui
 from .config import Settings, get_settings
 from .db import make_bulk_engine, make_engine, upgrade_schema
 from .errors import first_line, install_error_handlers
@@ -68,7 +69,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if bulk_engine is not engine:
             bulk_engine.dispose()
 
-    app = FastAPI(
+    # /docs and /redoc from assets installed with fastapi-offline: no CDN, they render offline.
+    app = FastAPIOffline(
         title="FCL3 service",
         summary="Online lifelong learning (Flexible Clustered Lifelong Learning) over HTTP.",
         version="0.1.0",
@@ -96,6 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(models.read_router, dependencies=[Depends(require_read)], responses=auth_errors)
     app.include_router(health.router)  # /healthz, /readyz: open
     app.include_router(prometheus.router)  # /metrics: open
+    app.include_router(ui.router)  # /ui: the dashboard's page and assets (its data comes from the API, keyed)
     return app
 
 
