@@ -75,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Online lifelong learning (Flexible Clustered Lifelong Learning) over HTTP.",
         version="0.1.0",
         lifespan=lifespan,
+        redoc_url=None,  # /redoc is served by the ui router: Redoc's one remote image replaced (offline)
     )
     app.state.redact = redact
     app.state.keys = keys

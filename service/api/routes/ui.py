@@ -1,7 +1,84 @@
 """GET /ui: the dashboard, a static page served from the installed package (no build step,
-no CDN) that reads the API with the key the user gives it."""
+no CDN) that reads the API with the key the user gives it; and GET /redoc, offline.
+
+* ``/ui`` is ``service/ui/static/index.html``; ``/ui/assets/<file>`` its scripts and styles
+  (plain ES modules and CSS, system fonts). The page holds no data: it calls the read routes
+  (``/models``, ``/models/{name}/tasks``, ...) with ``Authorization: Bearer <read key>`` when
+  the API asks for one, and never a write route.
+* ``/redoc`` is FastAPI's Redoc page on fastapi-offline's installed ``redoc.standalone.js``,
+  with the one address that bundle still fetches from the internet (the Redocly logo in its
+  menu footer, ``cdn.redoc.ly``) replaced by an inline image, and a Content-Security-Policy
+  that lets the page reach its own origin only.
+
+The pages' Content-Security-Policy (``connect-src 'self'`` and so on) is the guarantee that
+no request leaves the host, whatever a bundled script tries.
+"""
 from __future__ import annotations
 
-from fastapi import APIRouter
+from functools import lru_cache
+from pathlib import Path
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.openapi.docs import get_redoc_html
+from fastapi.responses import FileResponse, HTMLResponse, Response
 
 router = APIRouter(tags=["dashboard"], include_in_schema=False)
+
+STATIC = Path(__file__).resolve().parents[2] / "ui" / "static"
+
+_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+          ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".png": "image/png"}
+
+#: The dashboard reaches its own origin only; styles and scripts are files (no inline code).
+UI_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+          "font-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+#: Redoc injects its styles and runs its search in a blob: worker.
+REDOC_CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+             "connect-src 'self'; worker-src 'self' blob:; font-src 'self'; base-uri 'none'; form-action 'none'; "
+             "frame-ancestors 'none'")
+_HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
+
+#: What redoc.standalone.js would fetch from the internet, and what it gets instead.
+_REDOC_REMOTE = "https://cdn.redoc.ly/redoc/logo-mini.svg"
+_BLANK_IMAGE = "data:image/gif;base64,R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7"
+
+
+def _assets() -> dict[str, Path]:
+    """The files the page may load, by name (nothing else under ``/ui/assets`` exists)."""
+    return {p.name: p for p in STATIC.iterdir() if p.is_file() and p.suffix in _TYPES and p.name != "index.html"}
+
+
+@router.get("/ui")
+def dashboard() -> FileResponse:
+    return FileResponse(STATIC / "index.html", media_type=_TYPES[".html"],
+                        headers={**_HEADERS, "Content-Security-Policy": UI_CSP})
+
+
+@router.get("/ui/assets/{name}")
+def asset(name: str) -> FileResponse:
+    path = _assets().get(name)
+    if path is None:
+        raise HTTPException(404, f"no dashboard asset {name!r}")
+    return FileResponse(path, media_type=_TYPES[path.suffix], headers=_HEADERS)
+
+
+@lru_cache(maxsize=1)
+def _redoc_js() -> bytes:
+    import fastapi_offline
+
+    text = (Path(fastapi_offline.__file__).parent / "static" / "redoc.standalone.js").read_text("utf-8")
+    return text.replace(_REDOC_REMOTE, _BLANK_IMAGE).encode("utf-8")
+
+
+@router.get("/ui/vendor/redoc.standalone.js")
+def redoc_js() -> Response:
+    return Response(_redoc_js(), media_type=_TYPES[".js"], headers={"Cache-Control": "max-age=3600"})
+
+
+@router.get("/redoc")
+def redoc(request: Request) -> HTMLResponse:
+    root = request.scope.get("root_path", "")
+    page = get_redoc_html(openapi_url=f"{root}{request.app.openapi_url}", title=f"{request.app.title} - ReDoc",
+                          redoc_js_url=f"{root}/ui/vendor/redoc.standalone.js", with_google_fonts=False,
+                          redoc_favicon_url=f"{root}/static-offline-docs/favicon.png")
+    return HTMLResponse(page.body, headers={**_HEADERS, "Content-Security-Policy": REDOC_CSP})
