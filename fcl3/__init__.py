@@ -1,4 +1,37 @@
 """The FCL3 client side: the API's schemas (:mod:`fcl3.schemas`, the one definition the
-service also uses), the Python client (:mod:`fcl3.client`) and the ``fcl3`` command
-(:mod:`fcl3.cli`). Needs httpx and pydantic only: no numpy, no server dependencies.
+service also uses), the Python client (:mod:`fcl3.client`: :class:`Client`,
+:class:`AsyncClient`, the errors) and the ``fcl3`` command (:mod:`fcl3.cli`). Needs httpx and
+pydantic only: no numpy, no server dependencies.
+
+``from fcl3 import Client`` loads the client on first use: the service imports
+:mod:`fcl3.schemas` and never loads httpx through this package.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_CLIENT_NAMES = (
+    "Client", "AsyncClient", "BatchResult", "Event", "Retries",
+    "FCL3Error", "APIError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "Conflict",
+    "PayloadTooLarge", "InvalidInput", "ServerError", "Unavailable", "ConnectionFailed",
+)
+__all__ = ["__version__", *_CLIENT_NAMES]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .client import (APIError, AsyncClient, BadRequest, BatchResult, Client, ConnectionFailed, Conflict,  # noqa: F401
+                         Event, FCL3Error, Forbidden, InvalidInput, NotFound, PayloadTooLarge, Retries,
+                         ServerError, Unauthorized, Unavailable)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CLIENT_NAMES:
+        from . import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'fcl3' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_CLIENT_NAMES])

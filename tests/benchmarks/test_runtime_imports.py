@@ -1,8 +1,9 @@
 """Layout: the app and the engine never load the benchmarks or their dependencies.
 
-``benchmarks/`` needs the ``bench`` extra (matplotlib, tqdm, httpx, scikit-learn); the service
+``benchmarks/`` needs the ``bench`` extra (matplotlib, scikit-learn); the service
 (``pip install .``, the Docker image) has only the runtime dependencies, and the engine only
-numpy and scipy."""
+numpy and scipy. The client's httpx and tqdm are runtime dependencies (``fcl3/``), yet the app
+never loads them."""
 import ast
 import json
 import subprocess
@@ -115,7 +116,8 @@ def test_dependencies_are_declared_once_runtime_without_bench_tools():
     runtime = {Requirement(r).name.lower() for r in project["dependencies"]}
     extras = {k: [Requirement(r) for r in v] for k, v in project["optional-dependencies"].items()}
     bench = {r.name.lower() for r in extras["bench"]}
-    assert {"matplotlib", "tqdm", "httpx", "scikit-learn"} <= bench
+    assert {"matplotlib", "scikit-learn"} <= bench
+    assert {"httpx", "click", "tqdm"} <= runtime  # the client and the fcl3 command (fcl3/)
     assert not runtime & bench, sorted(runtime & bench)
     assert {"numpy", "scipy", "fastapi", "uvicorn", "sqlalchemy", "alembic", "psycopg", "redis"} <= runtime
     assert any(r.name == project["name"] and r.extras == {"bench"} for r in extras["test"])  # fcl3[bench]

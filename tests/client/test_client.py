@@ -1,0 +1,260 @@
+"""The Python client against real services (SQLite, and PostgreSQL + Redis): every method, its
+typed results, its errors, and retries that never learn a batch twice."""
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from fcl3 import (APIError, AsyncClient, Client, Conflict, ConnectionFailed, Forbidden, InvalidInput, NotFound,
+                  Unauthorized)
+from fcl3 import schemas
+from tests.service.conftest import PARAMS
+
+from .conftest import READ_KEY, WRITE_KEY, DroppingProxy
+
+pytestmark = pytest.mark.slow
+
+
+def batch(rng, n=12, d=4, task=0):
+    w = np.linspace(-1, 1, d) * (1 + task % 3)
+    X = rng.normal(size=(n, d))
+    return X, X @ w + 0.1 * rng.normal(size=n)
+
+
+def next_event(events, timeout=20.0):
+    """The next event of a (sync) events iterator, read in a thread so a test cannot hang."""
+    q: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: q.put(next(events)), daemon=True).start()
+    return q.get(timeout=timeout)
+
+
+def test_every_method(service, model_name, tmp_path):
+    rng = np.random.default_rng(0)
+    with Client(service.url, api_key=WRITE_KEY) as c:
+        assert c.health()["status"] == "ready"
+        m = c.create_model(model_name, "regression", params=PARAMS)
+        assert isinstance(m, schemas.ModelOut) and (m.name, m.kind, m.version, m.n_tasks) == (model_name, "regression", 0, 0)
+        got = c.get_model(model_name)  # one model: with its prequential scores
+        assert got.model_dump(exclude={"prequential"}) == m.model_dump(exclude={"prequential"})
+        assert got.prequential is not None and got.prequential.overall is None
+        assert model_name in [x.name for x in c.iter_models(page=1)]
+        page = c.list_models(limit=1)
+        assert isinstance(page, schemas.ModelList) and page.count == 1 and page.total >= 1
+
+        # learn: numpy arrays and plain lists; each batch once per Idempotency-Key
+        X, y = batch(rng)
+        r = c.learn_batch(model_name, "a", X, y, idempotency_key="batch-1")
+        assert isinstance(r.update, schemas.UpdateOut) and r.update.new_task and r.update.version == 1
+        assert (r.replayed, r.attempts, r.idempotency_key) == (False, 1, "batch-1")
+        again = c.learn_batch(model_name, "a", X, y, idempotency_key="batch-1")
+        assert again.replayed and again.update.version == 1 and again.update.n_samples == 12
+        with pytest.raises(InvalidInput) as err:
+            c.learn(model_name, "a", X, y + 1, idempotency_key="batch-1")
+        assert err.value.status == 422 and "Idempotency-Key" in err.value.detail
+        X2, y2 = batch(rng, task=1)
+        u = c.learn(model_name, "b", X2.tolist(), list(y2))  # a fresh key of its own
+        assert u.version == 2 and u.n_samples == 12
+
+        p = c.predict(model_name, "a", X[:3], min_version=2)
+        assert isinstance(p, schemas.PredictOut) and len(p.predictions) == 3 and p.version == 2
+        with pytest.raises(Conflict) as err:
+            c.predict(model_name, "a", X[:1], min_version=99)
+        assert err.value.status == 409
+        tasks = c.tasks(model_name)
+        assert isinstance(tasks, schemas.TaskList) and [t.task_id for t in tasks.tasks] == ["a", "b"]
+        t = c.task(model_name, "a")
+        assert isinstance(t, schemas.TaskOut) and (t.n_samples, t.n_batches) == (12, 1)
+
+        # export to a file, import from it: the same predictions
+        path = tmp_path / "m.npz"
+        assert c.export_model(model_name, path) == 2 and path.stat().st_size > 0
+        assert not [p for p in tmp_path.iterdir() if p.name.endswith(".part")]
+        imported = c.import_model(model_name + "-imp", path)
+        assert imported.origin == {"import": {"model": model_name, "version": 2}}
+        assert c.predict(model_name + "-imp", "a", X[:3]).predictions == pytest.approx(p.predictions)
+        # fork at version 1: task a only
+        fork = c.fork_model(model_name + "-fork", model_name, version=1)
+        assert fork.origin == {"fork": {"model": model_name, "version": 1}} and fork.n_tasks == 1
+
+        # evaluation rows and scores
+        Xe, ye = batch(rng, n=6)
+        ev_rows = c.add_evaluation(model_name, "a", Xe, ye)
+        assert isinstance(ev_rows, schemas.EvaluationRowsOut) and ev_rows.n_rows == 6
+        evaluation = c.evaluation(model_name)
+        assert isinstance(evaluation, schemas.EvaluationOut)
+        assert [t.task_id for t in evaluation.tasks] == ["a"] and evaluation.tasks[0].score.n == 6
+
+        # events: resumed after version 1, then live
+        events = c.events(model_name, last_event_id=1)
+        try:
+            seen = next_event(events)
+            while seen.event != "update":
+                seen = next_event(events)
+            assert seen.version == 2 and isinstance(seen.data, schemas.UpdateEvent) and seen.data.task_id == "b"
+            X3, y3 = batch(rng, task=2)
+            c.learn(model_name, "a", X3, y3)
+            seen = next_event(events)
+            while seen.event != "update":
+                seen = next_event(events)
+            assert seen.version == 3 and seen.data.version == 3
+        finally:
+            events.close()
+
+        for name in (model_name + "-imp", model_name + "-fork", model_name):
+            c.delete_model(name)
+        with pytest.raises(NotFound) as err:
+            c.get_model(model_name)
+        assert err.value.status == 404 and model_name in err.value.detail
+
+
+def test_every_method_async(service, model_name, tmp_path):
+    async def scenario():
+        rng = np.random.default_rng(1)
+        async with AsyncClient(service.url, api_key=WRITE_KEY) as c:
+            assert (await c.health())["status"] == "ready"
+            m = await c.create_model(model_name, "regression", params=PARAMS)
+            assert isinstance(m, schemas.ModelOut)
+            assert (await c.get_model(model_name)).name == model_name
+            assert model_name in [x.name async for x in c.iter_models()]
+            assert (await c.list_models(limit=1)).count == 1
+            X, y = batch(rng)
+            r = await c.learn_batch(model_name, "a", X, y)
+            again = await c.learn_batch(model_name, "a", X, y, idempotency_key=r.idempotency_key)
+            assert again.replayed and again.update.version == r.update.version == 1
+            assert (await c.learn(model_name, "b", X, y)).version == 2
+            p = await c.predict(model_name, "a", X[:2], min_version=2)
+            assert len(p.predictions) == 2
+            assert (await c.tasks(model_name)).count == 2
+            assert (await c.task(model_name, "b")).n_samples == 12
+            path = tmp_path / "a.npz"
+            assert await c.export_model(model_name, path) == 2
+            assert (await c.import_model(model_name + "-imp", path)).version == 2
+            assert (await c.fork_model(model_name + "-fork", model_name, 1)).n_tasks == 1
+            assert (await c.add_evaluation(model_name, "a", X[:4], y[:4])).n_rows == 4
+            assert [t.task_id for t in (await c.evaluation(model_name)).tasks] == ["a"]
+            events = c.events(model_name, last_event_id=0)
+            try:
+                seen = []
+                while len(seen) < 2:
+                    ev = await asyncio.wait_for(events.__anext__(), 20)
+                    if ev.event == "update":
+                        seen.append(ev.version)
+                assert seen == [1, 2]
+            finally:
+                await events.aclose()
+            for name in (model_name + "-imp", model_name + "-fork", model_name):
+                await c.delete_model(name)
+            with pytest.raises(NotFound):
+                await c.delete_model(model_name)
+
+    asyncio.run(scenario())
+
+
+def test_errors_carry_the_status_and_the_server_detail(service, model_name):
+    with Client(service.url, api_key=WRITE_KEY) as c:
+        c.create_model(model_name, "regression", params=PARAMS)
+        with pytest.raises(Conflict) as err:
+            c.create_model(model_name, "regression")
+        assert err.value.status == 409 and "already exists" in err.value.detail
+        assert str(err.value).startswith("409 on POST /models: ")
+        c.learn(model_name, "a", [[1.0, 2.0, 3.0], [0.0, 1.0, 2.0]], [1.0, 2.0])
+        with pytest.raises(InvalidInput) as err:
+            c.learn(model_name, "a", [[1.0, 2.0]], [1.0])
+        assert err.value.status == 422 and "3" in err.value.detail and "features" in err.value.detail
+        with pytest.raises(InvalidInput) as err:
+            c.learn(model_name, "a", [["x", 2.0, 3.0]], [1.0])
+        assert isinstance(err.value.detail, list) and "valid number" in err.value.message
+        with pytest.raises(NotFound) as err:
+            c.predict(model_name, "nope", [[1.0, 2.0, 3.0]])
+        assert err.value.status == 404
+        with pytest.raises(ValueError, match="NaN"):
+            c.learn(model_name, "a", [[float("nan"), 1.0, 2.0]], [1.0])
+    with Client(service.url) as anonymous, pytest.raises(Unauthorized) as err:
+        anonymous.get_model(model_name)
+    assert err.value.status == 401
+    with Client(service.url, api_key=READ_KEY) as reader:
+        assert reader.get_model(model_name).version == 1
+        with pytest.raises(Forbidden) as err:
+            reader.learn(model_name, "a", [[1.0, 2.0, 3.0]], [1.0])
+        assert err.value.status == 403 and err.value.detail
+        assert reader.task(model_name, "a").n_samples == 2  # nothing learned
+    with pytest.raises(APIError):
+        Client(service.url, api_key=WRITE_KEY).delete_model(model_name + "-missing")
+
+
+def test_503_is_retried_after_retry_after_and_each_batch_is_learned_once(fault_service, model_name):
+    """Three batches at once on a service whose commits hold the lock 0.4 s and that does not
+    wait for the lock: the others get 503 + Retry-After, wait, retry, and each is learned once."""
+    rng = np.random.default_rng(2)
+    with Client(fault_service.url, api_key=WRITE_KEY) as c:
+        c.create_model(model_name, "regression", params=PARAMS)
+        c.learn(model_name, "a", *batch(rng, n=5))
+        results, errors = [], []
+
+        def send(i):
+            try:
+                results.append(c.learn_batch(model_name, "a", *batch(rng, n=3 + i)))
+            except Exception as exc:  # noqa: BLE001
+                errors.append(exc)
+
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+        assert sum(r.attempts for r in results) > 3  # some met the busy lock (503) and came back
+        assert sorted(r.update.version for r in results) == [2, 3, 4]
+        assert c.task(model_name, "a").n_samples == 5 + 3 + 4 + 5
+        assert c.get_model(model_name).n_batches == 4
+
+
+def test_a_lost_answer_is_retried_with_its_key_and_learned_once(sqlite_service, model_name):
+    """The service applies the batch but the connection drops before its answer: the client
+    sends it again with the same Idempotency-Key and gets the first answer, applied once."""
+    rng = np.random.default_rng(3)
+    with Client(sqlite_service.url, api_key=WRITE_KEY) as c:
+        c.create_model(model_name, "regression", params=PARAMS)
+    proxy = DroppingProxy(sqlite_service.server.port, drop=1).open()
+    try:
+        with Client(proxy.url, api_key=WRITE_KEY, retries=3) as c:
+            r = c.learn_batch(model_name, "a", *batch(rng))
+            assert r.attempts == 2 and r.replayed and r.update.version == 1
+            assert c.task(model_name, "a").n_batches == 1
+            assert c.get_model(model_name).version == 1
+    finally:
+        proxy.close()
+
+
+def test_a_refused_connection_is_retried_with_backoff(sqlite_service, model_name):
+    proxy = DroppingProxy(sqlite_service.server.port)  # not listening yet
+    with Client(sqlite_service.url, api_key=WRITE_KEY) as c:
+        c.create_model(model_name, "regression", params=PARAMS)
+    timer = threading.Timer(1.0, proxy.open)
+    timer.start()
+    t0 = time.monotonic()
+    try:
+        with Client(proxy.url, api_key=WRITE_KEY, retries=6) as c:
+            r = c.learn_batch(model_name, "a", *batch(np.random.default_rng(4)))
+            assert r.attempts >= 2 and not r.replayed and r.update.version == 1
+        assert time.monotonic() - t0 >= 0.9
+    finally:
+        timer.join()
+        proxy.close()
+
+
+def test_a_create_whose_answer_is_lost_is_not_resent(sqlite_service, model_name):
+    """Not idempotent: the client says so instead of sending it again."""
+    proxy = DroppingProxy(sqlite_service.server.port, drop=1).open()
+    try:
+        with Client(proxy.url, api_key=WRITE_KEY, retries=3) as c, pytest.raises(ConnectionFailed, match="not resent"):
+            c.create_model(model_name, "regression", params=PARAMS)
+    finally:
+        proxy.close()
+    with Client(sqlite_service.url, api_key=WRITE_KEY) as c:
+        assert c.get_model(model_name).version == 0  # it was created, once
