@@ -1,32 +1,46 @@
-"""Service benchmark over HTTP on loopback, with PostgreSQL and Redis.
+"""Service benchmark over HTTP on loopback: the service beside a bare FastAPI route, in one run.
 
-    python -m benchmarks.service [--updates 200] [--tasks 20] [--rows 20] [--d 10]
-                                 [--seconds 5] [--concurrency 16] [--workers 1] [--json out.json]
+    python -m benchmarks.service [--embedded | --postgres] [--workers 2] [--rounds 3] [--seconds 2]
+                                 [--updates 200] [--tasks 20] [--rows 20] [--d 10] [--json out.json]
 
-Starts ``uvicorn service.main:app`` on a throwaway PostgreSQL database (created on
-``--pg-admin-url``, dropped at the end) with the Redis lock, then measures in one run:
+For each setup (both by default): the embedded default (an SQLite file, file locks, one
+uvicorn worker) and PostgreSQL + Redis (a throwaway database made on ``--pg-admin-url`` and
+dropped at the end, ``--workers`` uvicorn workers), it starts ``uvicorn service.main:app``
+and, with the same uvicorn command and worker count, the bare route
+(``benchmarks.bare_app:app``: a plain FastAPI app whose one route returns a constant), then:
 
-* POST /tasks/{id}/data latency p50/p99 (one client: updates of a model are serialised),
-  beside the bare engine's ``learn`` time on the same batches in the same order;
-* GET /predict requests/s (one row per request, ``--concurrency`` keep-alive connections),
-  beside the bare engine's ``predict`` calls/s for the same row;
-* GET /healthz requests/s: a trivial FastAPI endpoint, the HTTP stack's ceiling;
-* POST /predict requests/s with 1 and with 100 rows (the ratio: how much 100 rows cost).
+* **updates**, one client, ``--updates`` batches over ``--tasks`` tasks: latency p50/p99
+  over HTTP, beside the bare engine's ``learn`` on the same batches in the same order, and
+  the server's own split read from ``/metrics`` before and after: time in the engine
+  (``fcl3_update_engine_seconds``), the rest of the update (load, scoring, commit:
+  ``fcl3_update_duration_seconds`` minus the engine), the lock wait, and what is left for HTTP;
+* **requests/s**, ``--concurrency`` keep-alive connections, ``--seconds`` each, in
+  ``--rounds`` interleaved rounds (bare route, ``/healthz``, GET /predict of one row, POST
+  /predict of 1 and of 100 rows; the order reversed every other round): the ratio of each to
+  the bare route in the same round, and POST 100 rows ÷ 1 row in time per request, with the
+  spread over rounds; the server's CPU time per request and the load generator's CPU share;
+* **updates/s with one and with two models** (PostgreSQL + Redis only): two client threads
+  post batches for ``--update-seconds``, both to one model, then one model each, alternated
+  over ``--update-rounds``; each client's connection is placed on its own uvicorn worker
+  (its socket's owner is looked up in /proc), so that the two cases differ only in the
+  number of models (the update locks are per model). Committed updates/s, the ratio, the
+  CPU of each worker, of the client and of the whole machine.
 
-``--embedded``: the embedded default (an SQLite file, file locks) instead.
-
-The load generator is a minimal asyncio HTTP/1.1 client (keep-alive), so that the client
-costs as little CPU as possible: it shares the machine with the server.
+The load generator is a minimal asyncio HTTP/1.1 client (keep-alive), so that it costs as
+little CPU as possible: it shares the machine with the servers, and its share is reported.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -37,6 +51,8 @@ import core
 
 from .common import http_request, machine, percentile, progress_bar
 from .launcher import Server, create_throwaway_database, drop_throwaway_backend, migrate, redis_prefix
+
+BARE_APP = "benchmarks.bare_app:app"
 
 
 def make_stream(n_updates: int, n_tasks: int, rows: int, d: int, seed: int = 0):
@@ -53,13 +69,48 @@ def make_stream(n_updates: int, n_tasks: int, rows: int, d: int, seed: int = 0):
     return stream
 
 
-async def _http_get_loop(host, port, path, deadline, counts, idx, body: bytes | None = None):
+# ----------------------------------------------------------------------------- processes
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
+
+
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) jiffies of all cores, from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    return sum(v) - idle, sum(v)
+
+
+class Usage:
+    """CPU used meanwhile by some processes, by this process (the load generator) and by the
+    whole machine."""
+
+    def __init__(self, pids: list[int]):
+        self.pids = pids
+        self.t0 = time.perf_counter()
+        self.own0 = time.process_time()
+        self.cpu0 = {p: cpu_seconds(p) for p in pids}
+        self.busy0 = machine_busy()
+
+    def stop(self) -> dict:
+        wall = time.perf_counter() - self.t0
+        busy, total = machine_busy()
+        cpu = {p: cpu_seconds(p) - c for p, c in self.cpu0.items()}
+        return {"wall_s": wall, "server_cpu_s": sum(cpu.values()), "worker_cpu_s": cpu,
+                "client_cpu_share": (time.process_time() - self.own0) / wall,
+                "machine_busy_share": (busy - self.busy0[0]) / max(total - self.busy0[1], 1)}
+
+
+# ----------------------------------------------------------------------------- requests/s
+async def _http_loop(host, port, request: bytes, deadline, counts, idx):
     reader, writer = await asyncio.open_connection(host, port)
-    if body is None:
-        request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
-    else:
-        request = (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body
     n = bad = 0
     try:
         while time.perf_counter() < deadline:
@@ -71,138 +122,460 @@ async def _http_get_loop(host, port, path, deadline, counts, idx, body: bytes | 
     counts[idx] = (n, bad)
 
 
-def get_rps(host, port, path, seconds, concurrency, body: bytes | None = None) -> dict:
+def get_rps(host, port, path, seconds, concurrency, body: bytes | None = None, pids: list[int] | None = None) -> dict:
     """GET ``path`` (POST ``body`` to it if given) on ``concurrency`` keep-alive connections
-    for ``seconds``: requests/s."""
+    for ``seconds``: requests/s, and with ``pids`` (the server's) its CPU per request."""
+    if body is None:
+        request = f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    else:
+        request = (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
     async def run():
         counts = [None] * concurrency
-        start = time.perf_counter()
-        deadline = start + seconds
-        await asyncio.gather(*[_http_get_loop(host, port, path, deadline, counts, i, body)
-                               for i in range(concurrency)])
-        return counts, time.perf_counter() - start
+        deadline = time.perf_counter() + seconds
+        await asyncio.gather(*[_http_loop(host, port, request, deadline, counts, i) for i in range(concurrency)])
+        return counts
 
-    counts, elapsed = asyncio.run(run())
+    usage = Usage(pids or [])
+    counts = asyncio.run(run())
+    use = usage.stop()
     total = sum(c[0] for c in counts)
-    bad = sum(c[1] for c in counts)
-    return {"requests": total, "non_200": bad, "seconds": round(elapsed, 3), "rps": round(total / elapsed, 1)}
+    out = {"requests": total, "non_200": sum(c[1] for c in counts), "seconds": round(use["wall_s"], 3),
+           "rps": round(total / use["wall_s"], 1), "client_cpu_share": round(use["client_cpu_share"], 2)}
+    if pids:
+        out["server_cpu_us_per_request"] = round(use["server_cpu_s"] / max(total, 1) * 1e6, 1)
+    return out
 
 
-def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.service", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--updates", type=int, default=200)
-    ap.add_argument("--tasks", type=int, default=20)
-    ap.add_argument("--rows", type=int, default=20, help="rows per batch")
-    ap.add_argument("--d", type=int, default=10, help="features")
-    ap.add_argument("--seconds", type=float, default=5.0, help="duration of each requests/s measurement")
-    ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
-    ap.add_argument("--estimator", default="FCL3")
-    ap.add_argument("--params", default="{}", help="FCL3_PARAMS JSON")
-    ap.add_argument("--pg-admin-url", default="postgresql://postgres@127.0.0.1:5432/test")
-    ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
-    ap.add_argument("--json", default=None, help="write the results here")
-    ap.add_argument("--quiet", action="store_true", help="no progress bar")
-    ap.add_argument("--embedded", action="store_true",
-                    help="the embedded default (an SQLite file, file locks) instead of PostgreSQL + Redis")
-    args = ap.parse_args(argv)
+# ----------------------------------------------------------------------------- /metrics
+def scrape(url: str) -> dict[str, float]:
+    """Prometheus text -> {"name{labels}": value} (comments skipped)."""
+    text = httpx.get(url + "/metrics", timeout=30).text
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            try:
+                out[key] = float(value)
+            except ValueError:
+                pass
+    return out
 
-    params = json.loads(args.params)
-    if args.estimator not in core.LEARNERS:
-        ap.error(f"--estimator {args.estimator!r}: choose from {', '.join(core.LEARNERS)}")
-    tmp = Path(tempfile.mkdtemp(prefix="fcl3-bench-"))
-    if args.embedded:
-        dbname = prefix = None
-        env = {**os.environ, "DATABASE_URL": "", "REDIS_URL": "", "SQLITE_PATH": str(tmp / "fcl3.db")}
+
+def update_split(before: dict[str, float], after: dict[str, float], updates: int) -> dict:
+    """Mean per committed update, in ms, from two scrapes: engine, the rest of the update
+    (load, scoring, commit), lock wait. ``None`` for a histogram the server does not have."""
+    def delta(name):
+        if name not in after:
+            return None
+        return after[name] - before.get(name, 0.0)
+
+    n = delta("fcl3_update_duration_seconds_count") or updates
+    duration = delta("fcl3_update_duration_seconds_sum")
+    engine = delta("fcl3_update_engine_seconds_sum")
+    lock = delta('fcl3_lock_wait_seconds_sum{outcome="acquired"}')
+    ms = lambda v: None if v is None else round(v / max(n, 1) * 1e3, 3)  # noqa: E731
+    return {"updates": int(n), "service_update_ms": ms(duration), "engine_ms": ms(engine),
+            "outside_engine_ms": None if duration is None or engine is None else ms(duration - engine),
+            "lock_wait_ms": ms(lock),
+            "note": None if engine is not None else "fcl3_update_engine_seconds is not exposed by this server"}
+
+
+# ----------------------------------------------------------------------------- updates/s
+def socket_owner(server_port: int, client_port: int, pids: list[int]) -> int | None:
+    """The process (of ``pids``) holding the server end of the loopback connection from
+    ``client_port``, found through /proc/net/tcp and the processes' file descriptors."""
+    inode = None
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if int(f[1].rsplit(":", 1)[1], 16) == server_port and int(f[2].rsplit(":", 1)[1], 16) == client_port:
+                inode = f[9]
+    if inode is None:
+        return None
+    target = f"socket:[{inode}]"
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                        return pid
+                except OSError:
+                    pass
+        except OSError:
+            pass
+    return None
+
+
+class Writer(threading.Thread):
+    """One client: posts pre-encoded batches to one model on a keep-alive connection held by
+    the worker ``pid`` until ``deadline``."""
+
+    def __init__(self, port: int, bodies: list[tuple[str, bytes]], pid: int | None, pids: list[int]):
+        super().__init__(daemon=True)
+        self.port, self.bodies, self.pids = port, bodies, pids
+        self.placed_on: int | None = None
+        self.conn = self._connect(pid)
+        self.deadline = 0.0
+        self.committed = self.other = 0
+        self.latency_ms: list[float] = []
+        self.error: BaseException | None = None
+
+    def _post(self, conn, path: str, body: bytes) -> int:
+        conn.request("POST", path, body, {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        r.read()
+        return r.status
+
+    def _connect(self, pid):
+        """A connection served by ``pid`` (up to 50 tries: the kernel picks the worker)."""
+        for _ in range(50):
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+            conn.connect()
+            conn.request("GET", "/healthz")
+            conn.getresponse().read()
+            owner = socket_owner(self.port, conn.sock.getsockname()[1], self.pids)
+            if pid is None or owner == pid:
+                self.placed_on = owner
+                return conn
+            conn.close()
+        raise RuntimeError(f"could not get a connection served by worker {pid}")
+
+    def run(self):
+        i = 0
+        try:
+            while time.perf_counter() < self.deadline:
+                path, body = self.bodies[i % len(self.bodies)]
+                i += 1
+                t0 = time.perf_counter()
+                status = self._post(self.conn, path, body)
+                if status == 200:
+                    self.committed += 1
+                    self.latency_ms.append((time.perf_counter() - t0) * 1e3)
+                else:
+                    self.other += 1
+        except BaseException as exc:  # noqa: BLE001 - reported by the caller
+            self.error = exc
+        finally:
+            self.conn.close()
+
+
+def update_rate(port: int, models: list[str], bodies: dict[str, list[tuple[str, bytes]]], seconds: float,
+                pids: list[int]) -> dict:
+    """Clients ``i`` posting to ``models[i]`` (on worker ``pids[i % len(pids)]``) for ``seconds``."""
+    writers = [Writer(port, bodies[m], pids[i % len(pids)] if len(pids) > 1 else None, pids)
+               for i, m in enumerate(models)]
+    url = f"http://127.0.0.1:{port}"
+    before = scrape(url)
+    usage = Usage(pids)
+    deadline = time.perf_counter() + seconds
+    for w in writers:
+        w.deadline = deadline
+        w.start()
+    for w in writers:
+        w.join()
+    use = usage.stop()
+    for w in writers:
+        if w.error is not None:
+            raise w.error
+    committed = sum(w.committed for w in writers)
+    split = update_split(before, scrape(url), committed)
+    lat = [v for w in writers for v in w.latency_ms]
+    return {"models": models, "committed": committed, "not_committed": sum(w.other for w in writers),
+            "committed_per_s": round(committed / use["wall_s"], 2),
+            "update_ms_p50": round(percentile(lat, 50), 2) if lat else None,
+            "server_split_mean": split,
+            "clients_on_workers": [w.placed_on for w in writers],
+            "worker_cpu_share": {str(p): round(c / use["wall_s"], 2) for p, c in use["worker_cpu_s"].items()},
+            "client_cpu_share": round(use["client_cpu_share"], 2),
+            "machine_busy_share": round(use["machine_busy_share"], 2)}
+
+
+def batch_bodies(model: str, n_tasks: int, rows: int, d: int, n: int, seed: int) -> list[tuple[str, bytes]]:
+    prefix = "" if model is None else f"/models/{model}"
+    return [(f"{prefix}/tasks/{t}/data", json.dumps({"X": X.tolist(), "y": y.tolist()}).encode())
+            for t, X, y in make_stream(n, n_tasks, rows, d, seed)]
+
+
+# ----------------------------------------------------------------------------- one setup
+def spread(values: list[float], ndigits: int = 3) -> dict:
+    return {"median": round(statistics.median(values), ndigits), "min": round(min(values), ndigits),
+            "max": round(max(values), ndigits), "rounds": [round(v, ndigits) for v in values]}
+
+
+def run_setup(kind: str, workers: int, args, tmp: Path) -> dict:
+    """One setup (``embedded`` or ``postgres``) from start to finish."""
+    dbname = prefix = None
+    if kind == "embedded":
+        env = {"DATABASE_URL": "", "REDIS_URL": "", "SQLITE_PATH": str(tmp / f"fcl3-{workers}.db")}
     else:
         dbname, db_url = create_throwaway_database(args.pg_admin_url, "bench")
         prefix = redis_prefix("bench")
-        env = {**os.environ, "DATABASE_URL": db_url, "REDIS_URL": args.redis_url, "REDIS_PREFIX": prefix,
+        env = {"DATABASE_URL": db_url, "REDIS_URL": args.redis_url, "REDIS_PREFIX": prefix,
                "AUTO_CREATE_SCHEMA": "false"}
     env.update({"FCL3_ESTIMATOR": args.estimator, "FCL3_PARAMS": args.params, "FCL3_KIND": "regression",
                 "MODEL_NAME": "bench"})
-    log = tmp / "uvicorn.log"
-    server = Server(env, workers=args.workers, log_path=log, access_log=False)
-    results: dict = {}
+    prom = None
+    if workers > 1:  # /metrics sums the workers (docs/operations.md)
+        prom = tempfile.mkdtemp(prefix="fcl3-bench-prom-")
+        env["PROMETHEUS_MULTIPROC_DIR"] = prom
+    full_env = {**os.environ, **env}
+    log = tmp / f"uvicorn-{kind}.log"
+    server = Server(env, workers=workers, log_path=log, access_log=False)
+    bare = Server(env, workers=workers, log_path=tmp / f"bare-{kind}.log", app=BARE_APP, ready_path="/",
+                  access_log=False)
+    say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if not args.quiet else (lambda *a: None)
+    out: dict = {"setup": {"database": "sqlite" if kind == "embedded" else "postgresql",
+                           "lock": "file" if kind == "embedded" else "redis", "uvicorn_workers": workers,
+                           "server_log": str(log)}}
     try:
-        if not args.embedded:
-            migrate(env)
-        server.start(timeout=30)
+        if kind != "embedded":
+            migrate(full_env)
+        server.start(timeout=60)
+        bare.start(timeout=60)
+        pids, bare_pids = server.wait_workers(), bare.wait_workers()
         base = server.url
-
         stream = make_stream(args.updates, args.tasks, args.rows, args.d)
 
-        # 1. bare engine, built as the service builds it: the same batches, same order
-        learner = core.LEARNERS[args.estimator](kind="regression", **params)
+        # 1. updates: the bare engine, then the same batches over HTTP, with the server's split
+        learner = core.LEARNERS[args.estimator](kind="regression", **json.loads(args.params))
         engine_ms = []
-        for task, X, y in progress_bar(stream, desc="engine updates", enabled=not args.quiet):
+        for task, X, y in progress_bar(stream, desc=f"{kind}: engine updates", enabled=not args.quiet):
             t0 = time.perf_counter()
             learner.learn(task, X, y)
             engine_ms.append((time.perf_counter() - t0) * 1e3)
-
-        # 2. the same over HTTP (commit to PostgreSQL under the Redis lock before the answer)
+        before = scrape(base)
         http_ms = []
         with httpx.Client(base_url=base, timeout=60) as client:
-            for task, X, y in progress_bar(stream, desc="HTTP updates", enabled=not args.quiet):
+            for task, X, y in progress_bar(stream, desc=f"{kind}: HTTP updates", enabled=not args.quiet):
                 body = {"X": X.tolist(), "y": y.tolist()}
                 t0 = time.perf_counter()
                 r = client.post(f"/tasks/{task}/data", json=body)
                 http_ms.append((time.perf_counter() - t0) * 1e3)
                 r.raise_for_status()
+            after = scrape(base)
             final = client.get("/model").json()
             row = ",".join(repr(float(v)) for v in stream[0][1][0])
             served = client.get("/predict", params={"task_id": "task-0", "x": row}).json()["predictions"]
-        assert final["version"] == args.updates
+        assert final["version"] == args.updates, final
         assert np.allclose(served, learner.predict("task-0", stream[0][1][:1]), rtol=0, atol=0)
+        split = update_split(before, after, args.updates)
+        http_mean = statistics.fmean(http_ms)
+        if split["service_update_ms"] is not None and split["lock_wait_ms"] is not None:
+            split["http_and_rest_ms"] = round(http_mean - split["service_update_ms"] - split["lock_wait_ms"], 3)
+        out["update_ms"] = {
+            "http_p50": round(percentile(http_ms, 50), 2), "http_p99": round(percentile(http_ms, 99), 2),
+            "http_mean": round(http_mean, 2),
+            "bare_engine_p50": round(percentile(engine_ms, 50), 2),
+            "bare_engine_p99": round(percentile(engine_ms, 99), 2),
+            "bare_engine_mean": round(statistics.fmean(engine_ms), 2),
+            "server_split_mean": split}
 
-        # 3. predictions: bare engine calls/s vs GET /predict requests/s; trivial endpoint
+        # 2. requests/s, interleaved rounds, each against the bare route of the same round
         X1 = stream[0][1][:1]
         n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < min(args.seconds, 2.0):
+        while time.perf_counter() - t0 < 1.0:
             learner.predict("task-0", X1)
             n += 1
         engine_pps = n / (time.perf_counter() - t0)
-        predict_path = f"/predict?task_id=task-0&x={row}"
-        if not args.quiet:
-            print(f"requests/s: GET /predict then GET /healthz, {args.seconds:g} s each ...", file=sys.stderr)
-        predict = get_rps("127.0.0.1", server.port, predict_path, args.seconds, args.concurrency)
-        trivial = get_rps("127.0.0.1", server.port, "/healthz", args.seconds, args.concurrency)
-        body100 = json.dumps({"task_id": "task-0", "X": np.resize(stream[0][1], (100, args.d)).tolist()}).encode()
-        post100 = get_rps("127.0.0.1", server.port, "/predict", args.seconds, args.concurrency, body100)
         body1 = json.dumps({"task_id": "task-0", "X": X1.tolist()}).encode()
-        post1 = get_rps("127.0.0.1", server.port, "/predict", args.seconds, args.concurrency, body1)
-
-        results = {
-            "command": "python -m benchmarks.service " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "machine": machine(),
-            "setup": {"updates": args.updates, "tasks": args.tasks, "rows_per_batch": args.rows, "d": args.d,
-                      "estimator": args.estimator, "params": params, "uvicorn_workers": args.workers,
-                      "concurrency": args.concurrency,
-                      "database": "sqlite" if args.embedded else "postgresql",
-                      "lock": "file" if args.embedded else "redis",
-                      "server_log": str(log)},
-            "update_ms": {
-                "http_p50": round(percentile(http_ms, 50), 2), "http_p99": round(percentile(http_ms, 99), 2),
-                "engine_p50": round(percentile(engine_ms, 50), 2), "engine_p99": round(percentile(engine_ms, 99), 2),
-                "overhead_p50": round(percentile(http_ms, 50) - percentile(engine_ms, 50), 2),
-                "http_mean": round(statistics.fmean(http_ms), 2), "engine_mean": round(statistics.fmean(engine_ms), 2),
-            },
-            "predict": {"http_rps": predict["rps"], "http_non_200": predict["non_200"],
-                        "engine_calls_per_s": round(engine_pps, 1),
-                        "post_1_row_rps": post1["rps"], "post_100_rows_rps": post100["rps"],
-                        "post_non_200": post1["non_200"] + post100["non_200"]},
-            "trivial_endpoint_rps": trivial["rps"],
-            "ratios": {"get_predict_vs_trivial": round(predict["rps"] / max(trivial["rps"], 1e-9), 3),
-                       "post_1_row_vs_100_rows_time": round(post1["rps"] / max(post100["rps"], 1e-9), 3)},
+        body100 = json.dumps({"task_id": "task-0", "X": np.resize(stream[0][1], (100, args.d)).tolist()}).encode()
+        loads = [("bare_route", bare.port, "/", None, bare_pids),
+                 ("healthz", server.port, "/healthz", None, pids),
+                 ("get_predict_1_row", server.port, f"/predict?task_id=task-0&x={row}", None, pids),
+                 ("post_predict_1_row", server.port, "/predict", body1, pids),
+                 ("post_predict_100_rows", server.port, "/predict", body100, pids)]
+        for name, port, path, body, p in loads:  # warm-up: every connection path once
+            get_rps("127.0.0.1", port, path, 0.3, args.concurrency, body, p)
+        rounds: list[dict] = []
+        for k in range(args.rounds):
+            say(f"{kind}: requests/s round {k + 1}/{args.rounds} ...")
+            order = loads if k % 2 == 0 else loads[::-1]
+            rounds.append({name: get_rps("127.0.0.1", port, path, args.seconds, args.concurrency, body, p)
+                           for name, port, path, body, p in order})
+        rps = {name: spread([r[name]["rps"] for r in rounds], 1) for name, *_ in loads}
+        cpu = {name: spread([r[name]["server_cpu_us_per_request"] for r in rounds], 1) for name, *_ in loads}
+        client = {name: spread([r[name]["client_cpu_share"] for r in rounds], 2) for name, *_ in loads}
+        ratio = lambda a, b: spread([r[a]["rps"] / max(r[b]["rps"], 1e-9) for r in rounds])  # noqa: E731
+        cpu_ratio = lambda a, b: spread([r[a]["server_cpu_us_per_request"]  # noqa: E731
+                                         / max(r[b]["server_cpu_us_per_request"], 1e-9) for r in rounds])
+        out["requests_per_s"] = rps
+        out["server_cpu_us_per_request"] = cpu
+        out["client_cpu_share"] = client
+        out["non_200"] = sum(r[name]["non_200"] for r in rounds for name in r)
+        out["bare_engine_predict_calls_per_s"] = round(engine_pps, 1)
+        out["ratios"] = {
+            "get_predict_vs_bare_route": ratio("get_predict_1_row", "bare_route"),
+            "healthz_vs_bare_route": ratio("healthz", "bare_route"),
+            "post_predict_1_row_vs_bare_route": ratio("post_predict_1_row", "bare_route"),
+            # time per request: 100 rows / 1 row = (1-row requests/s) / (100-row requests/s)
+            "post_100_rows_vs_1_row_time": ratio("post_predict_1_row", "post_predict_100_rows"),
+            # the same comparisons in server CPU per request (less sensitive to the load generator
+            # and to other processes on the machine): bare route's CPU ÷ GET /predict's, and
+            # POST 100 rows' CPU ÷ 1 row's
+            "bare_route_vs_get_predict_server_cpu": cpu_ratio("bare_route", "get_predict_1_row"),
+            "post_100_rows_vs_1_row_server_cpu": cpu_ratio("post_predict_100_rows", "post_predict_1_row"),
         }
+
+        # 3. updates/s, one model vs two models (PostgreSQL + Redis)
+        if kind != "embedded" and args.update_seconds > 0:
+            with httpx.Client(base_url=base, timeout=60) as client:
+                r = client.post("/models", json={"name": "bench-b", "kind": "regression", "estimator": args.estimator,
+                                                 "params": json.loads(args.params)})
+                assert r.status_code == 201, r.text
+            per_model = max(8, int(args.update_seconds * 200))
+            bodies = {"bench": batch_bodies(None, 4, args.rows, args.d, per_model, 1),
+                      "bench-b": batch_bodies("bench-b", 4, args.rows, args.d, per_model, 2)}
+            # every task of both models learned once before the clock starts
+            update_rate(server.port, ["bench", "bench-b"], {m: b[:4] for m, b in bodies.items()}, 0.5, pids)
+            cases = {"one_model": ["bench", "bench"], "two_models": ["bench", "bench-b"]}
+            urounds: list[dict] = []
+            for k in range(args.update_rounds):
+                say(f"{kind}: updates/s round {k + 1}/{args.update_rounds} ...")
+                order = list(cases.items()) if k % 2 == 0 else list(cases.items())[::-1]
+                urounds.append({case: update_rate(server.port, models, bodies, args.update_seconds, pids)
+                                for case, models in order})
+            out["updates_per_s"] = {
+                "clients": 2, "seconds_each": args.update_seconds,
+                "one_model": spread([r["one_model"]["committed_per_s"] for r in urounds], 2),
+                "two_models": spread([r["two_models"]["committed_per_s"] for r in urounds], 2),
+                "ratio_two_vs_one": spread([r["two_models"]["committed_per_s"] / max(r["one_model"]["committed_per_s"],
+                                                                                       1e-9) for r in urounds]),
+                "rounds": urounds}
     finally:
         server.stop(timeout=15)
-        if not args.embedded:
+        bare.stop(timeout=15)
+        if prom:
+            shutil.rmtree(prom, ignore_errors=True)
+        if kind != "embedded":
             drop_throwaway_backend(args.pg_admin_url, dbname, args.redis_url, prefix)
+    return out
 
-    print(json.dumps(results, indent=2))
+
+# ----------------------------------------------------------------------------- report
+def table(results: dict) -> str:
+    """The figures side by side: absolute values and ratios (median [min–max] over rounds)."""
+    runs = results["runs"]
+    names = list(runs)
+    workers = {n: runs[n]["setup"]["uvicorn_workers"] for n in names}
+    head = ["", *[f"{n} ({workers[n]} worker{'s' if workers[n] > 1 else ''})" for n in names]]
+    rows = []
+
+    def fmt(s, unit="", nd=0):
+        if s is None:
+            return "-"
+        f = f"{{:,.{nd}f}}"
+        return f"{f.format(s['median'])}{unit} [{f.format(s['min'])}–{f.format(s['max'])}]"
+
+    def add(label, get):
+        rows.append([label, *[get(runs[n]) for n in names]])
+
+    add("bare route, requests/s", lambda r: fmt(r["requests_per_s"]["bare_route"]))
+    add("/healthz, requests/s", lambda r: fmt(r["requests_per_s"]["healthz"]))
+    add("GET /predict 1 row, requests/s", lambda r: fmt(r["requests_per_s"]["get_predict_1_row"]))
+    add("POST /predict 1 row, requests/s", lambda r: fmt(r["requests_per_s"]["post_predict_1_row"]))
+    add("POST /predict 100 rows, requests/s", lambda r: fmt(r["requests_per_s"]["post_predict_100_rows"]))
+    add("GET /predict ÷ bare route", lambda r: fmt(r["ratios"]["get_predict_vs_bare_route"], nd=2))
+    add("/healthz ÷ bare route", lambda r: fmt(r["ratios"]["healthz_vs_bare_route"], nd=2))
+    add("POST 100 rows ÷ 1 row (time/request)", lambda r: fmt(r["ratios"]["post_100_rows_vs_1_row_time"], nd=2))
+    cpu = lambda r, name: f"{r['server_cpu_us_per_request'][name]['median']:.0f}"  # noqa: E731
+    add("server CPU/request: bare, GET /predict", lambda r: f"{cpu(r, 'bare_route')}, {cpu(r, 'get_predict_1_row')} µs")
+    add("  bare ÷ GET /predict, server CPU", lambda r: fmt(r["ratios"]["bare_route_vs_get_predict_server_cpu"], nd=2))
+    add("  POST 100 ÷ 1 row, server CPU", lambda r: fmt(r["ratios"]["post_100_rows_vs_1_row_server_cpu"], nd=2))
+    add("load generator CPU (GET /predict)",
+        lambda r: f"{r['client_cpu_share']['get_predict_1_row']['median']:.0%} of a core")
+    add("update over HTTP p50 / p99", lambda r: f"{r['update_ms']['http_p50']:.1f} / {r['update_ms']['http_p99']:.1f} ms")
+    add("bare engine update p50 / p99", lambda r: f"{r['update_ms']['bare_engine_p50']:.1f} / "
+        f"{r['update_ms']['bare_engine_p99']:.1f} ms")
+
+    def split(r):
+        s = r["update_ms"]["server_split_mean"]
+        if s["engine_ms"] is None:
+            return f"update {s['service_update_ms']:.1f} ms (engine time not exposed)"
+        return (f"engine {s['engine_ms']:.1f} + outside {s['outside_engine_ms']:.1f} + lock wait "
+                f"{s['lock_wait_ms']:.2f} ms")
+    add("server, mean per update", split)
+    ups = lambda r, key, nd: fmt(r["updates_per_s"][key], nd=nd) if "updates_per_s" in r else "-"  # noqa: E731
+    add("updates/s, 1 model (2 clients)", lambda r: ups(r, "one_model", 1))
+    add("updates/s, 2 models (2 clients)", lambda r: ups(r, "two_models", 1))
+    add("updates/s, 2 models ÷ 1 model", lambda r: ups(r, "ratio_two_vs_one", 2))
+
+    def concurrent(r):
+        if "updates_per_s" not in r:
+            return "-"
+        parts = []
+        for case, label in (("one_model", "1 model"), ("two_models", "2 models")):
+            s = [rnd[case]["server_split_mean"] for rnd in r["updates_per_s"]["rounds"]]
+
+            def med(k, s=s):
+                values = [x[k] for x in s if x[k] is not None]
+                return statistics.median(values) if values else float("nan")
+            parts.append(f"{label}: {med('service_update_ms'):.1f} + wait {med('lock_wait_ms'):.1f}")
+        return "; ".join(parts) + " ms"
+    add("  server per update, concurrent", concurrent)
+    add("  machine CPU busy (1 / 2 models)", lambda r: "-" if "updates_per_s" not in r else " / ".join(
+        f"{statistics.median(rnd[c]['machine_busy_share'] for rnd in r['updates_per_s']['rounds']):.0%}"
+        for c in ("one_model", "two_models")))
+    widths = [max(len(str(row[i])) for row in [head, *rows]) for i in range(len(head))]
+    line = lambda row: "  ".join(str(c).ljust(w) for c, w in zip(row, widths))  # noqa: E731
+    return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.service", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--embedded", action="store_true", help="only the embedded default (SQLite, file locks)")
+    where.add_argument("--postgres", action="store_true", help="only PostgreSQL + Redis")
+    ap.add_argument("--workers", type=int, default=2, help="uvicorn workers on PostgreSQL + Redis")
+    ap.add_argument("--embedded-workers", type=int, default=1, help="uvicorn workers on the embedded default")
+    ap.add_argument("--updates", type=int, default=200)
+    ap.add_argument("--tasks", type=int, default=20)
+    ap.add_argument("--rows", type=int, default=20, help="rows per batch")
+    ap.add_argument("--d", type=int, default=10, help="features")
+    ap.add_argument("--seconds", type=float, default=2.0, help="duration of each requests/s measurement")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the requests/s measurements")
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--update-seconds", type=float, default=4.0, help="duration of each updates/s measurement "
+                    "(0: none)")
+    ap.add_argument("--update-rounds", type=int, default=2, help="rounds of one model, then two models")
+    ap.add_argument("--estimator", default="FCL3")
+    ap.add_argument("--params", default="{}", help="FCL3_PARAMS JSON")
+    ap.add_argument("--pg-admin-url", default="postgresql://postgres@127.0.0.1:5432/test")
+    ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    ap.add_argument("--json", default=None, help="write the results here (e.g. docs/results/service.json)")
+    ap.add_argument("--quiet", action="store_true", help="no progress output")
+    args = ap.parse_args(argv)
+    if args.estimator not in core.LEARNERS:
+        ap.error(f"--estimator {args.estimator!r}: choose from {', '.join(core.LEARNERS)}")
+    json.loads(args.params)
+
+    setups = []
+    if not args.postgres:
+        setups.append(("embedded", args.embedded_workers))
+    if not args.embedded:
+        setups.append(("postgres", args.workers))
+    tmp = Path(tempfile.mkdtemp(prefix="fcl3-bench-"))
+    results = {
+        "command": "python -m benchmarks.service " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": {**machine(), "loadavg_at_start": [round(v, 2) for v in os.getloadavg()]},
+        "setup": {"updates": args.updates, "tasks": args.tasks, "rows_per_batch": args.rows, "d": args.d,
+                  "estimator": args.estimator, "params": json.loads(args.params), "concurrency": args.concurrency,
+                  "seconds_per_measurement": args.seconds, "rounds": args.rounds, "bare_route": BARE_APP},
+        "runs": {},
+    }
+    for kind, workers in setups:
+        results["runs"][kind] = run_setup(kind, workers, args, tmp)
+    results["machine"]["loadavg_at_end"] = [round(v, 2) for v in os.getloadavg()]
+    results["table"] = table(results)
+    print(results["table"])
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(results, indent=2))
     return results
 

@@ -87,17 +87,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # The routes of one model, twice: on the default model (MODEL_NAME), and under
     # /models/{name} on any model (the same route functions; see service.api.deps).
     named = {"prefix": "/models/{name}", "responses": {404: {"description": "Unknown model."}}}
-    app.include_router(data.router, dependencies=[Depends(require_write)], responses=write_errors)
-    app.include_router(data.router, dependencies=[Depends(require_write), Depends(model_name)],
-                       **{**named, "responses": {**write_errors, **named["responses"]}})
+    # Routes are matched in the order they are included: the open probes and the hot read
+    # routes first (matching /healthz after every other router took half of its time).
+    app.include_router(health.router)  # /healthz, /readyz: open
     for r in (predict.router, tasks.router):
         app.include_router(r, dependencies=[Depends(require_read)], responses=auth_errors)
         app.include_router(r, dependencies=[Depends(require_read), Depends(model_name)],
                            **{**named, "responses": {**auth_errors, **named["responses"]}})
+    app.include_router(data.router, dependencies=[Depends(require_write)], responses=write_errors)
+    app.include_router(data.router, dependencies=[Depends(require_write), Depends(model_name)],
+                       **{**named, "responses": {**write_errors, **named["responses"]}})
     app.include_router(model.router, dependencies=[Depends(require_read)], responses=auth_errors)
     app.include_router(models.write_router, dependencies=[Depends(require_write)], responses=write_errors)
     app.include_router(models.read_router, dependencies=[Depends(require_read)], responses=auth_errors)
-    app.include_router(health.router)  # /healthz, /readyz: open
     app.include_router(prometheus.router)  # /metrics: open
     app.include_router(ui.router)  # /ui: the dashboard's page and assets (its data comes from the API, keyed)
     return app

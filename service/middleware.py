@@ -1,5 +1,5 @@
 """Pure ASGI middleware: the request context (request id, access log line, request metrics,
-generic 500) and the request body limit (413)."""
+generic 500, shortcuts) and the request body limit (413)."""
 from __future__ import annotations
 
 import json
@@ -10,6 +10,17 @@ from . import logs, metrics
 
 log = logging.getLogger("service")
 access_log = logging.getLogger("service.access")
+
+#: ``async (scope, receive, send) -> bool`` callables that may answer a request before it
+#: reaches the app (True: answered): the routes' own fast paths, registered by their modules
+#: (``service.api.routes.predict.shortcut``). Each answers only requests its route would
+#: answer the same way; the request still gets its id, log line and metrics here.
+SHORTCUTS: list = []
+
+
+def register_shortcut(fn) -> None:
+    if fn not in SHORTCUTS:
+        SHORTCUTS.append(fn)
 
 
 class RequestContext:
@@ -40,7 +51,11 @@ class RequestContext:
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_id)
+            for shortcut in SHORTCUTS:
+                if await shortcut(scope, receive, send_with_id):
+                    break
+            else:
+                await self.app(scope, receive, send_with_id)
         except Exception:  # noqa: BLE001 - the client gets a generic message, the log the details
             log.error("unhandled error in %s %s", scope["method"], scope["path"], exc_info=True)
             if status is None:

@@ -9,7 +9,8 @@ An entry is either the key itself or ``sha256:<64 hex>``, the SHA-256 of the key
 deployment need store only hashes. Keys are kept only as digests; a presented key is hashed
 and compared with :func:`hmac.compare_digest` against every configured digest (no early
 exit). With no key configured at all the API is open and says so at start-up.
-``/healthz``, ``/readyz``, ``/metrics``, ``/docs`` and ``/openapi.json`` are always open.
+``/healthz``, ``/readyz``, ``/metrics``, ``/docs``, ``/redoc``, ``/openapi.json`` and the dashboard's
+page ``/ui`` (static files; its data comes from the keyed routes) are always open.
 """
 from __future__ import annotations
 
@@ -71,6 +72,23 @@ class KeyRing:
         for d in self.read:
             is_read |= hmac.compare_digest(presented, d)
         return "write" if is_write else "read" if is_read else None
+
+
+def bearer_key(authorization: str | None) -> str | None:
+    """The key of an ``Authorization: Bearer <key>`` header value, parsed as :data:`bearer`
+    parses it (``None`` when there is none)."""
+    if not authorization:
+        return None
+    scheme, _, key = authorization.partition(" ")
+    key = key.strip()
+    return key if scheme.lower() == "bearer" and key else None
+
+
+def may_read(keys: KeyRing, authorization: str | None) -> bool:
+    """Whether :func:`require_read` lets a request with this ``Authorization`` header value
+    through (the prediction routes' fast path asks this instead of running the dependency;
+    when it says no, the dependency runs and answers 401)."""
+    return not keys.enabled or keys.role(bearer_key(authorization)) is not None
 
 
 bearer = HTTPBearer(auto_error=False, description="An API key: a write key (posting data) or a read key.")

@@ -20,6 +20,11 @@ ModelName = Annotated[str, Path(min_length=1, max_length=100, pattern=NAME_PATTE
                                 description="Model name: 1-100 characters of [A-Za-z0-9._-].")]
 
 
+def is_model_name(name: str) -> bool:
+    """Whether ``name`` passes :data:`ModelName`'s checks."""
+    return _NAME.match(name) is not None
+
+
 async def model_name(name: ModelName) -> str:
     """The ``{name}`` of a ``/models/{name}/...`` route (declared and validated here, once for
     every route of the router included under that prefix)."""

@@ -43,15 +43,27 @@ def test_service_benchmark_short_run(backends, tmp_path, capsys):
 
     before = databases("fcl3_bench_")
     out = tmp_path / "bench.json"
-    res = service.main(["--updates", "12", "--tasks", "3", "--rows", "5", "--d", "4", "--seconds", "0.5",
-                        "--concurrency", "2", "--estimator", "STL", "--json", str(out), "--quiet", *backends])
+    res = service.main(["--postgres", "--updates", "12", "--tasks", "3", "--rows", "5", "--d", "4", "--seconds", "0.3",
+                        "--rounds", "1", "--update-seconds", "0.5", "--update-rounds", "1", "--concurrency", "2",
+                        "--estimator", "STL", "--json", str(out), "--quiet", *backends])
     assert json.loads(out.read_text()) == res
     assert res["command"].startswith("python -m benchmarks.service ")
     assert res["setup"]["updates"] == 12 and res["setup"]["estimator"] == "STL"
-    u = res["update_ms"]
-    assert 0 < u["engine_p50"] <= u["engine_p99"] and 0 < u["http_p50"] <= u["http_p99"]
-    assert res["predict"]["http_rps"] > 0 and res["predict"]["http_non_200"] == 0
-    assert res["trivial_endpoint_rps"] > 0
+    (run,) = res["runs"].values()
+    assert run["setup"]["database"] == "postgresql" and run["setup"]["uvicorn_workers"] == 2
+    u = run["update_ms"]
+    assert 0 < u["bare_engine_p50"] <= u["bare_engine_p99"] and 0 < u["http_p50"] <= u["http_p99"]
+    split = u["server_split_mean"]
+    assert split["updates"] == 12 and split["service_update_ms"] > 0 and split["lock_wait_ms"] >= 0
+    assert run["non_200"] == 0 and all(v["median"] > 0 for v in run["requests_per_s"].values())
+    assert run["ratios"]["get_predict_vs_bare_route"]["median"] > 0
+    ups = run["updates_per_s"]
+    assert ups["one_model"]["median"] > 0 and ups["two_models"]["median"] > 0
+    (rnd,) = ups["rounds"]
+    for case in ("one_model", "two_models"):  # each client on its own worker
+        on = rnd[case]["clients_on_workers"]
+        assert len(set(on)) == 2 and None not in on, rnd[case]
+    assert "GET /predict ÷ bare route" in capsys.readouterr().out
     assert databases("fcl3_bench_") <= before  # the throwaway database is dropped
 
 

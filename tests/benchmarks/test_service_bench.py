@@ -1,0 +1,50 @@
+"""The service benchmark's parts that need no PostgreSQL: the bare route, the split of an
+update's time read from /metrics, a short run on the embedded default."""
+from __future__ import annotations
+
+import json
+
+from fastapi.testclient import TestClient
+
+from benchmarks import service
+from benchmarks.bare_app import app as bare_app
+
+
+def test_bare_route_is_a_plain_fastapi_app():
+    assert [m for m in bare_app.user_middleware] == []
+    with TestClient(bare_app) as c:
+        r = c.get("/")
+        assert r.status_code == 200 and r.json() == {"status": "ok"}
+
+
+def test_update_split_from_two_scrapes():
+    before = {"fcl3_update_duration_seconds_count": 10, "fcl3_update_duration_seconds_sum": 1.0,
+              "fcl3_update_engine_seconds_sum": 0.2, 'fcl3_lock_wait_seconds_sum{outcome="acquired"}': 0.01}
+    after = {"fcl3_update_duration_seconds_count": 20, "fcl3_update_duration_seconds_sum": 1.5,
+             "fcl3_update_engine_seconds_sum": 0.3, 'fcl3_lock_wait_seconds_sum{outcome="acquired"}': 0.03}
+    s = service.update_split(before, after, 10)
+    assert s["updates"] == 10 and s["service_update_ms"] == 50.0 and s["engine_ms"] == 10.0
+    assert s["outside_engine_ms"] == 40.0 and s["lock_wait_ms"] == 2.0 and s["note"] is None
+    missing = {k: v for k, v in after.items() if "engine" not in k}
+    s = service.update_split(before, missing, 10)
+    assert s["engine_ms"] is None and s["outside_engine_ms"] is None and "not exposed" in s["note"]
+
+
+def test_embedded_short_run(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    res = service.main(["--embedded", "--updates", "8", "--tasks", "2", "--rows", "5", "--d", "3", "--seconds", "0.3",
+                        "--rounds", "2", "--concurrency", "2", "--estimator", "STL", "--json", str(out), "--quiet"])
+    assert json.loads(out.read_text()) == res
+    (run,) = res["runs"].values()
+    assert run["setup"] == {**run["setup"], "database": "sqlite", "lock": "file", "uvicorn_workers": 1}
+    assert run["non_200"] == 0 and "updates_per_s" not in run
+    for name in ("bare_route", "healthz", "get_predict_1_row", "post_predict_1_row", "post_predict_100_rows"):
+        assert len(run["requests_per_s"][name]["rounds"]) == 2 and run["requests_per_s"][name]["min"] > 0
+        assert run["server_cpu_us_per_request"][name]["median"] > 0
+    r = run["ratios"]
+    assert r["get_predict_vs_bare_route"]["min"] <= r["get_predict_vs_bare_route"]["median"]
+    assert r["post_100_rows_vs_1_row_time"]["median"] > 0
+    split = run["update_ms"]["server_split_mean"]
+    assert split["updates"] == 8 and split["engine_ms"] is not None and split["outside_engine_ms"] >= 0
+    table = capsys.readouterr().out
+    assert "GET /predict ÷ bare route" in table and "embedded (1 worker)" in table
