@@ -60,6 +60,8 @@ class UpdateOut(BaseModel):
     new_representative: bool
     n_representatives: int
     version: int = Field(..., description="Model version after this update.")
+    prequential: "Scores | None" = Field(None, description="The batch scored before it was learned (null: a new "
+                                         "task's first batch); what /predict answered just before the update.")
 
 
 class PredictOut(BaseModel):
@@ -78,6 +80,8 @@ class TaskOut(BaseModel):
     created_at: UtcDatetime
     updated_at: UtcDatetime
     last_update: dict[str, Any] | None = None
+    prequential: "Scores | None" = Field(None, description="Cumulative prequential score over the task's scored batches.")
+    evaluation: "Scores | None" = Field(None, description="Current score on the task's evaluation rows.")
 
 
 class TaskList(BaseModel):
@@ -104,6 +108,7 @@ class ModelOut(BaseModel):
     updated_at: UtcDatetime
     origin: dict[str, Any] | None = Field(None, description='How the model came to be: null (created), '
                                           '{"fork": {"model", "version"}} or {"import": {"model", "version"}}.')
+    prequential: "ModelPrequential | None" = Field(None, description="Model-wide prequential scores (GET of one model).")
 
 
 class ModelList(BaseModel):
@@ -146,3 +151,149 @@ class ModelCreate(Request):
 
     def model_settings(self) -> dict[str, Any]:
         return {"estimator": self.estimator, "kind": self.kind, "params": dict(self.params), "d": self.d}
+
+
+# ----------------------------------------------------------------------------- online evaluation
+class RegressionScores(BaseModel):
+    """Scores of a regression model on ``n`` labelled rows, beside its baseline: the task's own
+    single-task model (what learning the task alone gives). Lower is better."""
+
+    n: int = Field(..., description="Rows scored.")
+    rmse: float = Field(..., description="Root mean squared error (the primary error metric of regression).")
+    mae: float = Field(..., description="Mean absolute error.")
+    baseline_rmse: float = Field(..., description="RMSE of the task's own single-task model.")
+    baseline_mae: float = Field(..., description="MAE of the task's own single-task model.")
+
+
+class ClassificationScores(BaseModel):
+    """Scores of a classification model on ``n`` labelled rows, beside its baseline (the task's
+    own single-task model). ``log_loss`` (natural log, probabilities clipped to [eps, 1-eps]) is
+    the primary error metric; ``auc`` only when both labels occur among the rows scored at once
+    (null in cumulative figures)."""
+
+    n: int = Field(..., description="Rows scored.")
+    log_loss: float = Field(..., description="Mean negative log-likelihood of the labels (primary error metric).")
+    accuracy: float = Field(..., description="Fraction of rows whose predicted label is right.")
+    baseline_log_loss: float
+    baseline_accuracy: float
+    auc: float | None = Field(None, description="Area under the ROC curve (both labels present), else null.")
+    baseline_auc: float | None = None
+
+
+Scores = RegressionScores | ClassificationScores
+
+
+class ModelPrequential(BaseModel):
+    """The model-wide prequential (test-then-train) scores: over every batch scored, and over
+    the ``window`` most recent scored batches."""
+
+    overall: Scores | None = None
+    recent: Scores | None = None
+    window: int = Field(..., description="Batches in the recent window (PREQUENTIAL_WINDOW).")
+
+
+class EvaluationRows(Batch):
+    """Labelled held-out rows of one task: never learned, scored after every update."""
+
+
+class EvaluationRowsOut(BaseModel):
+    """The answer of ``POST .../tasks/{task_id}/evaluation``."""
+
+    task_id: str
+    n_rows: int = Field(..., description="Evaluation rows kept for the task (at most EVALUATION_MAX_ROWS).")
+    n_received: int = Field(..., description="Evaluation rows received for the task in all (a reservoir keeps a "
+                            "uniform sample when this exceeds the bound).")
+    version: int = Field(..., description="Model version (unchanged: evaluation rows are never learned).")
+    score: Scores | None = Field(None, description="The task's score on its evaluation rows at this version "
+                                 "(null while the task is not learned).")
+
+
+class EvaluationTask(BaseModel):
+    task_id: str
+    n_rows: int
+    n_received: int
+    learned: bool = Field(..., description="Whether the model has learned the task (else no score yet).")
+    score: Scores | None = Field(None, description="Current score on the evaluation rows, beside the baseline.")
+    scored_version: int | None = Field(None, description="Model version ``score`` is of (an update rescores the "
+                                       "task it learned and a bounded number of others, oldest score first).")
+
+
+class AccuracyMatrixRow(BaseModel):
+    version: int = Field(..., description="Model version right after the new task ``task_id`` was first learned.")
+    task_id: str = Field(..., description="The new task of this row.")
+    scores: list[float | None] = Field(..., description="Each task's metric (order of ``tasks``); null: not "
+                                       "learned yet or no evaluation rows then.")
+    baseline: list[float | None] = Field(..., description="The same for each task's own single-task model.")
+
+
+class AccuracyMatrix(BaseModel):
+    """R[i][j]: the score on task j's evaluation rows right after the i-th new task was learned."""
+
+    metric: str = Field(..., description='"rmse" (regression: lower is better) or "accuracy" (classification).')
+    higher_is_better: bool
+    tasks: list[str] = Field(..., description="Columns: tasks with evaluation rows, in the order first learned "
+                             "(not yet learned last).")
+    rows: list[AccuracyMatrixRow]
+
+
+class PrequentialPoint(BaseModel):
+    version: int
+    task_id: str
+    new_task: bool
+    batch: Scores | None = Field(None, description="This batch's prequential score (null: a new task's first batch).")
+    overall: Scores | None = Field(None, description="Model-wide prequential score over every batch up to this version.")
+
+
+class EvaluationOut(BaseModel):
+    """``GET .../evaluation``. Transfer figures are signed so that positive is good (better than
+    the reference); forgetting is positive when a task got worse (see docs/design.md)."""
+
+    model: str
+    version: int = Field(..., description="Model version the current scores are of.")
+    kind: str
+    metric: str
+    tasks: list[EvaluationTask]
+    accuracy_matrix: AccuracyMatrix
+    backward_transfer: float | None = Field(None, description="GEM BWT over the accuracy matrix (Lopez-Paz & "
+                                            "Ranzato 2017); positive: later tasks improved earlier ones.")
+    forgetting: float | None = Field(None, description="Average forgetting (Chaudhry et al. 2018).")
+    forward_transfer: float | None = Field(None, description="Score of each new task right after it was learned "
+                                           "minus that of its own single-task model, averaged (positive: the "
+                                           "shared library helped).")
+    prequential: list[PrequentialPoint] = Field(default_factory=list, description="Model-wide prequential scores "
+                                                "over versions (the last ``limit`` versions).")
+
+
+class UpdateEvent(BaseModel):
+    """``event: update`` of ``GET .../events`` (``id:`` is ``version``)."""
+
+    version: int
+    task_id: str
+    new_task: bool
+    new_representative: bool
+    n_representatives: int
+    prequential: Scores | None = None
+
+
+class EvaluationEvent(BaseModel):
+    """``event: evaluation``: the evaluation changed: after an update, new evaluation rows, or a
+    new row of the accuracy matrix (computed just after the new task's update)."""
+
+    version: int
+    reason: Literal["update", "rows", "matrix"]
+    task_id: str | None = Field(None, description="The task updated, or the task whose evaluation rows were posted.")
+    n_tasks: int = Field(..., description="Tasks with evaluation rows.")
+    backward_transfer: float | None = None
+    forgetting: float | None = None
+    forward_transfer: float | None = None
+
+
+class ResetEvent(BaseModel):
+    """``event: reset``: the events since ``Last-Event-ID`` cannot be replayed; re-read the state."""
+
+    version: int | None = Field(None, description="The model's current version (null: the model is gone).")
+    reason: str
+
+
+for _m in (UpdateOut, TaskOut, ModelOut):
+    _m.model_rebuild()

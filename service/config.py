@@ -48,6 +48,20 @@ class Settings(BaseSettings):
                                 "notification be lost. 0: check the version on every request.")
     DB_CONNECT_TIMEOUT: int = Field(3, gt=0, description="Seconds to wait for a database connection.")
 
+    # --- online evaluation (service.evaluation, service.events) ----------------------
+    EVALUATION_MAX_ROWS: int = Field(1000, gt=0, description="Evaluation rows kept per task; beyond it a "
+                                     "uniform sample of every row received (a reservoir).")
+    EVALUATION_RESCORE: int = Field(8, ge=0, description="Evaluation sets an update rescores besides its own "
+                                    "task's, oldest score first.")
+    EVALUATION_MATRIX: bool = Field(True, description="Record the accuracy matrix: after a new task's first "
+                                    "batch, every learned evaluation set is scored (off the update lock, in a "
+                                    "background thread; cost grows with the tasks that hold evaluation rows). "
+                                    "false: no matrix rows, no transfer figures.")
+    PREQUENTIAL_WINDOW: int = Field(100, ge=0, description="Scored batches in the model's recent prequential "
+                                    "window (GET /models/{name}).")
+    EVENTS_HEARTBEAT: float = Field(15.0, gt=0, description="Seconds between keep-alive comments of an idle "
+                                    "event stream (GET .../events).")
+
     # --- access control, limits, logs ------------------------------------------------
     API_WRITE_KEYS: str | None = Field(
         None, description="Comma-separated keys allowed to change the model (and to read). An entry "

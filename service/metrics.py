@@ -25,6 +25,9 @@ _FAST = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 UPDATE_SECONDS = Histogram(
     "fcl3_update_duration_seconds", "Time of a model update: load, learn and commit (lock wait excluded).",
     buckets=_FAST)
+UPDATE_ENGINE_SECONDS = Histogram(
+    "fcl3_update_engine_seconds", "Time of a model update inside the engine (learn()); the rest of "
+    "fcl3_update_duration_seconds is outside it: load, scoring, evaluation, commit.", buckets=_FAST)
 LOCK_WAIT_SECONDS = Histogram(
     "fcl3_lock_wait_seconds", "Time an update waited for the model's lock.", ["outcome"], buckets=_FAST)
 UPDATES = Counter("fcl3_updates_total", "Model updates by outcome.", ["outcome"])
@@ -37,6 +40,16 @@ MODEL_VERSION = Gauge("fcl3_model_version", "Version of the model this process s
 TASKS = Gauge("fcl3_tasks", "Tasks the served model has learned.", multiprocess_mode="max")
 REPRESENTATIVES = Gauge("fcl3_representatives", "Representative tasks of the served model.",
                         multiprocess_mode="mostrecent")
+
+# Online evaluation (service.evaluation), per model; "metric": rmse (regression) or log_loss.
+PREQUENTIAL_ERROR = Gauge("fcl3_prequential_error", "Model-wide prequential error over every scored batch "
+                          "(rmse or log_loss).", ["model", "metric"], multiprocess_mode="mostrecent")
+PREQUENTIAL_BASELINE_ERROR = Gauge("fcl3_prequential_baseline_error", "The same error of the tasks' own "
+                                   "single-task models (the baseline).", ["model", "metric"],
+                                   multiprocess_mode="mostrecent")
+BACKWARD_TRANSFER = Gauge("fcl3_backward_transfer", "Backward transfer over the accuracy matrix of the "
+                          "evaluation sets (positive: later tasks improved earlier ones).", ["model"],
+                          multiprocess_mode="mostrecent")
 
 REFUSED_STATUSES = {401, 403, 404, 409, 413, 422, 503}
 
@@ -63,3 +76,22 @@ def exposition() -> tuple[bytes, str]:
     else:
         registry = REGISTRY
     return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+def set_prequential(model: str, kind: str, overall: dict) -> None:
+    """The prequential gauges of ``model`` from its overall Scores JSON."""
+    metric = "rmse" if kind == "regression" else "log_loss"
+    PREQUENTIAL_ERROR.labels(model, metric).set(overall[metric])
+    PREQUENTIAL_BASELINE_ERROR.labels(model, metric).set(overall["baseline_" + metric])
+
+
+def forget_model(model: str) -> None:
+    """Drop the per-model gauges of a deleted model."""
+    for gauge, labels in ((PREQUENTIAL_ERROR, [(model, "rmse"), (model, "log_loss")]),
+                          (PREQUENTIAL_BASELINE_ERROR, [(model, "rmse"), (model, "log_loss")]),
+                          (BACKWARD_TRANSFER, [(model,)])):
+        for values in labels:
+            try:
+                gauge.remove(*values)
+            except KeyError:
+                pass

@@ -24,7 +24,7 @@ import zipfile
 from datetime import datetime, timezone
 
 import numpy as np
-from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, LargeBinary, String
+from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Index, Integer, LargeBinary, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -148,3 +148,72 @@ class IdempotencyKeyRow(Base):
     version: Mapped[int | None] = mapped_column(Integer, nullable=True)  # model version it produced
     response: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # the 200 body; null: running
     touched_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
+
+
+# ----------------------------------------------------------------------------- online evaluation
+# Nullable JSON columns store None as SQL NULL (none_as_null), so "IS NULL" finds them.
+# Read and written by service.evaluation only (never by service.reads): the learner's rows
+# above do not change shape. Keyed by the model name first, like every other table.
+class PrequentialTaskRow(Base):
+    """One task's cumulative prequential sums (``service.evaluation``: squared and absolute
+    errors, or log-losses and hits, of the model and of the baseline, and the rows scored)."""
+
+    __tablename__ = "prequential_tasks"
+
+    model_name: Mapped[str] = mapped_column(ForeignKey("models.name", ondelete="CASCADE"), primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    n_batches: Mapped[int] = mapped_column(Integer, nullable=False)  # batches scored
+    sums: Mapped[dict] = mapped_column(JSON, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
+
+
+class EvaluationSetRow(Base):
+    """One task's held-out evaluation rows (raw, as sent; never learned), at most
+    ``EVALUATION_MAX_ROWS`` of the ``n_received`` (a reservoir)."""
+
+    __tablename__ = "evaluation_sets"
+
+    model_name: Mapped[str] = mapped_column(ForeignKey("models.name", ondelete="CASCADE"), primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    n_received: Mapped[int] = mapped_column(Integer, nullable=False)
+    X: Mapped[np.ndarray] = mapped_column(NDArray, nullable=False)
+    y: Mapped[np.ndarray] = mapped_column(NDArray, nullable=False)
+    revision: Mapped[int] = mapped_column(Integer, nullable=False)  # evaluation_state.revision that wrote it
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
+
+
+class EvaluationStateRow(Base):
+    """A model's evaluation now: ``revision`` of its evaluation sets (bumped by every post of
+    evaluation rows), the model ``version`` its scores are of, each task's current score on its
+    evaluation rows, the model-wide prequential sums, and the running summary of the accuracy
+    matrix that the transfer figures are read from."""
+
+    __tablename__ = "evaluation_state"
+
+    model_name: Mapped[str] = mapped_column(ForeignKey("models.name", ondelete="CASCADE"), primary_key=True)
+    revision: Mapped[int] = mapped_column(Integer, nullable=False)
+    version: Mapped[int] = mapped_column(Integer, nullable=False)
+    scores: Mapped[dict] = mapped_column(JSON, nullable=False)  # task id -> Scores JSON
+    overall: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), nullable=True)  # model-wide prequential sums
+    matrix: Mapped[dict] = mapped_column(JSON, nullable=False)  # task id -> {row, diag, diag_base, best, last}
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
+
+
+class EvaluationLogRow(Base):
+    """Append-only, one row per committed update (the event stream replays it): what the update
+    did, its batch's prequential sums, the model-wide sums after it, and on a new task's
+    version the accuracy matrix's row (every learned task's metric and baseline)."""
+
+    __tablename__ = "evaluation_log"
+
+    model_name: Mapped[str] = mapped_column(ForeignKey("models.name", ondelete="CASCADE"), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    task_id: Mapped[str] = mapped_column(String(200), nullable=False)
+    new_task: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    event: Mapped[dict] = mapped_column(JSON, nullable=False)  # the update event's body (UpdateEvent)
+    batch: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), nullable=True)  # the batch's sums (+ auc); null: not scored
+    overall: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), nullable=True)  # model-wide sums after this version
+    evaluation: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), nullable=True)  # EvaluationEvent body; null: no sets
+    matrix: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), nullable=True)  # task id -> [metric, baseline]; new task only
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)

@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 import core
 
 from . import memory, metrics, state_files
+from .evaluation import ModelEvaluation
 from .idempotency import Claim, IdempotencyKeys, KeyInFlight, KeyTakenOver, Replayed, request_hash
 from .learners import ModelConfigError, make_learner
 from .locks import FileLocks, LocalLocks, LockBusy, RedisLocks
@@ -48,6 +49,8 @@ class HostedModel:
     default: bool = True
     #: The ``Idempotency-Key`` store (shared by every model of the process).
     keys: IdempotencyKeys | None = None
+    #: Its online evaluation (:mod:`service.evaluation`): prequential sums, evaluation sets.
+    evaluation: ModelEvaluation | None = None
 
     @classmethod
     def open(cls, engine: Engine, locks: Locks, name: str, model_settings: dict | None,
@@ -58,7 +61,8 @@ class HostedModel:
         (the default model only); ``watch``: the process's version watch (:mod:`service.watch`)."""
         reader = ModelReader(engine, name, bulk_engine, watch)
         keys = keys if keys is not None else IdempotencyKeys(engine, claim_ttl=getattr(locks, "ttl", 30.0))
-        return cls(reader, ModelWriter(reader, model_settings), locks, default, keys)
+        return cls(reader, ModelWriter(reader, model_settings), locks, default, keys,
+                   ModelEvaluation(engine, reader.bulk, name))
 
     @property
     def name(self) -> str:
@@ -80,14 +84,36 @@ def create(model: HostedModel) -> None:
 
 
 def learn(model: HostedModel, task_id: str, X, y, claim: Claim | None = None) -> tuple[core.UpdateResult, int]:
-    """Learn one batch and commit it; returns the result and the new model version.
+    """Learn one batch and commit it; returns the result and the new model version
+    (:func:`learn_answer` for the whole answer, the prequential score included)."""
+    prepared, version = _learn(model, task_id, X, y, claim)
+    return prepared.result, version
+
+
+def learn_answer(model: HostedModel, task_id: str, X, y) -> dict[str, Any]:
+    """Learn one batch and commit it; the answer (:class:`fcl3.schemas.UpdateOut`)."""
+    prepared, version = _learn(model, task_id, X, y)
+    return _answer(prepared, version)
+
+
+def _answer(prepared, version: int) -> dict[str, Any]:
+    from .evaluation import scores
+
+    return {**result_json(prepared.result), "version": version,
+            "prequential": scores(prepared.learner.kind, prepared.prequential)}
+
+
+def _learn(model: HostedModel, task_id: str, X, y, claim: Claim | None = None):
+    """Learn one batch and commit it; returns the prepared update and the new model version.
 
     Under the model's update lock: refresh to the stored version (creating the model first if
     its row is missing), learn on a private copy, commit with the version compare-and-set.
     With ``claim`` (an ``Idempotency-Key`` held by this request, see :func:`learn_once`), the
     claim is checked again under the lock and the answer is stored with the batch.
     Observed: lock wait (``fcl3_lock_wait_seconds``), update time, outcome; one log line per
-    committed update."""
+    committed update (engine time and the time outside it: lock wait, load, scoring, commit).
+    The batch is scored before it is learned (prequential) and the model's evaluation is
+    updated in the commit's transaction (:mod:`service.evaluation`)."""
     t0 = time.perf_counter()
     acquired = None
     outcome = "error"
@@ -98,7 +124,7 @@ def learn(model: HostedModel, task_id: str, X, y, claim: Claim | None = None) ->
             if claim is not None:
                 model.keys.verify(claim)  # Replayed / KeyInFlight: another request has the key
             prepared = model.writer.prepare(_current(model), task_id, X, y)
-            version = model.writer.commit(prepared, claim) if claim is not None else model.writer.commit(prepared)
+            version = model.writer.commit(prepared, claim, evaluation=model.evaluation)
         outcome = "committed"
     except Replayed:
         outcome = "replayed"
@@ -122,13 +148,46 @@ def learn(model: HostedModel, task_id: str, X, y, claim: Claim | None = None) ->
             _observe_served(model.reader)
     done = time.perf_counter()
     metrics.UPDATE_SECONDS.observe(done - acquired)
+    metrics.UPDATE_ENGINE_SECONDS.observe(prepared.engine_seconds)
     r = prepared.result
+    ev = prepared.evaluated or {}
     log.info("model update committed", extra={
         "event": "update", "model": model.name, "task": task_id, "version": version,
         "n_samples": int(prepared.X.shape[0]), "task_n_samples": int(r.n_samples), "new_task": bool(r.new_task),
         "new_representative": bool(r.new_representative), "n_representatives": int(r.n_representatives),
-        "duration_ms": round((done - acquired) * 1000, 2), "lock_wait_ms": round((acquired - t0) * 1000, 2)})
-    return r, version
+        "duration_ms": round((done - acquired) * 1000, 2), "lock_wait_ms": round((acquired - t0) * 1000, 2),
+        "engine_ms": round(prepared.engine_seconds * 1000, 2),
+        "outside_ms": round((done - t0 - prepared.engine_seconds) * 1000, 2),
+        "prequential_ms": round(prepared.prequential_seconds * 1000, 2),
+        "evaluation_ms": round(prepared.evaluation_seconds * 1000, 2), "evaluation_rescored": ev.get("rescored", 0)})
+    _observe_evaluation(model, prepared.learner.kind, ev)
+    _wake(model)
+    if ev.get("matrix_job") is not None:  # the accuracy matrix's row, off the lock (service.evaluation)
+        model.evaluation.submit(ev["matrix_job"], lambda figures: _matrix_done(model, figures))
+    return prepared, version
+
+
+def _matrix_done(model: HostedModel, figures: dict[str, Any]) -> None:
+    if figures.get("backward_transfer") is not None:
+        metrics.BACKWARD_TRANSFER.labels(model.name).set(figures["backward_transfer"])
+    _wake(model)
+
+
+def _observe_evaluation(model: HostedModel, kind: str, evaluated: dict[str, Any]) -> None:
+    """The gauges of the model-wide prequential error, its baseline and backward transfer."""
+    overall = evaluated.get("overall")
+    if overall:
+        metrics.set_prequential(model.name, kind, overall)
+    transfer = evaluated.get("transfer") or {}
+    if transfer.get("backward_transfer") is not None:
+        metrics.BACKWARD_TRANSFER.labels(model.name).set(transfer["backward_transfer"])
+
+
+def _wake(model: HostedModel) -> None:
+    """Tell this process's event streams of the model (other processes learn it from the database)."""
+    hub = getattr(model.reader.watch, "events", None)
+    if hub is not None:
+        hub.wake(model.name)
 
 
 def learn_once(model: HostedModel, task_id: str, X, y, key: str) -> tuple[dict[str, Any], bool]:
@@ -151,7 +210,7 @@ def learn_once(model: HostedModel, task_id: str, X, y, key: str) -> tuple[dict[s
         metrics.UPDATES.labels("key_in_flight").inc()
         raise
     try:
-        result, version = learn(model, task_id, X, y, claim)
+        prepared, version = _learn(model, task_id, X, y, claim)
     except Replayed as r:  # another request took the key over and committed (counted by learn)
         _release(keys, claim)
         return _replayed(model, key, r.response, count=False), True
@@ -164,7 +223,7 @@ def learn_once(model: HostedModel, task_id: str, X, y, key: str) -> tuple[dict[s
     except BaseException:
         _release(keys, claim)
         raise
-    return {**result_json(result), "version": version}, False
+    return _answer(prepared, version), False
 
 
 def _replayed(model: HostedModel, key: str, response: dict[str, Any], count: bool = True) -> dict[str, Any]:
@@ -209,6 +268,54 @@ def predict(model: HostedModel, task_id: str, X, min_version: int | None = None
     metrics.PREDICTION_REQUESTS.inc()
     metrics.PREDICTIONS.inc(len(preds))
     return preds, probs, version
+
+
+# ----------------------------------------------------------------------------- online evaluation
+def configure_evaluation(model: HostedModel, settings) -> HostedModel:
+    """Apply the evaluation settings (``EVALUATION_*``, ``PREQUENTIAL_WINDOW``) to ``model``."""
+    ev = model.evaluation
+    ev.max_rows, ev.rescore, ev.window, ev.matrix = (settings.EVALUATION_MAX_ROWS, settings.EVALUATION_RESCORE,
+                                                     settings.PREQUENTIAL_WINDOW, settings.EVALUATION_MATRIX)
+    return model
+
+
+def add_evaluation_rows(model: HostedModel, task_id: str, X, y) -> dict[str, Any]:
+    """Store labelled rows as ``task_id``'s evaluation set (never learned: the model's version
+    and the task's samples do not move), scored at once if the task is learned. Under the
+    model's update lock (:class:`LockBusy`: 503), checked like a batch (``InputError``: 422,
+    nothing stored). Returns the body of :class:`fcl3.schemas.EvaluationRowsOut`."""
+    with model.locks.hold(model.name):
+        snap = _current(model)
+        d = (snap.info.get("settings") or {}).get("d")
+        out = model.evaluation.add_rows(snap, task_id, X, y, d)
+    log.info("evaluation rows stored", extra={"event": "evaluation_rows", "model": model.name, "task": task_id,
+                                              "n_rows": out["n_rows"], "n_received": out["n_received"]})
+    _wake(model)
+    return out
+
+
+def evaluation_report(model: HostedModel, limit: int = 1000) -> dict[str, Any]:
+    """The body of ``GET .../evaluation`` (:class:`fcl3.schemas.EvaluationOut`)."""
+    snap = model.reader.snapshot()
+    kind = snap.learner.kind
+    out = model.evaluation.report(kind, snap.version, snap.learner.task_ids, limit)
+    if out["backward_transfer"] is not None:
+        metrics.BACKWARD_TRANSFER.labels(model.name).set(out["backward_transfer"])
+    return out
+
+
+def task_evaluation(model: HostedModel, task_id: str, kind: str) -> dict[str, Any]:
+    """``{"prequential", "evaluation"}`` of one task (cumulative prequential, held-out score)."""
+    preq, ev = model.evaluation.task_figures(task_id, kind)
+    return {"prequential": preq, "evaluation": ev}
+
+
+def model_prequential(model: HostedModel, kind: str) -> dict[str, Any]:
+    """The model-wide prequential figures (:class:`fcl3.schemas.ModelPrequential`)."""
+    out = model.evaluation.model_figures(kind)
+    if out["overall"]:
+        metrics.set_prequential(model.name, kind, out["overall"])
+    return out
 
 
 def _current(model: HostedModel) -> Snapshot:
@@ -312,6 +419,7 @@ def delete_model(model: HostedModel, registry: ModelRegistry) -> None:
     with model.locks.hold(model.name):
         existed = model.writer.delete()
     registry.forget(model.name)
+    metrics.forget_model(model.name)
     model.reader._cache = None
     if not existed:
         raise ModelMissing(model.name)

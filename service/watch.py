@@ -19,6 +19,10 @@ next request run the ``SELECT version`` again, as every request did before.
   While the listener is not connected (start-up, a database restart), the token is ``None``:
   every request checks the version, as before.
 
+Each watch also carries the process's event :class:`service.events.Hub` (``events``): the
+streams of ``GET .../events`` it wakes up (on PostgreSQL, from the notifications it already
+receives), and ends when it closes at shutdown.
+
 ``min_version`` (the version a write returned) makes a prediction refresh first when the
 cached version is lower: see :meth:`service.reads.ModelReader.snapshot`.
 """
@@ -31,6 +35,12 @@ from collections import defaultdict
 from typing import Hashable
 
 from sqlalchemy import Connection, Engine, text
+
+
+def Hub():  # noqa: N802 - service.events imports this module: import it when a watch is made
+    from .events import Hub
+
+    return Hub()
 
 log = logging.getLogger("service.watch")
 
@@ -50,11 +60,14 @@ class NoWatch:
 
     poll = 0.0
 
+    def __init__(self):
+        self.events = Hub()
+
     def token(self, name: str) -> Hashable | None:
         return None
 
     def close(self) -> None:
-        pass
+        self.events.close()
 
 
 class SqliteWatch:
@@ -62,6 +75,7 @@ class SqliteWatch:
 
     def __init__(self, path: str, poll: float = 1.0):
         self.poll = poll
+        self.events = Hub()
         self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
         self._lock = threading.Lock()
 
@@ -73,6 +87,7 @@ class SqliteWatch:
             return None
 
     def close(self) -> None:
+        self.events.close()
         with self._lock:
             self._conn.close()
 
@@ -83,6 +98,7 @@ class PostgresWatch:
 
     def __init__(self, dsn: str, poll: float = 1.0, connect_timeout: int = 3):
         self.poll = poll
+        self.events = Hub()
         self._dsn, self._timeout = dsn, connect_timeout
         self._counts: defaultdict[str, int] = defaultdict(int)
         self._epoch = 0
@@ -122,6 +138,7 @@ class PostgresWatch:
                 while not self._stop.is_set():
                     for n in conn.notifies(timeout=0.5):
                         self._counts[n.payload] += 1
+                        self.events.wake(n.payload)  # the event streams of that model, if any
             except Exception as exc:  # noqa: BLE001 - reconnect; meanwhile every request checks
                 if self._listening:
                     log.warning("version watch lost its connection (%s); reconnecting", type(exc).__name__)
@@ -135,6 +152,7 @@ class PostgresWatch:
             self._stop.wait(0.5)
 
     def close(self) -> None:
+        self.events.close()
         self._stop.set()
         self._thread.join(timeout=5)
 

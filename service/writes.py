@@ -11,6 +11,7 @@ the update lock around :meth:`ModelWriter.prepare` and :meth:`ModelWriter.commit
           UPDATE models SET version = v+1, ... WHERE name = :m AND version = v
           -- 0 rows: someone committed since we read (our lock had expired) -> StaleWrite
           UPSERT tasks (only task_id);  INSERT batches (version v+1)
+          [evaluation: rescore evaluation sets, prequential sums, log row  -- service.evaluation]
           [UPDATE idempotency_keys SET response  -- with an Idempotency-Key: service.idempotency]
           pg_notify('fcl3_models', :m)      -- PostgreSQL: the other processes' version watch
         COMMIT                              # only now is the batch acknowledged
@@ -24,12 +25,15 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+import time
+
 import numpy as np
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 import core
 
+from . import evaluation as _evaluation
 from .learners import make_learner
 from .reads import ModelReader, Snapshot, batches_t, models_t, tasks_t
 from .responses import result_json
@@ -79,6 +83,13 @@ class Prepared:
     y: np.ndarray
     summary: dict[str, Any]  # the model row's summary after this update
     info: dict[str, Any]  # the model row (without arrays) this update was computed from
+    #: The batch's prequential sums against the snapshot before it (service.evaluation); None: new task
+    prequential: dict[str, Any] | None = None
+    engine_seconds: float = 0.0  # time in the engine's learn()
+    prequential_seconds: float = 0.0  # time scoring the batch before it is learned
+    #: What the commit's evaluation hook did (service.evaluation.ModelEvaluation.on_commit), once committed
+    evaluated: dict[str, Any] | None = None
+    evaluation_seconds: float = 0.0
 
 
 def _now() -> datetime:
@@ -168,6 +179,7 @@ class ModelWriter:
         with self.reader.bulk.begin() as conn:
             conn.execute(delete(batches_t).where(batches_t.c.model_name == self.name))
             IdempotencyKeys.delete_model(conn, self.name)
+            _evaluation.ModelEvaluation.delete_model(conn, self.name)
             conn.execute(delete(tasks_t).where(tasks_t.c.model_name == self.name))
             gone = conn.execute(delete(models_t).where(models_t.c.name == self.name)).rowcount
             if gone:
@@ -182,27 +194,37 @@ class ModelWriter:
             if len(width) == 2 and width[1] != d:
                 raise core.InputError(f"X has {width[1]} features per row but the model expects {d}")
         learner = snap.learner.copy()  # shares arrays, which learning replaces, never mutates
+        t0 = time.perf_counter()
         result = learner.learn(task_id, X, y)  # InputError (bad or numerically unusable): nothing happened
+        engine_seconds = time.perf_counter() - t0
+        # Test, then train: the served snapshot (not touched by learning its copy) scores the batch.
+        t1 = time.perf_counter()
+        prequential = None if result.new_task else _evaluation.prequential(snap.learner, task_id, X, y)
+        prequential_seconds = time.perf_counter() - t1
         state = learner.get_state(tasks=[task_id])  # global part + the one task touched: what commit writes
         summary = dict(snap.info.get("summary") or {})
         summary["representatives"] = _representatives(learner, summary.get("representatives", []), result)
         summary["n_representatives"] = int(result.n_representatives)
         return Prepared(base_version=snap.version, task_id=task_id, result=result, learner=learner, state=state,
                         X=np.asarray(X, dtype=float), y=np.asarray(y, dtype=float), summary=summary,
-                        info=snap.info)
+                        info=snap.info, prequential=prequential, engine_seconds=engine_seconds,
+                        prequential_seconds=prequential_seconds)
 
-    def commit(self, p: Prepared, claim: Claim | None = None) -> int:
+    def commit(self, p: Prepared, claim: Claim | None = None, evaluation=None) -> int:
         """Write the update in one transaction, guarded by the version compare-and-set;
         returns the new version, which this process then serves. With ``claim`` (an
         ``Idempotency-Key`` this request holds), the answer is stored under the key in the
         same transaction (:class:`service.idempotency.KeyTakenOver` if the claim is no longer
-        this request's: nothing is written)."""
+        this request's: nothing is written). With ``evaluation`` (the model's
+        :class:`service.evaluation.ModelEvaluation`), the evaluation is updated in the same
+        transaction (``p.evaluated``: what it did)."""
         from .idempotency import IdempotencyKeys
 
         new_version = p.base_version + 1
         task = p.state.tasks[p.task_id]
         now = _now()
         last = result_json(p.result)
+        answer = {**last, "version": new_version, "prequential": _evaluation.scores(p.learner.kind, p.prequential)}
         with self.reader.bulk.begin() as conn:
             res = conn.execute(
                 update(models_t)
@@ -228,8 +250,12 @@ class ModelWriter:
             conn.execute(insert(batches_t).values(
                 model_name=self.name, task_id=p.task_id, version=new_version, n_samples=int(p.X.shape[0]),
                 X=p.X, y=p.y, created_at=now))
+            if evaluation is not None:
+                t0 = time.perf_counter()
+                p.evaluated = evaluation.on_commit(conn, p, new_version)
+                p.evaluation_seconds = time.perf_counter() - t0
             if claim is not None:
-                IdempotencyKeys.record(conn, claim, new_version, {**last, "version": new_version}, now)
+                IdempotencyKeys.record(conn, claim, new_version, answer, now)
             notify(conn, self.name)
         info = {**p.info, "version": new_version, "params": p.state.params, "meta": p.state.meta,
                 "format_version": p.state.format_version, "summary": p.summary, "updated_at": now}

@@ -58,7 +58,8 @@ def test_api_conforms_to_its_schema(running_app):
     """Every operation, valid and invalid requests, with a write key and a read key; at least
     a few hundred requests in all go through the checks."""
     schema = schemathesis.openapi.from_asgi("/openapi.json", running_app)
-    operations = [result.ok() for result in schema.get_all_operations()]
+    # GET .../events is an endless stream (TestClient waits for a body's end): tests/service/test_events.py
+    operations = [op for op in (result.ok() for result in schema.get_all_operations()) if not op.path.endswith("/events")]
     assert len(operations) >= 6, [op.label for op in operations]
     requests = sum(check_operation(op) for op in operations)
     print(f"\nschemathesis: {requests} requests checked over {len(operations)} operations")

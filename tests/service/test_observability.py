@@ -5,6 +5,7 @@ import json
 import logging
 
 import numpy as np
+import pytest
 
 from .conftest import regression_batch
 from .test_security import READ, WRITE, auth, batch
@@ -59,6 +60,10 @@ def test_request_and_update_log_lines_with_request_id(make_client, capsys):
     assert upd[0]["request_id"] == "abc-123"
     assert upd[0]["task"] == "t" and upd[0]["version"] == 1 and upd[0]["n_samples"] == 8
     assert isinstance(upd[0]["new_representative"], bool) and upd[0]["duration_ms"] > 0
+    # the engine's own time and the time outside it (lock wait, load, scoring, commit) add up to the update's
+    assert 0 < upd[0]["engine_ms"] <= upd[0]["duration_ms"] and upd[0]["outside_ms"] > 0
+    assert upd[0]["engine_ms"] + upd[0]["outside_ms"] == pytest.approx(
+        upd[0]["duration_ms"] + upd[0]["lock_wait_ms"], abs=0.05)
     # unsafe or too long ids are replaced by a generated one
     for bad in ("a b", "x" * 65, "<script>", "a/../b", "é".encode()):
         r = c.get("/healthz", headers={"X-Request-ID": bad})

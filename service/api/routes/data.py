@@ -1,4 +1,5 @@
-"""POST /tasks/{task_id}/data: learn one labelled batch (at most once per ``Idempotency-Key``)."""
+"""POST /tasks/{task_id}/data: learn one labelled batch (at most once per ``Idempotency-Key``);
+POST /tasks/{task_id}/evaluation: store held-out labelled rows of a task (never learned)."""
 from __future__ import annotations
 
 from typing import Annotated
@@ -7,8 +8,7 @@ from fastapi import APIRouter, Header, Path, Response
 
 from ... import usecases
 from ...idempotency import check_key
-from ...responses import result_json
-from fcl3.schemas import Batch, UpdateOut
+from fcl3.schemas import Batch, EvaluationRows, EvaluationRowsOut, UpdateOut
 from ..deps import ModelDep, SettingsDep, check_size
 
 router = APIRouter(tags=["learning"])
@@ -33,14 +33,30 @@ IdempotencyKey = Annotated[str | None, Header(
 def post_batch(model: ModelDep, settings: SettingsDep, batch: Batch, response: Response,
                task_id: str = Path(..., min_length=1, max_length=200),
                idempotency_key: IdempotencyKey = None) -> UpdateOut:
-    """Learn a labelled batch for a new or known task; answers once the update is committed."""
+    """Learn a labelled batch for a new or known task; answers once the update is committed.
+    A batch of a known task is first scored by the model as it stood (``prequential``, beside
+    the task's own single-task model): what /predict answered just before the update."""
     if idempotency_key is not None:
         check_key(idempotency_key)
     check_size(settings, len(batch.X), map(len, batch.X))
+    usecases.configure_evaluation(model, settings)
     if idempotency_key is None:
-        result, version = usecases.learn(model, task_id, batch.X, batch.y)
-        return UpdateOut(**result_json(result), version=version)
+        return UpdateOut(**usecases.learn_answer(model, task_id, batch.X, batch.y))
     body, replayed = usecases.learn_once(model, task_id, batch.X, batch.y, idempotency_key)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return UpdateOut(**body)
+
+
+@router.post("/tasks/{task_id}/evaluation", response_model=EvaluationRowsOut, responses={
+    **{k: v for k, v in ERRORS.items() if k != 409},
+    422: {"description": "Bad rows (the checks of a batch: width, NaN/inf, empty, lengths, labels, unknown fields)."}})
+def post_evaluation_rows(model: ModelDep, settings: SettingsDep, rows: EvaluationRows,
+                         task_id: str = Path(..., min_length=1, max_length=200)) -> EvaluationRowsOut:
+    """Store labelled rows as the task's evaluation set: never learned (the model's version and
+    the task's samples do not move), scored after every update, kept up to EVALUATION_MAX_ROWS
+    per task (then a uniform sample of all rows received). The task need not be learned yet."""
+    check_size(settings, len(rows.X), map(len, rows.X))
+    usecases.configure_evaluation(model, settings)
+    out = usecases.add_evaluation_rows(model, task_id, rows.X, rows.y)
+    return EvaluationRowsOut(**out)

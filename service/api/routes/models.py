@@ -15,6 +15,7 @@ from ...reads import list_models
 from ...responses import model_out
 from fcl3.schemas import ModelCreate, ModelList, ModelOut
 from ..deps import ModelName, RegistryDep, hosted
+from .model import with_prequential
 from .tasks import MAX_OFFSET
 
 write_router = APIRouter(tags=["models"])
@@ -57,8 +58,11 @@ def get_models(request: Request, offset: int = Query(0, ge=0, le=MAX_OFFSET),
 
 @read_router.get("/models/{name}", response_model=ModelOut, responses=UNKNOWN)
 def get_model(request: Request, name: ModelName) -> ModelOut:
-    """Kind, estimator, d, p, hyper-parameters, version, tasks, batches, representatives, times."""
-    return model_out(hosted(request, name).reader.model_info())
+    """Kind, estimator, d, p, hyper-parameters, version, tasks, batches, representatives, times,
+    and the model-wide prequential scores (overall and over the recent window)."""
+    model = hosted(request, name)
+    usecases.configure_evaluation(model, request.app.state.settings)
+    return with_prequential(model, model_out(model.reader.model_info()))
 
 
 @write_router.delete("/models/{name}", status_code=204, response_class=Response, responses={**UNKNOWN, **BUSY})

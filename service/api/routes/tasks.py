@@ -1,11 +1,18 @@
-"""GET /tasks, GET /tasks/{task_id}: what the model knows about each task."""
+"""GET /tasks, GET /tasks/{task_id}: what the model knows about each task; GET /evaluation:
+the online evaluation; GET /events: committed updates as Server-Sent Events."""
 from __future__ import annotations
 
-from fastapi import APIRouter, Query
+from typing import Annotated
 
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
+
+from ... import usecases
+from ...events import Feed, stream
 from ...responses import task_out
-from fcl3.schemas import TaskList, TaskOut
-from ..deps import ModelDep
+from fcl3.schemas import EvaluationOut, TaskList, TaskOut
+from ..deps import ModelDep, SettingsDep
 
 router = APIRouter(tags=["tasks"])
 
@@ -27,5 +34,43 @@ def list_tasks(model: ModelDep, offset: int = Query(0, ge=0, le=MAX_OFFSET),
 @router.get("/tasks/{task_id}", response_model=TaskOut,
             responses={404: {"description": "Unknown task (or unknown model, under /models/{name})."}})
 def get_task(model: ModelDep, task_id: str) -> TaskOut:
-    """One task: samples, batches, and its latest code, assignment and outlier probability."""
-    return task_out(model.reader.task_info(task_id))
+    """One task: samples, batches, its latest code, assignment and outlier probability, its
+    cumulative prequential score and its score on its evaluation rows."""
+    row = model.reader.task_info(task_id)
+    kind = model.reader.snapshot().learner.kind
+    return TaskOut.model_validate({**task_out(row).model_dump(), **usecases.task_evaluation(model, task_id, kind)})
+
+
+@router.get("/evaluation", response_model=EvaluationOut, responses={404: {"description": "Unknown model."}})
+def get_evaluation(model: ModelDep, limit: int = Query(1000, ge=0, le=100000, description=
+                   "Versions of the model-wide prequential series (the latest ones).")) -> EvaluationOut:
+    """Each task's current score on its evaluation rows (beside its own single-task model's), the
+    accuracy matrix, backward transfer, forgetting, forward transfer, and the model-wide
+    prequential scores over versions (definitions: docs/design.md)."""
+    return EvaluationOut(**usecases.evaluation_report(model, limit))
+
+
+@router.get("/events", response_class=StreamingResponse, responses={
+    200: {"description": "Server-Sent Events: `id: <version>` + `event: update`, `event: evaluation`, "
+          "`event: reset`; `data:` one JSON object (UpdateEvent, EvaluationEvent, ResetEvent).",
+          "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+    404: {"description": "Unknown model."}})
+async def get_events(request: Request, model: ModelDep, settings: SettingsDep,
+                     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", description=
+                                              "The last update version received: the stream replays what "
+                                              "followed it, or sends `event: reset`.")] = None,
+                     max_seconds: float | None = Query(None, gt=0, description="Close the stream after this "
+                                                       "many seconds (default: never).")) -> StreamingResponse:
+    """One event per committed update of the model and one per change of its evaluation, live
+    (from any worker or replica); reconnect with ``Last-Event-ID`` to get what was missed."""
+    info = await run_in_threadpool(model.reader.model_info)  # unknown model: 404 before the stream
+    watch = getattr(request.app.state, "watch", None)
+    hub = getattr(watch, "events", None)
+    if hub is None:
+        from ...events import Hub
+
+        hub = Hub()
+    feed = Feed(model.reader.engine, model.name, info["kind"])
+    return StreamingResponse(stream(feed, hub, watch, last_event_id, settings.EVENTS_HEARTBEAT, max_seconds),
+                             media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

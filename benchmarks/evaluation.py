@@ -1,0 +1,176 @@
+"""What online evaluation adds to an update: 500 tasks that each hold evaluation rows.
+
+    python -m benchmarks.evaluation [--tasks 500] [--eval-rows 50] [--rows 20] [--d 10]
+                                    [--updates 500] [--rescore 8] [--no-matrix] [--embedded] [--json out.json]
+
+Runs the service's update path in process (``service.usecases``: lock, load, learn, score,
+commit; no HTTP) on a throwaway PostgreSQL database (``--pg-admin-url``; ``--embedded``: an
+SQLite file), for two models fed the same stream:
+
+* ``evaluated``: every task gets ``--eval-rows`` held-out rows before its first batch;
+* ``control``: no evaluation rows (prequential scoring only, which every known-task batch has).
+
+Phase 1 learns the ``--tasks`` tasks (each update is a new task's first batch: the accuracy
+matrix gains a row, for which every learned evaluation set is scored just after the commit,
+off the update lock, in the process's background thread: its time is reported apart, as
+``matrix_rows_background``; with ``--no-matrix`` there is none); phase 2 sends ``--updates``
+batches of known tasks (each rescores its own task's set and ``--rescore`` others). For each
+update the service records the engine's time (``learn``), the prequential scoring time and the
+evaluation time spent in the commit; the added time is prequential + evaluation. Reported:
+median and p99 per phase (phase 1 also per block of 100 tasks), beside the update's whole
+time (lock acquired to commit) of both models.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from .common import machine, pct, write_json
+
+
+def _stream(n_tasks: int, n_updates: int, rows: int, eval_rows: int, d: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(4, d))
+    W = [centres[t % 4] + 0.2 * rng.normal(size=d) for t in range(n_tasks)]
+
+    def batch(t, n):
+        X = rng.normal(size=(n, d))
+        return X, X @ W[t] + 0.3 * rng.normal(size=n)
+
+    first = [(f"task-{t}", *batch(t, rows), *batch(t, eval_rows)) for t in range(n_tasks)]
+    later = [(f"task-{t}", *batch(t, rows)) for t in rng.integers(0, n_tasks, size=n_updates)]
+    return first, later
+
+
+def _stats(values_ms) -> dict:
+    return {"n": len(values_ms), "median_ms": pct(values_ms, 50), "p99_ms": pct(values_ms, 99),
+            "max_ms": round(max(values_ms), 2) if values_ms else None}
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", type=int, default=500)
+    ap.add_argument("--eval-rows", type=int, default=50)
+    ap.add_argument("--rows", type=int, default=20)
+    ap.add_argument("--d", type=int, default=10)
+    ap.add_argument("--updates", type=int, default=500)
+    ap.add_argument("--rescore", type=int, default=8, help="EVALUATION_RESCORE")
+    ap.add_argument("--no-matrix", action="store_true", help="EVALUATION_MATRIX=false")
+    ap.add_argument("--embedded", action="store_true", help="an SQLite file instead of PostgreSQL")
+    ap.add_argument("--pg-admin-url", default=os.environ.get("FCL3_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/test"))
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+
+    from service import usecases
+    from service.config import Settings
+    from service.db import make_bulk_engine, make_engine, upgrade_schema
+    from service.locks import LocalLocks
+
+    from .launcher import create_throwaway_database
+
+    dbname = None
+    tmp = tempfile.mkdtemp(prefix="fcl3-evalbench-")
+    if args.embedded:
+        settings = Settings(_env_file=None, SQLITE_PATH=os.path.join(tmp, "bench.db"), DATABASE_URL=None)
+    else:
+        dbname, url = create_throwaway_database(args.pg_admin_url, "evalbench")
+        settings = Settings(_env_file=None, DATABASE_URL=url)
+    settings = settings.model_copy(update={"EVALUATION_RESCORE": args.rescore, "EVALUATION_MATRIX": not args.no_matrix})
+    engine = make_engine(settings)
+    bulk = make_bulk_engine(settings, engine)
+    upgrade_schema(engine)
+    locks = LocalLocks(30, 5)
+    registry = usecases.ModelRegistry(engine, bulk, locks, "bench-default", settings.model_settings(), 10)
+    models = {}
+    for name in ("evaluated", "control"):
+        m = registry.get(name)
+        usecases.create_model(m, {"estimator": "FCL3", "kind": "regression", "params": {}, "d": None})
+        models[name] = usecases.configure_evaluation(m, settings)
+    matrix_ms = []
+    ev = models["evaluated"].evaluation
+    row = ev.matrix_row
+
+    def timed_row(job):  # the accuracy-matrix rows, computed off the lock in the background
+        t0 = time.perf_counter()
+        try:
+            return row(job)
+        finally:
+            matrix_ms.append((time.perf_counter() - t0) * 1000)
+
+    ev.matrix_row = timed_row
+    submit, waited = ev.submit, []
+
+    def timed_submit(*a, **kw):  # a new task's update waits here (lock released) on a full backlog
+        t0 = time.perf_counter()
+        try:
+            return submit(*a, **kw)
+        finally:
+            waited.append(time.perf_counter() - t0)
+
+    ev.submit = timed_submit
+    first, later = _stream(args.tasks, args.updates, args.rows, args.eval_rows, args.d)
+    rec: dict[str, dict[str, list]] = {n: {"new": [], "known": []} for n in models}
+    eval_post_ms = []
+    try:
+        for phase, items in (("new", first), ("known", later)):
+            for i, item in enumerate(items):
+                task, X, y = item[:3]
+                if phase == "new":
+                    t0 = time.perf_counter()
+                    usecases.add_evaluation_rows(models["evaluated"], task, item[3], item[4])
+                    eval_post_ms.append((time.perf_counter() - t0) * 1000)
+                for name, m in models.items():
+                    waited.clear()
+                    t0 = time.perf_counter()
+                    p, _ = usecases._learn(m, task, X, y)
+                    total = time.perf_counter() - t0 - sum(waited)  # the update, not the backlog wait
+                    rec[name][phase].append({"total": total * 1000, "backlog_wait": sum(waited) * 1000 if name == "evaluated" else 0.0, "engine": p.engine_seconds * 1000,
+                                             "prequential": p.prequential_seconds * 1000,
+                                             "evaluation": p.evaluation_seconds * 1000,
+                                             "rescored": (p.evaluated or {}).get("rescored", 0)})
+                if (i + 1) % 100 == 0:
+                    print(f"{phase}: {i + 1}/{len(items)}", file=sys.stderr, flush=True)
+            ev.wait_idle(600)
+    finally:
+        engine.dispose()
+        if bulk is not engine:
+            bulk.dispose()
+        if dbname is not None:
+            from .launcher import drop_throwaway_backend
+
+            drop_throwaway_backend(args.pg_admin_url, dbname, "redis://127.0.0.1:6379/0", "none:")
+
+    def summary(name, phase, rows):
+        added = [r["prequential"] + r["evaluation"] for r in rows]
+        return {"added": _stats(added), "evaluation": _stats([r["evaluation"] for r in rows]),
+                "prequential": _stats([r["prequential"] for r in rows]),
+                "engine": _stats([r["engine"] for r in rows]), "update_total": _stats([r["total"] for r in rows]),
+                "backlog_wait": _stats([r["backlog_wait"] for r in rows]),
+                "rescored_median": float(np.median([r["rescored"] for r in rows])) if rows else None}
+
+    out = {"command": "python -m benchmarks.evaluation " + " ".join(argv if argv is not None else sys.argv[1:]),
+           "backend": "sqlite" if args.embedded else "postgresql", "machine": machine(), "settings": vars(args),
+           "post_evaluation_rows": _stats(eval_post_ms), "matrix_rows_background": _stats(matrix_ms),
+           "results": {}}
+    for name in models:
+        out["results"][name] = {phase: summary(name, phase, rec[name][phase]) for phase in ("new", "known")}
+        blocks = {}
+        rows = rec[name]["new"]
+        for start in range(0, len(rows), 100):
+            blocks[f"tasks {start + 1}-{min(start + 100, len(rows))}"] = summary(name, "new", rows[start:start + 100])["added"]
+        out["results"][name]["new_by_block"] = blocks
+    if args.json:
+        write_json(args.json, out)
+    import json
+
+    print(json.dumps(out, indent=1))
+    return out
+
+
+if __name__ == "__main__":
+    main()
