@@ -53,7 +53,8 @@ def _stats(values_ms) -> dict:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.evaluation", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", type=int, default=500)
     ap.add_argument("--eval-rows", type=int, default=50)
     ap.add_argument("--rows", type=int, default=20)
