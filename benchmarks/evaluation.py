@@ -30,7 +30,7 @@ import time
 
 import numpy as np
 
-from .common import machine, pct, write_json
+from .common import machine, pct, progress_bar, write_json
 
 
 def _stream(n_tasks: int, n_updates: int, rows: int, eval_rows: int, d: int, seed: int = 0):
@@ -65,6 +65,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--embedded", action="store_true", help="an SQLite file instead of PostgreSQL")
     ap.add_argument("--pg-admin-url", default=os.environ.get("FCL3_PG_ADMIN_URL", "postgresql://postgres@127.0.0.1:5432/test"))
     ap.add_argument("--json", default=None)
+    ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
 
     from service import usecases
@@ -119,7 +120,7 @@ def main(argv=None) -> dict:
     eval_post_ms = []
     try:
         for phase, items in (("new", first), ("known", later)):
-            for i, item in enumerate(items):
+            for item in progress_bar(items, desc=f"{phase}-task updates", enabled=not args.quiet, unit="update"):
                 task, X, y = item[:3]
                 if phase == "new":
                     t0 = time.perf_counter()
@@ -134,8 +135,6 @@ def main(argv=None) -> dict:
                                              "prequential": p.prequential_seconds * 1000,
                                              "evaluation": p.evaluation_seconds * 1000,
                                              "rescored": (p.evaluated or {}).get("rescored", 0)})
-                if (i + 1) % 100 == 0:
-                    print(f"{phase}: {i + 1}/{len(items)}", file=sys.stderr, flush=True)
             ev.wait_idle(600)
     finally:
         engine.dispose()
