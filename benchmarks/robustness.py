@@ -544,13 +544,31 @@ def _resolve_families(families) -> list[Family]:
     return out
 
 
+def cached_baseline(cache: dict[str, Any] | None, stream: Stream, quick: bool) -> dict[str, Any] | None:
+    """The baseline of ``stream`` from an earlier result (``--baselines``): reused only when
+    that run had the same ``quick`` setting and scored the same family and seed on the same
+    number of tasks with the same baseline grids (the streams are seeded, so the baseline is
+    the same computation)."""
+    if not cache or bool(cache.get("quick")) != bool(quick):
+        return None
+    grids = cache.get("baseline", {})
+    for got, want in ((grids.get("regression", {}).get("alphas"), ALPHAS), (grids.get("classification", {}).get("Cs"), CS)):
+        if got is None or len(got) != len(want) or not np.allclose(got, want, rtol=1e-12):
+            return None
+    entry = cache.get("families", {}).get(stream.family, {}).get("seeds", {}).get(str(stream.seed))
+    if entry is None or len(entry["baseline"]["errors"]) != len(stream.tasks):
+        return None
+    return entry["baseline"]
+
+
 def run_suite(families=None, seeds=(0, 1, 2), models: dict[str, Factory] | None = None, progress: bool = True,
-              quick: bool = False) -> dict[str, Any]:
+              quick: bool = False, baselines: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the suite and return its results (the structure ``--json`` writes).
 
     ``families``: names or :class:`Family` objects (default: all of :data:`FAMILIES`);
     ``models``: display name -> ``factory(kind, seed) -> learner`` (default: FCL3, ELLA, STL
-    with their defaults); ``quick``: fewer tasks per family.
+    with their defaults); ``quick``: fewer tasks per family; ``baselines``: an earlier result
+    whose baselines are reused where they match (:func:`cached_baseline`).
     """
     fams = _resolve_families(families)
     models = default_models() if models is None else dict(models)
@@ -576,7 +594,7 @@ def run_suite(families=None, seeds=(0, 1, 2), models: dict[str, Factory] | None 
         for seed in seeds:
             bar.set_postfix_str(f"{fam.name} seed {seed}")
             stream = fam(seed, quick=quick)
-            base = run_baseline(stream)
+            base = cached_baseline(baselines, stream, quick) or run_baseline(stream)
             per_model = {}
             for name, factory in models.items():
                 r = run_model(factory, stream)
@@ -742,6 +760,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", dest="json_out", help="write every result to this path")
     ap.add_argument("--plot", help="write the ratio figure (PNG) to this path")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.add_argument("--baselines", help="reuse the baselines of an earlier --json result where they match "
+                                        "(same family, seed, task count, grids and --quick)")
     args = ap.parse_args(argv)
     try:
         params = json.loads(args.params)
@@ -756,7 +776,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.quick:
         seeds = seeds[:1]
-    result = run_suite(families, seeds=seeds, models=models, progress=not args.quiet, quick=args.quick)
+    cache = None
+    if args.baselines:
+        with open(args.baselines) as fh:
+            cache = json.load(fh)
+    result = run_suite(families, seeds=seeds, models=models, progress=not args.quiet, quick=args.quick,
+                       baselines=cache)
     result["command"] = "python -m benchmarks.robustness " + " ".join(sys.argv[1:] if argv is None else argv)
     print(format_table(result))
     print(f"\nwall time {result['wall_s']:.1f} s (baselines {result['baseline_fit_s']:.1f} s)")

@@ -20,7 +20,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .evidence import RIDGE, Family, Library, choose_family, family_fits
+from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, RIDGE, Family, Library, choose_family, family_curves,
+                       posterior_fit)
 from .exceptions import InputError, UnknownTaskError
 from .losses import KINDS, curvature_scale, fit_single_task, fit_squared_from_moments, sigmoid
 from .preprocessing import Scaler, as_matrix, as_targets, label_convention
@@ -298,29 +299,40 @@ class LifelongLearner:
         return Xd, y
 
     def _record_evidence(self, task_id: str, library: Library | None) -> None:
-        """Store the task's log evidence for every family, measured against ``library``."""
+        """Store the task's log evidence curve (over the ``omega`` grid) for every family,
+        measured against ``library``."""
         record = self.tasks_[task_id]
         data = self._evidence_data(record)
         evidence = None
         if data is not None:
             try:
-                fits = family_fits(self.kind, data, library, self._families)
+                curves = family_curves(self.kind, data, library, self._families)
             except (np.linalg.LinAlgError, ArithmeticError):  # values of extreme magnitude
-                fits = {}
-            evidence = {name: float(f.log_evidence) for name, f in fits.items() if np.isfinite(f.log_evidence)}
+                curves = {}
+            evidence = {name: [float(v) for v in c.log_evidence] for name, c in curves.items()
+                        if np.all(np.isfinite(c.log_evidence))}
             if RIDGE.name not in evidence:
                 evidence = None
         record.meta = {**record.meta, "evidence": evidence}
+
+    @property
+    def _n_omega(self) -> int:
+        return (GAUSSIAN_OMEGAS if self.kind == "regression" else LOGISTIC_OMEGAS).size
+
+    def _stream_priors(self) -> tuple[str, dict[str, np.ndarray]]:
+        """The stream's family and every family's prior over ``omega`` (cached per update)."""
+        cache = self.__dict__.setdefault("_task_models", {})
+        if "family" not in cache:
+            evidence = [r.meta.get("evidence") for r in getattr(self, "tasks_", {}).values()]
+            cache["family"], cache["omega_priors"] = choose_family([e for e in evidence if e], self._families,
+                                                                   self._n_omega)
+        return cache["family"], cache["omega_priors"]
 
     def task_family(self) -> str:
         """The prior family every task is predicted with (``"paper"`` when ``task_models`` is)."""
         if self.task_models == "paper":
             return "paper"
-        cache = self.__dict__.setdefault("_task_models", {})
-        if "family" not in cache:
-            evidence = [r.meta.get("evidence") for r in getattr(self, "tasks_", {}).values()]
-            cache["family"] = choose_family([e for e in evidence if e], self._families)
-        return cache["family"]
+        return self._stream_priors()[0]
 
     def _task_model(self, task_id: str) -> np.ndarray:
         """The parameters task ``task_id`` is predicted with (cached until the next update)."""
@@ -337,14 +349,16 @@ class LifelongLearner:
         data = self._evidence_data(record)
         if data is None or not record.meta.get("evidence"):
             return self._theta(task_id)
-        name = self.task_family()
+        name, priors = self._stream_priors()
         family = next(f for f in self._families if f.name == name)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             library = None if family is RIDGE else self._safe_library(task_id, record)
             try:
-                fit = family_fits(self.kind, data, library, (family,)).get(name)
-                if fit is None:  # the library cannot define the family for this task
-                    fit = family_fits(self.kind, data, None, (RIDGE,))[RIDGE.name]
+                curve = family_curves(self.kind, data, library, (family,)).get(name)
+                if curve is None:  # the library cannot define the family for this task
+                    name = RIDGE.name
+                    curve = family_curves(self.kind, data, None, (RIDGE,))[name]
+                fit = posterior_fit(curve, priors.get(name))
             except (np.linalg.LinAlgError, ArithmeticError):
                 return self._theta(task_id)
         return fit.theta if np.all(np.isfinite(fit.theta)) else self._theta(task_id)

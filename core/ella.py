@@ -106,8 +106,9 @@ class ELLA(LifelongLearner):
         As in :class:`core.base.LifelongLearner`.
     task_models : ``"empirical_bayes"`` (default): every task is predicted with its posterior
         mean under a ``ridge`` prior or a ``subspace`` prior (extra variance along the span
-        of the basis ``L`` learned without the task), the family chosen for the whole stream
-        and the prior's strength per task by the evidence (:mod:`core.evidence`);
+        of the basis ``L`` learned without the task); the family and the distribution of the
+        prior's strength are estimated from the whole stream by the evidence
+        (:mod:`core.evidence`);
         ``"paper"``: ``theta_t = L s_t``.
 
     Examples

@@ -1,6 +1,6 @@
 """Empirical-Bayes task models: each task's prediction model is its posterior mean under a
-prior built from the shared library, with the prior's strength chosen by maximum marginal
-likelihood (the *evidence*).
+prior built from the shared library, with the prior's family and the distribution of its
+strength estimated from the whole stream by maximum marginal likelihood (the *evidence*).
 
 For a task with data ``(X, y)`` (scaled space, bias last) the slopes ``theta`` get one of the
 Gaussian priors of a *family*; the intercept is unpenalised:
@@ -13,7 +13,8 @@ Gaussian priors of a *family*; the intercept is unpenalised:
   representatives, ``rho > 0`` also lets the task move cheaply inside the library's span;
 * ``subspace``: the same with the single centre ``0`` (ELLA's basis, no clusters).
 
-``omega`` is chosen per task on a log grid by the evidence ``p(y | X, prior)``:
+The evidence ``p(y | X, prior)`` is computed for every ``omega`` of a log grid (a task's
+*evidence curve*, :class:`Curve`):
 
 * squared loss, exactly, in closed form from the task's sufficient statistics ``X'X``,
   ``X'y``, ``y'y`` and ``n`` (noise variance ``sigma^2`` profiled out, prior variances in
@@ -27,13 +28,22 @@ Gaussian priors of a *family*; the intercept is unpenalised:
   paper itself uses for ``Omega_k^t`` — which keeps one fit per ``omega`` however many
   representatives there are. Constants common to every ``omega`` and family are dropped.
 
+``omega`` is not chosen task by task. The tasks' ``omega`` are taken as draws from one
+distribution ``pi`` over the grid, estimated from every task's evidence curve (the maximum a
+posteriori estimate under a Dirichlet prior, :func:`omega_prior`: a hierarchical model), and
+each task's posterior mean
+integrates ``omega`` out under ``pi`` (:func:`posterior_fit`). One task's best ``omega`` is
+noisy and often at the lower edge of the grid (the task declared equal to the prior's
+centre); the stream pools the tasks' curves, as the family choice does.
+
 The family itself is chosen for the whole stream (:func:`choose_family`): each task's
-evidence for every family, measured when the task is learned against the library *as it
-was without that task*, is summed over tasks, and a family other than ``ridge`` is used only
-when its total beats ``ridge``'s by a log Bayes factor of at least :data:`STRONG_EVIDENCE`
-(3, "strong" on the scale of Kass & Raftery 1995). Pooling over tasks makes the choice
-reliable where a single task's evidence is not; measuring against the library without the
-task keeps the task's own data from vouching for a prior fitted to it.
+evidence curve for every family is measured when the task is learned, against the library
+*as it was without that task*; a family's stream total is the marginal likelihood of all the
+tasks at its own ``pi``, and a family other than ``ridge`` is used only when its total beats
+``ridge``'s by a log Bayes factor of at least :data:`STRONG_EVIDENCE` (3, "strong" on the
+scale of Kass & Raftery 1995). Pooling over tasks makes the choice reliable where a single
+task's evidence is not; measuring against the library without the task keeps the task's own
+data from vouching for a prior fitted to it.
 """
 from __future__ import annotations
 
@@ -52,6 +62,19 @@ STRONG_EVIDENCE = 3.0
 #: Weight of the bias penalty in logistic fits: keeps the Newton system regular when a task
 #: holds one class, too small to matter otherwise.
 _BIAS_PRECISION = 1e-8
+#: Weight ``a`` of the Dirichlet(1 + a) prior on the stream's distribution of ``omega``
+#: (:func:`omega_prior`): ``a = 1`` is Laplace's rule of succession, every grid point counted
+#: once a priori; ``0`` is plain maximum likelihood.
+OMEGA_PRIOR_SMOOTHING = 1.0
+#: Plain maximum likelihood (``smoothing=0``) stops when the stream's log marginal likelihood is
+#: within this many nats of its maximum (the barrier method's duality gap).
+OMEGA_PRIOR_TOL = 1e-2
+#: Barrier method of :func:`omega_prior`: first weight of the barrier, its reduction factor,
+#: Newton steps per weight at most, and the Newton decrement that counts as centred.
+_BARRIER_START = 1e-2
+_BARRIER_FACTOR = 100.0
+_NEWTON_MAX_STEPS = 100
+_NEWTON_TOL = 1e-8
 _TINY = 1e-300
 
 
@@ -76,6 +99,15 @@ class Library:
     basis: np.ndarray | None
     centres: np.ndarray
     log_weights: np.ndarray
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A task's posterior under one family at every ``omega`` of the grid: log evidence
+    ``(n_omega,)`` and posterior means ``(n_omega, d + 1)`` (scaled space, bias last)."""
+
+    log_evidence: np.ndarray
+    theta: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -232,15 +264,34 @@ def best_fit(E: np.ndarray, TH: np.ndarray, log_weights: np.ndarray | None = Non
     return Fit(float(total[j]), np.tensordot(post, TH[:, j], axes=1))
 
 
-def family_fits(kind: str, data, library: Library | None, families: tuple[Family, ...]) -> dict[str, Fit]:
-    """Every family's fit for one task. ``data`` is the task's sufficient statistics
+def mixed_curve(E: np.ndarray, TH: np.ndarray, log_weights: np.ndarray | None = None) -> Curve:
+    """One family's :class:`Curve` from per-centre arrays ``E`` ``(k, n_omega)`` and ``TH``
+    ``(k, n_omega, d + 1)``: row 0 alone (``log_weights=None``), or the mixture of every row
+    with prior weights ``exp(log_weights)``, whose evidence at each ``omega`` is
+    ``log sum_k w_k exp(E_k)`` and whose posterior mean weighs each centre's mode by its
+    posterior probability at that ``omega``."""
+    if log_weights is None:
+        return Curve(E[0].copy(), TH[0].copy())
+    W = E + log_weights[:, None]
+    top = W.max(axis=0)
+    top = np.where(np.isfinite(top), top, 0.0)
+    post = np.exp(W - top[None, :])
+    norm = post.sum(axis=0)
+    with np.errstate(divide="ignore"):
+        total = top + np.log(norm)  # logsumexp over the centres (scipy's is slower at this size)
+    post /= np.where(norm > 0, norm, 1.0)[None, :]
+    return Curve(total, np.einsum("ko,kod->od", post, TH))
+
+
+def family_curves(kind: str, data, library: Library | None, families: tuple[Family, ...]) -> dict[str, Curve]:
+    """Every family's :class:`Curve` for one task. ``data`` is the task's sufficient statistics
     ``(n, gram, moment, yy)`` (squared loss) or its rows ``(X, y)`` (logistic loss). A family
     the library cannot define (no basis for ``rho > 0``, no representatives for a mixture)
     is left out."""
     d = data[1].shape[0] - 1 if kind == "regression" else data[0].shape[1] - 1
     has_basis = library is not None and library.basis is not None and bool(np.any(library.basis))
     has_centres = library is not None and len(library.centres) > 0
-    fits: dict[str, Fit] = {}
+    curves: dict[str, Curve] = {}
     for rho in sorted({f.rho for f in families}):
         fams = [f for f in families if f.rho == rho and (rho == 0.0 or has_basis)
                 and (not f.centred_on_representatives or has_centres)]
@@ -254,24 +305,138 @@ def family_fits(kind: str, data, library: Library | None, families: tuple[Family
         else:
             E, TH = logistic_fits(data[0], data[1], centres, basis, rho)
         for fam in fams:
-            fits[fam.name] = (best_fit(E[1:], TH[1:], library.log_weights) if fam.centred_on_representatives
-                              else best_fit(E[:1], TH[:1]))
+            curves[fam.name] = (mixed_curve(E[1:], TH[1:], library.log_weights) if fam.centred_on_representatives
+                                else mixed_curve(E[:1], TH[:1]))
+    return curves
+
+
+def family_fits(kind: str, data, library: Library | None, families: tuple[Family, ...]) -> dict[str, Fit]:
+    """Every family's fit for one task at the ``omega`` of largest evidence *for that task*
+    (type-II maximum likelihood task by task; the learners use :func:`posterior_fit` with the
+    stream's :func:`omega_prior` instead). Arguments as :func:`family_curves`."""
+    fits = {}
+    for name, c in family_curves(kind, data, library, families).items():
+        j = int(np.argmax(c.log_evidence))
+        fits[name] = Fit(float(c.log_evidence[j]), c.theta[j])
     return fits
 
 
-def choose_family(evidence: list[dict[str, float | None]], families: tuple[Family, ...]) -> str:
-    """The family used for every task of a stream, from each task's evidence per family
-    (``None`` or missing: the family was not defined for that task, which counts as
-    ``ridge``'s evidence): the largest total, if it beats ``ridge`` by :data:`STRONG_EVIDENCE`."""
-    totals = dict.fromkeys((f.name for f in families), 0.0)
+def omega_prior(log_evidence: np.ndarray, smoothing: float = OMEGA_PRIOR_SMOOTHING,
+                tol: float = OMEGA_PRIOR_TOL) -> tuple[np.ndarray, float]:
+    """The stream's prior over the ``omega`` grid, estimated from every task's evidence curve.
+
+    ``log_evidence`` is ``(tasks, n_omega)``: task ``t``'s log evidence at each ``omega``.
+    Each task's ``omega`` is taken as a draw from a distribution ``pi`` on the grid (a
+    hierarchical model); the stream's marginal likelihood is
+    ``L(pi) = sum_t log sum_j pi_j exp(E_tj)``, and ``pi`` is its maximum a posteriori
+    estimate under a Dirichlet(1 + ``smoothing``) prior: the maximiser over the simplex of
+    ``L(pi) + smoothing * sum_j log pi_j`` (Laplace's rule of succession for ``smoothing = 1``:
+    every grid point counted once before any task is seen, so ``pi`` keeps every ``omega``
+    possible and a stream of a few tasks is not held to the ones they happened to pick).
+    ``smoothing = 0`` gives the nonparametric maximum-likelihood mixing distribution (Kiefer &
+    Wolfowitz 1956), to within ``tol`` nats. The objective is concave; it is maximised by
+    Newton steps on the plane ``sum_j pi_j = 1`` from the uniform ``pi`` — with ``smoothing >
+    0`` the prior is itself a log-barrier, for ``0`` a barrier method (Boyd & Vandenberghe
+    2004, sec. 11.3) lowers ``tau`` until the duality gap ``n_omega * tau`` is at most ``tol``.
+    Returns ``(log pi, L(pi))``.
+
+    Many tasks with alike signal-to-noise share their ``omega``, where one task's best
+    ``omega`` is noisy and often at an edge of the grid (``omega -> 0``: the task equals the
+    prior's centre).
+    """
+    E = np.asarray(log_evidence, dtype=float)
+    if E.ndim != 2 or E.shape[0] == 0:
+        raise ValueError("omega_prior needs a (tasks, n_omega) array with at least one task")
+    top = E.max(axis=1, keepdims=True)
+    lik = np.exp(E - top)  # (T, J), every row's largest entry is 1
+    J = lik.shape[1]
+    pi = np.full(J, 1.0 / J)
+    if smoothing > 0:  # the prior's own log-barrier: one Newton centring at tau = smoothing
+        tau = final = float(smoothing)
+    else:  # plain maximum likelihood: a barrier path down to a duality gap of tol
+        tau, final = max(_BARRIER_START, tol / J), tol / J
+
+    def barrier(p):
+        return -float(np.sum(np.log(lik @ p))) - tau * float(np.sum(np.log(p)))
+
+    while True:
+        value = barrier(pi)
+        for _ in range(_NEWTON_MAX_STEPS):
+            A = lik / (lik @ pi)[:, None]
+            grad = -A.sum(axis=0) - tau / pi
+            H = A.T @ A
+            H[np.diag_indices(J)] += tau / (pi * pi)
+            # the Newton step on the plane sum(pi) = 1: d = -H^-1 (grad + nu 1) with 1'd = 0
+            sol = np.linalg.solve(H, np.column_stack([grad, np.ones(J)]))
+            d = -(sol[:, 0] - (sol[:, 0].sum() / sol[:, 1].sum()) * sol[:, 1])
+            decrement = -float(grad @ d)
+            if decrement <= _NEWTON_TOL:
+                break
+            neg = d < 0
+            step = min(1.0, 0.99 * float(np.min(-pi[neg] / d[neg]))) if np.any(neg) else 1.0
+            while True:  # backtracking (Armijo) inside the simplex
+                trial = pi + step * d
+                trial_value = barrier(trial) if np.all(trial > 0) else np.inf
+                if trial_value <= value - 0.25 * step * decrement or step < 1e-12:
+                    break
+                step *= 0.5
+            if not np.isfinite(trial_value):
+                break
+            pi, value = trial, trial_value
+        if tau <= final:
+            break
+        tau = max(tau / _BARRIER_FACTOR, final)
+    pi = pi / pi.sum()
+    return np.log(pi), float(np.sum(np.log(lik @ pi))) + float(top.sum())
+
+
+def posterior_fit(curve: Curve, log_prior: np.ndarray | None = None) -> Fit:
+    """A task's posterior under a family with ``omega`` drawn from ``exp(log_prior)`` (uniform
+    when ``None``): its log evidence ``log sum_j pi_j exp(E_j)`` and posterior mean
+    ``sum_j P(omega_j | data) theta_j`` (``omega`` integrated out, not maximised)."""
+    E = curve.log_evidence
+    W = E + (np.full(E.size, -np.log(E.size)) if log_prior is None else log_prior)
+    total = float(logsumexp(W))
+    post = np.exp(W - total)
+    return Fit(total, np.tensordot(post, curve.theta, axes=1))
+
+
+def _evidence_curve(value, n_omega: int) -> np.ndarray | None:
+    """A stored evidence value as a curve over the grid: a list is one; a number (a state
+    written before curves were kept: the task's largest evidence) is a flat curve, whose term
+    in the stream's marginal likelihood is that number whatever ``pi`` is: it leaves ``pi``
+    unchanged and adds exactly that number to the stream's total."""
+    if value is None:
+        return None
+    arr = np.asarray(value, dtype=float)
+    if arr.ndim == 0:
+        return np.full(n_omega, float(arr))
+    return arr if arr.size == n_omega else None
+
+
+def choose_family(evidence: list[dict[str, list[float] | float | None]], families: tuple[Family, ...],
+                  n_omega: int) -> tuple[str, dict[str, np.ndarray]]:
+    """The family used for every task of a stream and each family's prior over ``omega``.
+
+    ``evidence`` holds each task's evidence curve per family (``None`` or missing: the family
+    was not defined for that task, which counts as ``ridge``'s curve). Each family's stream
+    total is its log marginal likelihood at its :func:`omega_prior`; the family with the
+    largest total is used if it beats ``ridge`` by :data:`STRONG_EVIDENCE`. Returns the
+    family's name and ``{family: log pi}`` (empty for an empty stream: ``pi`` uniform)."""
+    rows: dict[str, list[np.ndarray]] = {f.name: [] for f in families}
     for ev in evidence:
-        base = ev.get(RIDGE.name)
+        base = _evidence_curve(ev.get(RIDGE.name), n_omega)
         if base is None:
             continue
-        for name in totals:
-            value = ev.get(name)
-            totals[name] += base if value is None else value
+        for name in rows:
+            value = _evidence_curve(ev.get(name), n_omega)
+            rows[name].append(base if value is None else value)
+    if not rows[RIDGE.name]:
+        return RIDGE.name, {}
+    totals, priors = {}, {}
+    for name, curves in rows.items():
+        priors[name], totals[name] = omega_prior(np.array(curves))
     best = max(totals, key=totals.get)
     if best != RIDGE.name and totals[best] - totals[RIDGE.name] >= STRONG_EVIDENCE:
-        return best
-    return RIDGE.name
+        return best, priors
+    return RIDGE.name, priors

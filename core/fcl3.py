@@ -146,8 +146,9 @@ class FCL3(LifelongLearner):
         mean under a prior made of the library without the task — ``ridge`` (no transfer),
         ``mixture`` (a mixture of Gaussians around the representatives' models, weighted by
         the sizes of their environments) or ``mixture_span`` (the same, with extra prior
-        variance along the span of ``D``), the family chosen for the whole stream and the
-        prior's strength for each task by the evidence (:mod:`core.evidence`). ``"paper"``:
+        variance along the span of ``D``); the family and the distribution of the prior's
+        strength are estimated from the whole stream by the evidence, and each task's
+        posterior mean integrates the strength out (:mod:`core.evidence`). ``"paper"``:
         ``theta_t = D s_t``, the paper's model.
     """
 

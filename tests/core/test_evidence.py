@@ -141,14 +141,153 @@ def test_mixture_is_the_weighted_sum_of_its_centres():
 
 def test_family_choice_needs_strong_pooled_evidence():
     fams = (ev.RIDGE, ev.Family("mixture", centred_on_representatives=True))
+    # numbers (states written before curves were kept) are flat curves: the totals are the sums
     tasks = [{"ridge": 0.0, "mixture": 1.0}, {"ridge": 0.0, "mixture": 1.0}]
-    assert ev.choose_family(tasks, fams) == "ridge"  # log Bayes factor 2 < 3
+    assert ev.choose_family(tasks, fams, 5)[0] == "ridge"  # log Bayes factor 2 < 3
     tasks.append({"ridge": 0.0, "mixture": 1.5})
-    assert ev.choose_family(tasks, fams) == "mixture"  # 3.5 >= 3
+    assert ev.choose_family(tasks, fams, 5)[0] == "mixture"  # 3.5 >= 3
     # a task without the family counts as ridge: no evidence either way
-    assert ev.choose_family(tasks + [{"ridge": -5.0}], fams) == "mixture"
-    assert ev.choose_family([{"ridge": 0.0, "mixture": -10.0}] * 3, fams) == "ridge"
-    assert ev.choose_family([], fams) == "ridge"
+    assert ev.choose_family(tasks + [{"ridge": -5.0}], fams, 5)[0] == "mixture"
+    assert ev.choose_family([{"ridge": 0.0, "mixture": -10.0}] * 3, fams, 5)[0] == "ridge"
+    assert ev.choose_family([], fams, 5) == ("ridge", {})
+    # curves: each family's total is its stream marginal likelihood at its own prior over omega
+    rng = np.random.default_rng(0)
+    curves = [{"ridge": list(rng.normal(size=4)), "mixture": list(rng.normal(size=4) + 0.8)} for _ in range(6)]
+    name, priors = ev.choose_family(curves, fams, 4)
+    totals = {f: ev.omega_prior(np.array([c[f] for c in curves]))[1] for f in ("ridge", "mixture")}
+    assert name == ("mixture" if totals["mixture"] - totals["ridge"] >= ev.STRONG_EVIDENCE else "ridge")
+    for f in ("ridge", "mixture"):
+        np.testing.assert_allclose(priors[f], ev.omega_prior(np.array([c[f] for c in curves]))[0])
+
+
+def _npmle_scipy(E):
+    """The stream's log marginal likelihood maximised over the simplex by scipy's SLSQP."""
+    top = E.max(axis=1, keepdims=True)
+    lik = np.exp(E - top)
+    J = E.shape[1]
+    res = scipy.optimize.minimize(
+        lambda p: -np.sum(np.log(lik @ p + 1e-300)), np.full(J, 1.0 / J),
+        jac=lambda p: -(lik / (lik @ p + 1e-300)[:, None]).sum(axis=0), bounds=[(0.0, 1.0)] * J,
+        constraints=[{"type": "eq", "fun": lambda p: p.sum() - 1.0, "jac": lambda p: np.ones(J)}],
+        method="SLSQP", options={"ftol": 1e-15, "maxiter": 2000})
+    return -res.fun + top.sum()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_omega_prior_is_the_maximum_likelihood_mixing_distribution(seed):
+    rng = np.random.default_rng(seed)
+    T, J = 40, 9
+    # evidence curves like the real ones: each task peaked near its own omega, with noise
+    peaks = rng.choice([2, 3, 6], size=T)
+    E = -0.8 * (np.arange(J)[None, :] - peaks[:, None]) ** 2 + rng.normal(scale=0.5, size=(T, J)) + 30 * rng.normal(size=(T, 1))
+    log_pi, total = ev.omega_prior(E, smoothing=0.0)
+    pi = np.exp(log_pi)
+    assert pi.sum() == pytest.approx(1.0) and np.all(pi >= 0)
+    # the value it reports is the stream's log marginal likelihood at pi, by hand
+    by_hand = sum(np.log(np.sum(pi * np.exp(E[t]))) for t in range(T))
+    assert total == pytest.approx(by_hand, rel=1e-12, abs=1e-9)
+    # and within the tolerance of the maximum found independently (never above it)
+    best = _npmle_scipy(E)
+    assert best - ev.OMEGA_PRIOR_TOL - 1e-6 <= total <= best + 1e-6
+    # the maximiser's optimality conditions: no grid point has a derivative above T
+    lik = np.exp(E - E.max(axis=1, keepdims=True))
+    grad = lik.T @ (1.0 / (lik @ pi))
+    assert np.max(grad) <= T * (1 + 1e-2)
+
+
+def test_omega_prior_of_one_task_is_its_own_best_omega():
+    E = np.array([[-3.0, 1.0, 4.0, 2.0]])
+    log_pi, total = ev.omega_prior(E, smoothing=0.0)
+    assert total == pytest.approx(4.0, abs=ev.OMEGA_PRIOR_TOL)
+    assert int(np.argmax(log_pi)) == 2 and np.exp(log_pi[2]) > 0.99
+    # with the default Dirichlet prior one task cannot outweigh the grid's a priori counts
+    pi = np.exp(ev.omega_prior(E)[0])
+    assert int(np.argmax(pi)) == 2 and pi[2] < 0.5 and np.all(pi > 0.1)
+
+
+@pytest.mark.parametrize("smoothing", [0.3, 1.0, 4.0])
+def test_smoothed_omega_prior_is_the_dirichlet_map_estimate(smoothing):
+    """Against scipy's SLSQP on the same penalised objective, and against the MAP's fixed point
+    ``pi_j = (sum_t P(omega_j | task t) + a) / (T + J a)`` (the EM step for a Dirichlet(1 + a)
+    prior), which characterises the maximiser independently of how it was found."""
+    rng = np.random.default_rng(int(10 * smoothing))
+    T, J = 30, 8
+    E = rng.normal(scale=3.0, size=(T, J)) + 20 * rng.normal(size=(T, 1))
+    log_pi, total = ev.omega_prior(E, smoothing=smoothing)
+    pi = np.exp(log_pi)
+    lik = np.exp(E - E.max(axis=1, keepdims=True))
+    R = lik * pi
+    R /= R.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(pi, (R.sum(axis=0) + smoothing) / (T + J * smoothing), rtol=1e-6)
+
+    def neg(p):
+        return -(np.sum(np.log(lik @ p)) + smoothing * np.sum(np.log(p)))
+
+    res = scipy.optimize.minimize(neg, np.full(J, 1.0 / J), bounds=[(1e-12, 1.0)] * J, method="SLSQP",
+                                  constraints=[{"type": "eq", "fun": lambda p: p.sum() - 1.0}],
+                                  options={"ftol": 1e-15, "maxiter": 2000})
+    assert neg(pi) <= res.fun + 1e-7
+    np.testing.assert_allclose(pi, res.x, atol=1e-4)
+    assert total == pytest.approx(np.sum(np.log(np.exp(E) @ pi)), rel=1e-12)
+
+
+def test_omega_prior_finds_the_omega_a_stream_shares():
+    """Tasks whose slopes are drawn from N(0, omega0 sigma^2 I) (weak signal, few rows): the
+    stream's maximum-likelihood prior puts its mass next to omega0, while half the tasks alone
+    choose the lower edge of the grid (omega -> 0, "the task is its prior's centre")."""
+    rng = np.random.default_rng(5)
+    d, n, T = 6, 12, 150
+    j0 = 8  # omegas are relative to tr(G) / d
+    curves, best = [], []
+    for _ in range(T):
+        X = rng.normal(size=(n, d))
+        Xd = np.hstack([X, np.ones((n, 1))])
+        Xc = X - X.mean(0)
+        omega0 = ev.GAUSSIAN_OMEGAS[j0] / (np.trace(Xc.T @ Xc) / d)
+        y = 1.0 + X @ (np.sqrt(omega0) * rng.normal(size=d)) + rng.normal(size=n)
+        E, _ = ev.gaussian_fits(n, Xd.T @ Xd, Xd.T @ y, float(y @ y), np.zeros((1, d)), None, 0.0)
+        curves.append(E[0])
+        best.append(int(np.argmax(E[0])))
+    pi = np.exp(ev.omega_prior(np.array(curves), smoothing=0.0)[0])
+    assert pi[j0 - 1:j0 + 2].sum() > 0.9
+    assert np.mean(np.array(best) == 0) > 0.3
+    # the Dirichlet prior keeps every omega the tasks cannot tell apart from omega0's smaller
+    # neighbours (their curves are flat there) and still rules out the larger ones
+    pi = np.exp(ev.omega_prior(np.array(curves))[0])
+    J = pi.size
+    assert pi[:j0 + 2].sum() > 0.75 and np.all(pi[j0 + 4:] < 1.0 / J)
+
+
+def test_posterior_fit_integrates_omega_out():
+    rng = np.random.default_rng(3)
+    curve = ev.Curve(rng.normal(size=6), rng.normal(size=(6, 4)))
+    log_prior = np.log(rng.dirichlet(np.ones(6)))
+    fit = ev.posterior_fit(curve, log_prior)
+    w = np.exp(curve.log_evidence + log_prior)
+    assert fit.log_evidence == pytest.approx(np.log(w.sum()))
+    np.testing.assert_allclose(fit.theta, (w[:, None] * curve.theta).sum(axis=0) / w.sum())
+    uniform = ev.posterior_fit(curve)
+    np.testing.assert_allclose(uniform.theta, ev.posterior_fit(curve, np.full(6, -np.log(6))).theta)
+
+
+def test_family_curves_match_the_per_centre_fits():
+    X, y, Xd = _regression(n=20)
+    data = (X.shape[0], Xd.T @ Xd, Xd.T @ y, float(y @ y))
+    centres = np.array([[1.0, 0.0, -1.0, 0.5], [0.0, 2.0, 0.0, 0.0]])
+    lib = ev.Library(np.ones((4, 2)), centres, np.log(np.array([0.25, 0.75])))
+    fams = (ev.RIDGE, ev.Family("mixture", centred_on_representatives=True))
+    curves = ev.family_curves("regression", data, lib, fams)
+    E, TH = ev.gaussian_fits(*data, np.vstack([np.zeros((1, 4)), centres]), None, 0.0)
+    np.testing.assert_allclose(curves["ridge"].log_evidence, E[0])
+    np.testing.assert_allclose(curves["ridge"].theta, TH[0])
+    for j in range(E.shape[1]):
+        w = np.exp(E[1:, j] - E[1:, j].max()) * np.array([0.25, 0.75])
+        assert curves["mixture"].log_evidence[j] == pytest.approx(
+            E[1:, j].max() + np.log(w.sum()))
+        np.testing.assert_allclose(curves["mixture"].theta[j], (w[:, None] * TH[1:, j]).sum(0) / w.sum())
+    fits = ev.family_fits("regression", data, lib, fams)
+    j = int(np.argmax(curves["mixture"].log_evidence))
+    np.testing.assert_allclose(fits["mixture"].theta, curves["mixture"].theta[j])
 
 
 def test_families_the_library_cannot_define_are_left_out():
@@ -158,3 +297,18 @@ def test_families_the_library_cannot_define_are_left_out():
     assert set(ev.family_fits("regression", data, None, fams)) == {"ridge"}
     lib = ev.Library(np.ones((4, 2)), np.empty((0, 4)), np.empty(0))
     assert set(ev.family_fits("regression", data, lib, fams)) == {"ridge", "subspace"}
+
+
+@pytest.mark.parametrize("smoothing", [0.0, 1.0])
+def test_a_flat_curve_leaves_the_omega_prior_unchanged(smoothing):
+    """A task stored with one number per family (older states) is a flat curve: its term in
+    the stream's likelihood does not depend on pi, so pi is unchanged and the total grows by
+    exactly that number."""
+    rng = np.random.default_rng(7)
+    E = rng.normal(scale=2.0, size=(12, 6))
+    log_pi, total = ev.omega_prior(E, smoothing=smoothing)
+    log_pi2, total2 = ev.omega_prior(np.vstack([E, np.full(6, -4.5)]), smoothing=smoothing)
+    np.testing.assert_allclose(np.exp(log_pi2), np.exp(log_pi), atol=2e-3 if smoothing == 0 else 1e-7)
+    assert total2 == pytest.approx(total - 4.5, abs=ev.OMEGA_PRIOR_TOL if smoothing == 0 else 1e-9)
+    np.testing.assert_allclose(ev._evidence_curve(-4.5, 6), np.full(6, -4.5))
+    assert ev._evidence_curve([1.0, 2.0], 6) is None  # a curve of another grid is ignored
