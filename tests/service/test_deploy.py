@@ -80,8 +80,14 @@ def test_api_image_is_built_from_docker_dockerfile(services):
     cmd = json.loads(re.search(r"^CMD (\[.*\])$", text, re.M).group(1))
     assert [at_defaults(c) for c in services["api"]["command"]] == cmd  # the image's own CMD, same workers
     assert cmd[:2] == ["uvicorn", "service.main:app"]
-    for path in ("pyproject.toml", "core", "service", "alembic.ini", "migrations"):
+    import tomllib
+
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packages = [p.rstrip("*") for p in find["include"]]  # every package `pip install .` must find
+    assert {"core", "service", "fcl3"} <= set(packages)
+    for path in ("pyproject.toml", "alembic.ini", "migrations", *packages):
         assert re.search(rf"^COPY .*\b{re.escape(path)}\b", text, re.M), path
+    assert text.index("COPY fcl3") < text.index("RUN pip install .")  # the app imports its schemas
 
 
 def test_api_replicas_can_scale(services):
