@@ -237,3 +237,25 @@ def test_cli_rejects_unknown_names(capsys):
     assert rb.main(["--models", "Nope", "--quiet"]) == 2
     assert rb.main(["--params", '{"ELLA": {"mu": 1}}', "--models", "STL", "--quiet"]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+def test_cached_baselines_equal_fresh_ones_and_are_used_only_where_they_match(monkeypatch):
+    """``--baselines``: a matching earlier result gives the very baseline a fresh fit gives, and
+    no fit runs; another task count, ``quick`` setting or grid is fitted afresh."""
+    fams = ["reg_d3_few", "clf_clustered"]
+    first = json.loads(json.dumps(json_clean(rb.run_suite(fams, seeds=(0,), models={"STL": _stl},
+                                                            progress=False, quick=True))))
+    fits = []
+    real = rb.run_baseline
+    monkeypatch.setattr(rb, "run_baseline", lambda stream: fits.append(stream.family) or real(stream))
+    again = rb.run_suite(fams, seeds=(0,), models={"STL": _stl}, progress=False, quick=True, baselines=first)
+    assert fits == []
+    for name in fams:
+        assert again["families"][name]["seeds"]["0"]["baseline"]["errors"] == first["families"][name]["seeds"]["0"]["baseline"]["errors"]
+        assert again["families"][name]["ratio"]["STL"] == pytest.approx(first["families"][name]["ratio"]["STL"])
+    rb.run_suite(fams[:1], seeds=(0,), models={"STL": _stl}, progress=False, quick=False, baselines=first)
+    assert fits == ["reg_d3_few"]  # other task counts (quick=False): fitted
+    other_grid = json.loads(json.dumps(first))
+    other_grid["baseline"]["regression"]["alphas"] = other_grid["baseline"]["regression"]["alphas"][:-1]
+    rb.run_suite(fams[:1], seeds=(0,), models={"STL": _stl}, progress=False, quick=True, baselines=other_grid)
+    assert fits == ["reg_d3_few", "reg_d3_few"]
