@@ -9,11 +9,15 @@ docs/design.md, "Online evaluation").
   :class:`core.state.TaskRecord`, in the learner's frozen scaling): the *baseline*. What is
   kept are sums (:func:`batch_sums`), so cumulative figures over any set of batches are exact.
 * **Evaluation sets**: labelled rows per task that are never learned, at most
-  ``EVALUATION_MAX_ROWS`` per task (Algorithm R beyond it). Every committed update rescores,
-  in its own transaction (:meth:`ModelEvaluation.on_commit`), the task it learned and the
-  ``EVALUATION_RESCORE`` other sets whose scores are oldest: the cost per update is bounded by
-  that many task models. An update that learns a new task also queues the accuracy matrix's
-  row (:class:`MatrixJob`: every learned set scored with that version's immutable learner),
+  ``EVALUATION_MAX_ROWS`` per task (Algorithm R beyond it). Every committed update rescores
+  the task it learned and the ``EVALUATION_RESCORE`` other sets whose scores are oldest,
+  chosen in its own transaction (:meth:`ModelEvaluation.on_commit`) and scored just after the
+  commit, with the update lock released, before it answers
+  (:meth:`ModelEvaluation.rescore_sets`: each score is stored unless a later version's is;
+  an update of the same process meanwhile passes over the sets being rescored): the cost per
+  update is bounded by that many task models, none under the lock. An update that learns a
+  new task also queues the accuracy matrix's row (:class:`MatrixJob`: every learned set
+  scored with that version's immutable learner),
   computed after the commit, off the update lock, by a background thread of the process
   (:meth:`ModelEvaluation.matrix_row`); figures in docs/operations.md.
 * **Log**: one ``evaluation_log`` row per committed update (the event stream replays it, the
@@ -34,14 +38,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, Engine, delete, insert, select, update
+from sqlalchemy import Connection, Engine, bindparam, delete, insert, select, update
 
 import core
 from core.losses import sigmoid
 from core.metrics import auc as auc_score
 from core.preprocessing import as_matrix, as_targets, label_convention
 
-from .models import EvaluationLogRow, EvaluationSetRow, EvaluationStateRow, PrequentialTaskRow
+from .models import EvaluationLogRow, EvaluationSetRow, EvaluationStateRow, ModelRow, PrequentialTaskRow
 from .watch import notify
 
 log = logging.getLogger("service.evaluation")
@@ -57,6 +61,39 @@ EPS = float(np.finfo(float).eps)
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+# The commit hook's statements, built once (SET from the parameters given to ``execute``,
+# WHERE from the ``w_*`` ones). The first locks the model's evaluation_state row (a no-op
+# UPDATE: PostgreSQL's row lock, SQLite's write lock) and reads it back with the updated
+# task's prequential sums, in one round trip. Those sums need no lock of their own: only a
+# commit of the model writes them, and the commit already holds the model row's lock.
+_LOCK_STATE = (update(state_t).where(state_t.c.model_name == bindparam("w_model"))
+               .values(revision=state_t.c.revision)
+               .returning(*state_t.c, select(preq_t.c.sums).where(preq_t.c.model_name == bindparam("w_model"),
+                                                                  preq_t.c.task_id == bindparam("w_task"))
+                          .scalar_subquery().label("task_sums")))
+_UPDATE_STATE = update(state_t).where(state_t.c.model_name == bindparam("w_model"))
+_INSERT_STATE = insert(state_t)
+_UPDATE_TASK_SUMS = (update(preq_t).where(preq_t.c.model_name == bindparam("w_model"),
+                                          preq_t.c.task_id == bindparam("w_task"))
+                     .values(n_batches=preq_t.c.n_batches + 1))
+_INSERT_TASK_SUMS = insert(preq_t)
+_INSERT_LOG = insert(log_t)
+# After the commit (:meth:`ModelEvaluation.rescore_sets`): the state row locked and read with the
+# model's identity (its created_at), in one round trip, then its scores written.
+_LOCK_SCORES = (update(state_t).where(state_t.c.model_name == bindparam("w_model"))
+                .values(revision=state_t.c.revision)
+                .returning(state_t.c.scores, select(ModelRow.__table__.c.created_at)
+                           .where(ModelRow.__table__.c.name == bindparam("w_model"))
+                           .scalar_subquery().label("created")))
+_UPDATE_SCORES = update(state_t).where(state_t.c.model_name == bindparam("w_model"))
+
+
+def _freshness(entry: dict | None, pending: int = -1) -> int:
+    """The version a task's current score is of, or will be once a rescoring of this process
+    under way stores it (``pending``)."""
+    return max((entry or {}).get("version", -1), pending)
 
 
 # ----------------------------------------------------------------------------- scores
@@ -244,6 +281,17 @@ class EvaluationSet:
 
 
 @dataclass
+class RescoreJob:
+    """Evaluation sets to rescore just after an update's commit, off the update lock: the
+    learner of ``version`` (immutable: the snapshot the commit served) on ``sets``."""
+
+    version: int
+    created: Any  # the model's created_at (its identity)
+    learner: core.LifelongLearner
+    sets: dict[str, EvaluationSet]
+
+
+@dataclass
 class MatrixJob:
     """An accuracy-matrix row to compute: the learner of ``version`` (immutable: a served
     snapshot) on the evaluation sets of the tasks it had learned."""
@@ -266,6 +314,7 @@ class ModelEvaluation:
         self._sets: dict[str, EvaluationSet] = {}
         self._key: tuple[Any, int] | None = None  # (model created_at, revision) the cache holds
         self._guard = threading.Lock()
+        self._pending: dict[str, int] = {}  # task id -> version of a rescoring under way (rescore_sets)
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._jobs: deque[tuple[MatrixJob, Any]] = deque()
         self._worker: threading.Thread | None = None
@@ -301,23 +350,25 @@ class ModelEvaluation:
 
     # ------------------------------------------------------------------ writes
     def on_commit(self, conn: Connection, p, new_version: int) -> dict[str, Any]:
-        """In the update's commit transaction (after the version compare-and-set): rescore the
-        evaluation sets, fold the batch's prequential sums into the task's and the model's,
-        append the log row. Returns ``{"event", "evaluation", "overall", "rescored"}``."""
+        """In the update's commit transaction (after the version compare-and-set): choose the
+        evaluation sets to rescore after the commit (the learned task's and the oldest others,
+        passing over those this process is rescoring; ``rescore_job``, for :meth:`rescore_sets`),
+        fold the batch's prequential sums into the task's and the model's, append the log row. Returns
+        ``{"event", "evaluation", "overall", "transfer", "rescored", "matrix_job", "rescore_job"}``."""
         learner, result, kind = p.learner, p.result, p.learner.kind
-        state = self._state(conn, lock=True)
+        state = conn.execute(_LOCK_STATE, {"w_model": self.name, "w_task": p.task_id}).mappings().first()
+        task_sums = state["task_sums"] if state else None
         revision = int(state["revision"]) if state else 0
         sets = self._load_sets(conn, p.info.get("created_at"), revision) if revision else {}
         current = dict(state["scores"]) if state else {}
         learned = [t for t in sets if t in learner.tasks_]
+        pending = self._pending
         others = sorted((t for t in learned if t != p.task_id),
-                        key=lambda t: ((current.get(t) or {}).get("version", -1), t))[:self.rescore]
+                        key=lambda t: (_freshness(current.get(t), pending.get(t, -1)), t))[:self.rescore]
         chosen = ([p.task_id] if p.task_id in sets else []) + others
-        for t in chosen:
-            e = sets[t]
-            s = score_rows(learner, t, e.X, e.y)
-            if s is not None:
-                current[t] = {"version": new_version, "scores": scores(kind, s)}
+        rescore = None
+        if chosen:  # scored just after the commit, off the lock (rescore_sets)
+            rescore = RescoreJob(new_version, p.info.get("created_at"), learner, {t: sets[t] for t in chosen})
         summary = dict(state["matrix"]) if state else {}
         job = None
         if result.new_task and self.matrix and learned:  # computed after the commit, off the lock
@@ -328,27 +379,65 @@ class ModelEvaluation:
             evaluation = {"version": new_version, "reason": "update", "task_id": p.task_id, "n_tasks": len(sets),
                           **figures_of(summary)}
         now = _now()
-        values = dict(version=new_version, scores=current, overall=overall, matrix=summary, updated_at=now)
-        if state:
-            conn.execute(update(state_t).where(state_t.c.model_name == self.name).values(**values))
+        values = {"version": new_version, "overall": overall, "matrix": summary, "updated_at": now}
+        if state:  # the scores are not rewritten here: rescore_sets stores them
+            conn.execute(_UPDATE_STATE, {"w_model": self.name, **values})
         else:
-            conn.execute(insert(state_t).values(model_name=self.name, revision=0, **values))
+            conn.execute(_INSERT_STATE, {"model_name": self.name, "revision": 0, "scores": {}, **values})
         if p.prequential is not None:
-            res = conn.execute(update(preq_t).where(preq_t.c.model_name == self.name, preq_t.c.task_id == p.task_id)
-                               .values(n_batches=preq_t.c.n_batches + 1, updated_at=now,
-                                       sums=add_sums(self._task_sums(conn, p.task_id), _plain(p.prequential))))
-            if res.rowcount != 1:
-                conn.execute(insert(preq_t).values(model_name=self.name, task_id=p.task_id, n_batches=1,
-                                                   sums=_plain(p.prequential), updated_at=now))
+            batch = _plain(p.prequential)
+            if not state:  # the model's first update: its sums were not read with the state
+                task_sums = self._task_sums(conn, p.task_id)
+            if task_sums is not None:  # (sums are never stored as JSON null: None is no row)
+                conn.execute(_UPDATE_TASK_SUMS, {"w_model": self.name, "w_task": p.task_id, "updated_at": now,
+                                                 "sums": add_sums(task_sums, batch)})
+            else:
+                conn.execute(_INSERT_TASK_SUMS, {"model_name": self.name, "task_id": p.task_id, "n_batches": 1,
+                                                 "sums": batch, "updated_at": now})
         event = {"version": new_version, "task_id": p.task_id, "new_task": bool(result.new_task),
                  "new_representative": bool(result.new_representative),
                  "n_representatives": int(result.n_representatives), "prequential": scores(kind, p.prequential)}
-        conn.execute(insert(log_t).values(model_name=self.name, version=new_version, task_id=p.task_id,
-                                          new_task=bool(result.new_task), event=event, batch=p.prequential,
-                                          overall=overall, evaluation=evaluation, matrix=None,
-                                          created_at=now))
+        conn.execute(_INSERT_LOG, {"model_name": self.name, "version": new_version, "task_id": p.task_id,
+                                   "new_task": bool(result.new_task), "event": event, "batch": p.prequential,
+                                   "overall": overall, "evaluation": evaluation, "matrix": None, "created_at": now})
         return {"event": event, "evaluation": evaluation, "overall": scores(kind, overall),
-                "transfer": figures_of(summary), "rescored": len(chosen), "matrix_job": job}
+                "transfer": figures_of(summary), "rescored": len(chosen), "matrix_job": job, "rescore_job": rescore}
+
+    def rescore_sets(self, job: RescoreJob) -> int:
+        """Score ``job``'s sets with the learner of ``job.version`` and store each score unless
+        one of a later version is stored already (called by the committing request after its
+        commit, with the update lock released, before it answers). Returns how many scores were
+        stored (0: the model is gone or was created again)."""
+        kind = job.learner.kind
+        with self._guard:  # an update of this process meanwhile picks other sets
+            for t in job.sets:
+                self._pending[t] = max(self._pending.get(t, -1), job.version)
+        try:
+            scored = {}
+            for t, e in job.sets.items():
+                s = score_rows(job.learner, t, e.X, e.y)
+                if s is not None:
+                    scored[t] = scores(kind, s)
+            if not scored:
+                return 0
+            with self.bulk.begin() as conn:
+                state = conn.execute(_LOCK_SCORES, {"w_model": self.name}).mappings().first()
+                if state is None or state["created"] != job.created:
+                    return 0
+                current = dict(state["scores"])
+                stored = 0
+                for t, sc in scored.items():
+                    if (current.get(t) or {}).get("version", -1) < job.version:
+                        current[t] = {"version": job.version, "scores": sc}
+                        stored += 1
+                if stored:
+                    conn.execute(_UPDATE_SCORES, {"w_model": self.name, "scores": current, "updated_at": _now()})
+            return stored
+        finally:
+            with self._guard:
+                for t in job.sets:
+                    if self._pending.get(t) == job.version:
+                        del self._pending[t]
 
     # ------------------------------------------------------------------ the accuracy matrix, off the lock
     #: Matrix rows waiting in one process at most: a new task's update (after its commit, the

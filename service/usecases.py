@@ -113,7 +113,8 @@ def _learn(model: HostedModel, task_id: str, X, y, claim: Claim | None = None):
     Observed: lock wait (``fcl3_lock_wait_seconds``), update time, outcome; one log line per
     committed update (engine time and the time outside it: lock wait, load, scoring, commit).
     The batch is scored before it is learned (prequential) and the model's evaluation is
-    updated in the commit's transaction (:mod:`service.evaluation`)."""
+    updated in the commit's transaction (:mod:`service.evaluation`); the evaluation sets it
+    rescores are scored just after the commit, off the lock, before it answers."""
     t0 = time.perf_counter()
     acquired = None
     outcome = "error"
@@ -146,11 +147,19 @@ def _learn(model: HostedModel, task_id: str, X, y, claim: Claim | None = None):
         metrics.UPDATES.labels(outcome).inc()
         if model.default:
             _observe_served(model.reader)
+    released = time.perf_counter()
+    ev = prepared.evaluated or {}
+    if ev.get("rescore_job") is not None:  # the evaluation sets, off the lock, before answering
+        try:
+            model.evaluation.rescore_sets(ev["rescore_job"])
+        except Exception as exc:  # noqa: BLE001 - the update is committed; those scores stay older
+            log.warning("evaluation sets of model %r not rescored at version %d: %s", model.name, version,
+                        type(exc).__name__)
     done = time.perf_counter()
+    prepared.rescore_seconds, prepared.lock_held_seconds = done - released, released - acquired
     metrics.UPDATE_SECONDS.observe(done - acquired)
     metrics.UPDATE_ENGINE_SECONDS.observe(prepared.engine_seconds)
     r = prepared.result
-    ev = prepared.evaluated or {}
     log.info("model update committed", extra={
         "event": "update", "model": model.name, "task": task_id, "version": version,
         "n_samples": int(prepared.X.shape[0]), "task_n_samples": int(r.n_samples), "new_task": bool(r.new_task),
@@ -159,7 +168,9 @@ def _learn(model: HostedModel, task_id: str, X, y, claim: Claim | None = None):
         "engine_ms": round(prepared.engine_seconds * 1000, 2),
         "outside_ms": round((done - t0 - prepared.engine_seconds) * 1000, 2),
         "prequential_ms": round(prepared.prequential_seconds * 1000, 2),
-        "evaluation_ms": round(prepared.evaluation_seconds * 1000, 2), "evaluation_rescored": ev.get("rescored", 0)})
+        "evaluation_ms": round(prepared.evaluation_seconds * 1000, 2),
+        "rescore_after_commit_ms": round(prepared.rescore_seconds * 1000, 2),
+        "lock_held_ms": round(prepared.lock_held_seconds * 1000, 2), "evaluation_rescored": ev.get("rescored", 0)})
     _observe_evaluation(model, prepared.learner.kind, ev)
     _wake(model)
     if ev.get("matrix_job") is not None:  # the accuracy matrix's row, off the lock (service.evaluation)

@@ -11,10 +11,11 @@ the update lock around :meth:`ModelWriter.prepare` and :meth:`ModelWriter.commit
           UPDATE models SET version = v+1, ... WHERE name = :m AND version = v
           -- 0 rows: someone committed since we read (our lock had expired) -> StaleWrite
           UPSERT tasks (only task_id);  INSERT batches (version v+1)
-          [evaluation: rescore evaluation sets, prequential sums, log row  -- service.evaluation]
+          [evaluation: sets to rescore chosen, prequential sums, log row  -- service.evaluation]
           [UPDATE idempotency_keys SET response  -- with an Idempotency-Key: service.idempotency]
           pg_notify('fcl3_models', :m)      -- PostgreSQL: the other processes' version watch
         COMMIT                              # only now is the batch acknowledged
+    [evaluation sets rescored, lock released]  # then the answer
 
 The lock only saves wasted work; the version compare-and-set is the guard (see
 :mod:`service.locks`).
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import time
 
 import numpy as np
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 import core
@@ -89,11 +90,25 @@ class Prepared:
     prequential_seconds: float = 0.0  # time scoring the batch before it is learned
     #: What the commit's evaluation hook did (service.evaluation.ModelEvaluation.on_commit), once committed
     evaluated: dict[str, Any] | None = None
-    evaluation_seconds: float = 0.0
+    evaluation_seconds: float = 0.0  # time of the commit's evaluation hook (in its transaction)
+    rescore_seconds: float = 0.0  # time rescoring evaluation sets after the commit, off the lock
+    lock_held_seconds: float = 0.0  # from the update lock acquired to its release, once committed
 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+# The commit's statements, built once: the SET clause comes from the parameters given to
+# ``execute`` (column names), the WHERE clause from the ``w_*`` parameters. Building and
+# coercing a statement on every commit cost more than a PostgreSQL round trip.
+_UPDATE_MODEL = update(models_t).where(models_t.c.name == bindparam("w_name"),
+                                       models_t.c.version == bindparam("w_version"))
+_UPDATE_TASK = (update(tasks_t).where(tasks_t.c.model_name == bindparam("w_name"),
+                                      tasks_t.c.task_id == bindparam("w_task"))
+                .values(n_batches=tasks_t.c.n_batches + 1))
+_INSERT_TASK = insert(tasks_t)
+_INSERT_BATCH = insert(batches_t)
 
 
 def _representatives(learner: core.LifelongLearner, previous: list[str], result: core.UpdateResult) -> list[str]:
@@ -226,30 +241,28 @@ class ModelWriter:
         last = result_json(p.result)
         answer = {**last, "version": new_version, "prequential": _evaluation.scores(p.learner.kind, p.prequential)}
         with self.reader.bulk.begin() as conn:
-            res = conn.execute(
-                update(models_t)
-                .where(models_t.c.name == self.name, models_t.c.version == p.base_version)
-                .values(version=new_version, params=p.state.params, meta=p.state.meta, arrays=p.state.arrays,
-                        format_version=p.state.format_version, summary=p.summary, updated_at=now))
+            res = conn.execute(_UPDATE_MODEL, {
+                "w_name": self.name, "w_version": p.base_version, "version": new_version, "params": p.state.params,
+                "meta": p.state.meta, "arrays": p.state.arrays, "format_version": p.state.format_version,
+                "summary": p.summary, "updated_at": now})
             if res.rowcount != 1:
                 raise StaleWrite(
                     f"model {self.name!r} changed since version {p.base_version} was read "
                     "(the update lock expired before the commit); this batch was NOT applied — retry")
             if p.result.new_task:
-                conn.execute(insert(tasks_t).values(
-                    model_name=self.name, task_id=p.task_id, version=new_version, n_samples=p.result.n_samples,
-                    n_batches=1, arrays=task["arrays"], meta=task["meta"], last_update=last,
-                    created_at=now, updated_at=now))
+                conn.execute(_INSERT_TASK, {
+                    "model_name": self.name, "task_id": p.task_id, "version": new_version,
+                    "n_samples": p.result.n_samples, "n_batches": 1, "arrays": task["arrays"], "meta": task["meta"],
+                    "last_update": last, "created_at": now, "updated_at": now})
             else:
-                res = conn.execute(
-                    update(tasks_t).where(tasks_t.c.model_name == self.name, tasks_t.c.task_id == p.task_id)
-                    .values(version=new_version, n_samples=p.result.n_samples, n_batches=tasks_t.c.n_batches + 1,
-                            arrays=task["arrays"], meta=task["meta"], last_update=last, updated_at=now))
+                res = conn.execute(_UPDATE_TASK, {
+                    "w_name": self.name, "w_task": p.task_id, "version": new_version, "n_samples": p.result.n_samples,
+                    "arrays": task["arrays"], "meta": task["meta"], "last_update": last, "updated_at": now})
                 if res.rowcount != 1:
                     raise StaleWrite(f"task {p.task_id!r} row missing; this batch was NOT applied — retry")
-            conn.execute(insert(batches_t).values(
-                model_name=self.name, task_id=p.task_id, version=new_version, n_samples=int(p.X.shape[0]),
-                X=p.X, y=p.y, created_at=now))
+            conn.execute(_INSERT_BATCH, {
+                "model_name": self.name, "task_id": p.task_id, "version": new_version,
+                "n_samples": int(p.X.shape[0]), "X": p.X, "y": p.y, "created_at": now})
             if evaluation is not None:
                 t0 = time.perf_counter()
                 p.evaluated = evaluation.on_commit(conn, p, new_version)
