@@ -20,10 +20,7 @@ Arrays are stored as ``np.save(..., allow_pickle=False)`` bytes (dtype and shape
 from __future__ import annotations
 
 import io
-import struct
-import time
 import zipfile
-import zlib
 from datetime import datetime, timezone
 
 import numpy as np
@@ -46,59 +43,6 @@ def array_from_bytes(b: bytes) -> np.ndarray:
     return np.load(io.BytesIO(b), allow_pickle=False)
 
 
-#: ``.npy`` headers by (dtype, shape, Fortran order): an update writes the same arrays again.
-_NPY_HEADERS: dict[tuple, bytes] = {}
-#: Larger entries (or more of them) go through :mod:`zipfile`, which writes ZIP64 records.
-_ZIP_SMALL = 1 << 30
-
-
-def _npy_parts(a) -> tuple[bytes, bytes]:
-    """The ``.npy`` header and data of ``a``: what ``np.save(allow_pickle=False)`` writes."""
-    a = np.asanyarray(a)
-    if a.dtype.hasobject or type(a) is not np.ndarray:
-        b = array_to_bytes(a)  # refuses objects (allow_pickle=False); other subclasses as before
-        return b, b""
-    fortran = a.flags.f_contiguous and not a.flags.c_contiguous
-    key = (a.dtype, a.shape, fortran)
-    head = _NPY_HEADERS.get(key)
-    if head is None:
-        saved = array_to_bytes(a)
-        head = saved[:len(saved) - a.nbytes]
-        if len(_NPY_HEADERS) < 4096:
-            _NPY_HEADERS[key] = head
-    return head, a.tobytes(order="F" if fortran else "C")
-
-
-def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
-    """``arrays`` as an uncompressed zip of ``<name>.npy`` entries: the format ``np.savez``
-    writes and ``np.load`` reads, built directly (no :class:`zipfile.ZipFile`, whose
-    per-entry bookkeeping cost more than the arrays of a small model)."""
-    parts = [(name, *_npy_parts(a)) for name, a in arrays.items()]
-    if (sum(len(h) + len(d) for _, h, d in parts) >= _ZIP_SMALL or len(parts) >= 0xFFFF
-            or not all(name.isascii() for name, _, _ in parts)):  # ZIP64 or UTF-8 names: zipfile's own
-        buf = io.BytesIO()
-        with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
-            for name, head, data in parts:
-                zf.writestr(f"{name}.npy", head + data)
-        return buf.getvalue()
-    t = time.localtime()
-    dostime = t.tm_hour << 11 | t.tm_min << 5 | t.tm_sec // 2
-    dosdate = (t.tm_year - 1980) << 9 | t.tm_mon << 5 | t.tm_mday
-    out, central, offset = [], [], 0
-    for name, head, data in parts:
-        fname = name.encode() + b".npy"
-        size = len(head) + len(data)
-        crc = zlib.crc32(data, zlib.crc32(head))
-        local = struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, 0, dostime, dosdate, crc, size, size, len(fname), 0)
-        out += (local, fname, head, data)
-        central.append(struct.pack("<4s6H3L5H2L", b"PK\x01\x02", 3 << 8 | 20, 20, 0, 0, dostime, dosdate, crc,
-                                   size, size, len(fname), 0, 0, 0, 0, 0o600 << 16, offset) + fname)
-        offset += len(local) + len(fname) + size
-    cd = b"".join(central)
-    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, len(parts), len(parts), len(cd), offset, 0)
-    return b"".join(out) + cd + end
-
-
 class NDArray(TypeDecorator):
     """One numpy array as ``.npy`` bytes (never pickle)."""
 
@@ -106,7 +50,7 @@ class NDArray(TypeDecorator):
     cache_ok = True
 
     def process_bind_param(self, value, dialect):
-        return None if value is None else b"".join(_npy_parts(value))
+        return None if value is None else array_to_bytes(value)
 
     def process_result_value(self, value, dialect):
         return None if value is None else array_from_bytes(bytes(value))
@@ -122,7 +66,11 @@ class NDArrayDict(TypeDecorator):
     def process_bind_param(self, value, dialect):
         if value is None:
             return None
-        return npz_bytes(value)
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+            for name, arr in value.items():
+                zf.writestr(f"{name}.npy", array_to_bytes(arr))
+        return buf.getvalue()
 
     def process_result_value(self, value, dialect):
         if value is None:

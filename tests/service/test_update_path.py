@@ -1,78 +1,14 @@
-"""The cost of an update outside the engine: the arrays' encoding (built directly, the bytes
-``zipfile`` and ``np.save`` would write), the statements of a commit, and the evaluation sets
+"""The cost of an update outside the engine: the statements of a commit, and the evaluation sets
 rescored just after the commit, off the update lock (stored before the answer, never over a
 later version's score)."""
 from __future__ import annotations
 
-import io
 import threading
-import time
-import zipfile
 
-import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis.extra import numpy as hnp
 from sqlalchemy import event
 
-from service import models as tables
-from service.models import NDArray, NDArrayDict, array_from_bytes, array_to_bytes, npz_bytes
-
 from .test_evaluation import new_model, settle, stream
-
-RNG = np.random.default_rng(4)
-ARRAYS = {
-    "A": RNG.normal(size=(50, 50)), "fortran": np.asfortranarray(RNG.normal(size=(7, 3))), "scalar": np.array(2.5),
-    "empty": np.zeros((0, 4)), "int": np.arange(5, dtype=np.int32), "bool": np.array([True, False]),
-    "text": np.array(["ab", "c"]), "strided": RNG.normal(size=(6, 6))[:, ::2], "big_endian": np.arange(4, dtype=">f8"),
-    "complex": np.array([1 + 2j]),
-}
-
-
-def zipfile_npz(arrays) -> bytes:
-    """What the service wrote before: zipfile entries of np.save bytes."""
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
-        for name, a in arrays.items():
-            zf.writestr(f"{name}.npy", array_to_bytes(a))
-    return buf.getvalue()
-
-
-def test_npz_bytes_are_the_bytes_zipfile_writes(monkeypatch):
-    fixed = time.localtime()
-    monkeypatch.setattr(time, "localtime", lambda *a: fixed)  # both stamp the entries with the time
-    assert npz_bytes(ARRAYS) == zipfile_npz(ARRAYS)
-    assert npz_bytes(ARRAYS) == zipfile_npz(ARRAYS)  # headers now cached: the same again
-    back = NDArrayDict().process_result_value(npz_bytes(ARRAYS), None)
-    assert list(back) == list(ARRAYS)
-    for name, a in ARRAYS.items():
-        assert back[name].dtype == a.dtype and back[name].shape == a.shape and np.array_equal(back[name], a)
-        assert np.isfortran(back[name]) == np.isfortran(a)
-    assert zipfile.ZipFile(io.BytesIO(npz_bytes(ARRAYS))).testzip() is None
-
-
-def test_npz_bytes_leave_zip64_and_unicode_names_to_zipfile(monkeypatch):
-    arrays = {"ü": np.arange(3.0), "b": np.ones((2, 2))}
-    back = NDArrayDict().process_result_value(npz_bytes(arrays), None)
-    assert set(back) == {"ü", "b"} and np.array_equal(back["ü"], arrays["ü"])
-    monkeypatch.setattr(tables, "_ZIP_SMALL", 0)  # as if the arrays were over 1 GiB
-    back = NDArrayDict().process_result_value(npz_bytes(ARRAYS), None)
-    assert all(np.array_equal(back[k], a) for k, a in ARRAYS.items())
-
-
-def test_npz_bytes_never_pickle():
-    with pytest.raises(ValueError):
-        npz_bytes({"o": np.array([{"a": 1}], dtype=object)})
-    with pytest.raises(ValueError):
-        NDArray().process_bind_param(np.array([{"a": 1}], dtype=object), None)
-
-
-@settings(max_examples=60, deadline=None)
-@given(hnp.arrays(dtype=hnp.scalar_dtypes(), shape=hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)))
-def test_array_column_bytes_are_np_save_bytes(a):
-    assert NDArray().process_bind_param(a, None) == array_to_bytes(a)
-    b = array_from_bytes(NDArray().process_bind_param(a, None))
-    assert b.dtype == a.dtype and b.shape == a.shape and a.tobytes() == b.tobytes()
 
 
 # ----------------------------------------------------------------------------- the commit
