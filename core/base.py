@@ -375,12 +375,11 @@ class LifelongLearner:
         return self._task_model(task_id).copy()
 
     def decision_function(self, task_id: str, X) -> np.ndarray:
-        record = self._record(task_id)
+        self._record(task_id)
         X = as_matrix(X, self.n_features_in_)
         with np.errstate(over="ignore", invalid="ignore"):
-            score = self.scaler_.design(X) @ self._task_model(task_id)
-        del record
-        if not np.all(np.isfinite(score)):
+            score = self.scaler_.linear(X, self._task_model(task_id))
+        if not np.isfinite(score).all():
             raise InputError("the prediction overflowed: the rows' values are too large for this model")
         return score
 

@@ -38,9 +38,8 @@ def as_matrix(X, n_features: int | None, what: str = "X") -> np.ndarray:
         raise InputError(
             f"{what} has {arr.shape[1]} features per row but the model expects {n_features}"
         )
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        r, c = np.argwhere(bad)[0]
+    if not np.isfinite(arr).all():
+        r, c = np.argwhere(~np.isfinite(arr))[0]
         raise InputError(f"{what} contains NaN or infinity (first at row {r}, column {c})")
     return arr
 
@@ -109,6 +108,10 @@ class Scaler:
         """Scaled features with the bias column appended last."""
         Z = (X - self.x_mean) / self.x_scale
         return np.hstack([Z, np.ones((Z.shape[0], 1))])
+
+    def linear(self, X: np.ndarray, theta: np.ndarray) -> np.ndarray:
+        """``design(X) @ theta`` without building the design matrix (the prediction path)."""
+        return ((X - self.x_mean) / self.x_scale) @ theta[:-1] + theta[-1]
 
     def target(self, y: np.ndarray) -> np.ndarray:
         return (y - self.y_mean) / self.y_scale

@@ -8,13 +8,14 @@ URL passwords never reach a log line.
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import logging
+import os
 import re
 import sys
 import time
 import traceback
-import uuid
 
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 
@@ -26,7 +27,13 @@ def valid_request_id(value: str | None) -> str:
     """The client's id if it is 1-64 safe characters, else a fresh one."""
     if value and _SAFE_ID.match(value):
         return value
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()  # 32 random hex digits, as uuid4().hex but without building a UUID
+
+
+@functools.lru_cache(maxsize=4)
+def _utc_second(epoch_second: int) -> str:
+    """``2026-11-26T12:00:00`` of a Unix second (cached: every line of a second shares it)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_second))
 
 
 class JsonFormatter(logging.Formatter):
@@ -35,7 +42,7 @@ class JsonFormatter(logging.Formatter):
         self.redact = redact or (lambda s: s)
 
     def format(self, record: logging.LogRecord) -> str:
-        out = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+        out = {"ts": f"{_utc_second(int(record.created))}.{int(record.msecs):03d}Z",
                "level": record.levelname, "logger": record.name, "message": self.redact(record.getMessage())}
         rid = getattr(record, "request_id", None) or request_id.get()
         if rid:
@@ -66,6 +73,10 @@ _installed: logging.Handler | None = None
 def configure(level: str = "INFO", redact=None) -> None:
     """Send the ``service`` loggers to stderr as JSON lines (idempotent: re-configures in place)."""
     global _installed
+    # The logging HOWTO's optimisations for a line per request: the JSON lines carry no caller
+    # (file, line), thread or process fields, so no record looks them up.
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     logger = logging.getLogger("service")
     if _installed is None:
         _installed = _Stderr()

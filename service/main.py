@@ -23,11 +23,28 @@ from .idempotency import IdempotencyKeys
 from .locks import make_locks
 from .memory import limit_malloc_arenas
 from .watch import make_watch
-from .middleware import BodyLimit, RequestContext
+from .middleware import SHORTCUTS, BodyLimit, RequestContext
 from .api.deps import model_name
 from .security import FORBIDDEN, UNAUTHORIZED, KeyRing, Redactor, require_read, require_write
 
 log = logging.getLogger("service")
+
+
+class ServiceApp(FastAPI):
+    """The FastAPI app, with its hot path first: an HTTP request that a route's shortcut
+    answers (``GET /predict`` of a current model: :data:`service.middleware.SHORTCUTS`) is
+    answered before Starlette's and FastAPI's own layers (error middleware, telemetry, body
+    limit, routing), which cost more than the prediction; every other request goes through
+    the app as usual. Either way it gets its request id, log line and metrics."""
+
+    _context = RequestContext()
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET" and SHORTCUTS:
+            scope["app"] = self
+            if await self._context.shortcut(scope, receive, send):
+                return
+        await super().__call__(scope, receive, send)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -77,6 +94,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         redoc_url=None,  # /redoc is served by the ui router: Redoc's one remote image replaced (offline)
     )
+    # FastAPIOffline is a factory of plain FastAPI apps: the one it built takes the hot path
+    # of ServiceApp (a FastAPI subclass that adds only its __call__).
+    app.__class__ = ServiceApp
     app.state.redact = redact
     app.state.keys = keys
     app.add_middleware(BodyLimit, max_bytes=settings.MAX_BODY_BYTES)

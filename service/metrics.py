@@ -54,11 +54,21 @@ BACKWARD_TRANSFER = Gauge("fcl3_backward_transfer", "Backward transfer over the 
 REFUSED_STATUSES = {401, 403, 404, 409, 413, 422, 503}
 
 
+#: Labelled children of the per-request metrics, by label values: ``labels()`` costs more than
+#: the increment itself, and every request pays it.
+_CHILDREN: dict[tuple, tuple] = {}
+
+
 def observe_status(method: str, status: int, seconds: float) -> None:
-    REQUESTS.labels(method, str(status)).inc()
-    REQUEST_SECONDS.labels(method).observe(seconds)
-    if status in REFUSED_STATUSES:
-        REFUSED.labels(str(status)).inc()
+    children = _CHILDREN.get((method, status))
+    if children is None:
+        children = _CHILDREN[(method, status)] = (
+            REQUESTS.labels(method, str(status)), REQUEST_SECONDS.labels(method),
+            REFUSED.labels(str(status)) if status in REFUSED_STATUSES else None)
+    children[0].inc()
+    children[1].observe(seconds)
+    if children[2] is not None:
+        children[2].inc()
 
 
 def set_model(version: int, n_tasks: int, n_representatives: int) -> None:

@@ -229,10 +229,13 @@ class ModelReader:
         self._install(snap)
         return snap
 
-    def predict(self, task_id: str, X, min_version: int | None = None) -> tuple[list[float], list[float] | None, int]:
+    def predict(self, task_id: str, X, min_version: int | None = None, snap: Snapshot | None = None
+                ) -> tuple[list[float], list[float] | None, int]:
         """Predictions (and P(positive class) for classification) of the served version (at
-        least ``min_version``: :class:`VersionBehind` if the stored model is not there yet)."""
-        snap = self.snapshot(min_version)
+        least ``min_version``: :class:`VersionBehind` if the stored model is not there yet), or
+        of ``snap``, a snapshot :meth:`fresh` just returned."""
+        if snap is None:
+            snap = self.snapshot(min_version)
         learner = snap.learner
         preds = learner.predict(task_id, X)
         probs = learner.predict_proba(task_id, X) if learner.kind == "classification" else None

@@ -265,12 +265,13 @@ def purge_keys(keys: IdempotencyKeys, every: bool = False) -> None:
         log.info("purged %d expired idempotency keys", n, extra={"event": "idempotency_purge"})
 
 
-def predict(model: HostedModel, task_id: str, X, min_version: int | None = None
+def predict(model: HostedModel, task_id: str, X, min_version: int | None = None, snap=None
             ) -> tuple[list[float], list[float] | None, int]:
     """Predictions of the served version, at least ``min_version`` (never waits for the update
-    lock); counted. :class:`VersionBehind` (409) when the stored model is below ``min_version``."""
+    lock), or of ``snap`` (a snapshot :meth:`ModelReader.fresh` just returned); counted.
+    :class:`VersionBehind` (409) when the stored model is below ``min_version``."""
     try:
-        preds, probs, version = model.reader.predict(task_id, X, min_version)
+        preds, probs, version = model.reader.predict(task_id, X, min_version, snap)
     except core.UnknownTaskError:
         raise core.UnknownTaskError(f"unknown task {task_id!r}: model {model.name!r} has not learned it") from None
     finally:
@@ -341,11 +342,15 @@ def _current(model: HostedModel) -> Snapshot:
         return model.reader.snapshot(check=True)
 
 
+_OBSERVED: list = [None]  # the snapshot the served-model gauges were last set from
+
+
 def _observe_served(reader: ModelReader) -> None:
-    """The gauges of the version this process serves (its cached snapshot)."""
+    """The gauges of the version this process serves (its cached snapshot), set when it changes."""
     snap = reader.cached
-    if snap is None:
+    if snap is None or snap is _OBSERVED[0]:
         return
+    _OBSERVED[0] = snap
     summary = snap.info.get("summary") or {}
     n_reps = summary.get("n_representatives", len(summary.get("representatives") or []))
     metrics.set_model(snap.version, len(snap.learner.task_ids), int(n_reps))

@@ -83,11 +83,12 @@ class _Fallback(Exception):
     """The fast path is not sure of this request: answer it through the declared route."""
 
 
-def _answer(model: HostedModel, task_id: str, X, min_version: int | None) -> bytes:
+def _answer(model: HostedModel, task_id: str, X, min_version: int | None, snap=None) -> bytes:
     """The body of the 200: what :func:`_predict` returns, serialised as FastAPI would
-    (``response_model_exclude_none``) but without building and validating the model twice."""
+    (``response_model_exclude_none``) but without building and validating the model twice.
+    ``snap``: the snapshot :meth:`~service.reads.ModelReader.fresh` returned, to answer from."""
     try:
-        preds, probs, version = usecases.predict(model, task_id, X, min_version)
+        preds, probs, version = usecases.predict(model, task_id, X, min_version, snap)
     except core.InputError:
         raise _Fallback from None  # a refused row: the declared route says it, in its words
     finite = all(map(math.isfinite, preds)) and (probs is None or all(map(math.isfinite, probs)))
@@ -112,6 +113,15 @@ def _post_answer(model: HostedModel, settings, body: bytes, min_version: int | N
         raise _Fallback from None
     check_size(settings, len(req.X), map(len, req.X))
     return _answer(model, req.task_id, req.X, min_version)
+
+
+def _query_pairs(query: bytes) -> list[tuple[str, str]]:
+    """What ``request.query_params`` holds (starlette parses with ``parse_qsl`` the same way),
+    without the multidict; a query with nothing to unquote is split directly."""
+    text = query.decode("latin-1")
+    if "%" in text or "+" in text:
+        return parse_qsl(text, keep_blank_values=True)
+    return [tuple(part.split("=", 1)) if "=" in part else (part, "") for part in text.split("&") if part]
 
 
 def _min_version(text: str | None) -> int | None:
@@ -141,8 +151,7 @@ async def _fast(request: Request, inline_only: bool = False) -> Response:
     settings = state.settings
     task_id = text_min_version = None
     x = []
-    # What request.query_params holds (starlette parses the same way), without the multidict.
-    for key, value in parse_qsl(request.scope["query_string"].decode("latin-1"), keep_blank_values=True):
+    for key, value in _query_pairs(request.scope["query_string"]):
         if key == "x":
             x.append(value)
         elif key == "task_id":
@@ -249,13 +258,13 @@ def _register_get(app, path: str) -> None:
 
 async def shortcut(scope, receive, send) -> bool:
     """``GET /predict`` (and ``/models/{name}/predict``) answered before routing, from
-    :class:`service.middleware.RequestContext`: the one-row prediction is the service's hot
-    path, and FastAPI's routing through the app's included routers and its per-request layers
-    (exception middleware, exit stacks, the request-response wrapper) cost more than the
-    prediction itself. Only the complete answer of a current model on the event loop is given
-    here; anything else (an error of any kind, a version to check, a large request, a
-    dependency override) returns False without sending anything, and the request goes on to
-    the app, whose route answers it as always (same routes, same checks: :func:`_fast`)."""
+    :class:`service.main.ServiceApp`: the one-row prediction is the service's hot path, and
+    FastAPI's layers (error middleware, routing through the included routers, dependencies,
+    the request-response wrapper) cost more than the prediction itself. Only the complete
+    answer of a current model on the event loop is given here (:func:`_shortcut_answer`);
+    anything else (an error of any kind, a version to check, a large request, a dependency
+    override) returns False without sending anything, and the request goes on to the app,
+    whose route answers it as always (same checks: :func:`_fast`)."""
     if scope["method"] != "GET":
         return False
     app = scope.get("app")
@@ -269,13 +278,53 @@ async def shortcut(scope, receive, send) -> bool:
             break
     else:
         return False
-    request = Request({**scope, "path_params": match.groupdict()}, receive, send)
     try:
-        response = await _fast(request, inline_only=True)
+        content = _shortcut_answer(app.state, match.groupdict().get("name"), scope)
     except Exception:  # noqa: BLE001 - the route answers it (and raises it again if it must)
         return False
-    await response(scope, receive, send)
+    if content is None:
+        return False
+    await send({"type": "http.response.start", "status": 200, "headers": [
+        (b"content-length", b"%d" % len(content)), (b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": content})
     return True
+
+
+def _shortcut_answer(state, name: str | None, scope) -> bytes | None:
+    """What :func:`_fast` answers to a GET it would answer on the event loop, in a straight
+    line (no Request object, no context manager); None where :func:`_fast` would not."""
+    authorization = None
+    for key, value in scope["headers"]:
+        if key == b"authorization":
+            authorization = value.decode("latin-1")
+            break
+    if not security.may_read(state.keys, authorization):
+        return None
+    if name is None:
+        model = state.model
+    elif is_model_name(name):
+        model = state.models.get(name)
+    else:
+        return None
+    task_id = text_min_version = None
+    x = []
+    for key, value in _query_pairs(scope["query_string"]):
+        if key == "x":
+            x.append(value)
+        elif key == "task_id":
+            task_id = value
+        elif key == "min_version":
+            text_min_version = value
+    if task_id is None or not 1 <= len(task_id) <= 200 or not x:
+        return None
+    min_version = _min_version(text_min_version)
+    if sum(t.count(",") + 1 for t in x) > INLINE_VALUES:
+        return None
+    snap = model.reader.fresh(min_version)
+    if snap is None:
+        return None
+    check_size(state.settings, len(x), (t.count(",") + 1 for t in x))
+    return _answer(model, task_id, parse_rows(x), min_version, snap)
 
 
 router = APIRouter(tags=["prediction"], route_class=PredictRoute)

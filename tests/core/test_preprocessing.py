@@ -1,0 +1,27 @@
+"""The frozen scaling: the prediction path's ``Scaler.linear`` against the design matrix."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.preprocessing import Scaler
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 30), st.integers(1, 12), st.integers(0, 2**32 - 1), st.floats(-1e6, 1e6))
+def test_linear_is_the_design_matrix_times_theta(n, d, seed, offset):
+    rng = np.random.default_rng(seed)
+    X = offset + rng.normal(size=(n, d)) * rng.uniform(0.01, 100, size=d)
+    scaler = Scaler.fit(X, rng.normal(size=n), "regression", standardize=True)
+    theta = rng.normal(size=d + 1)
+    expected = scaler.design(X) @ theta  # bias column appended last, as the learners fit it
+    got = scaler.linear(X, theta)
+    assert got.shape == (n,)
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12 * np.abs(theta).sum())
+
+
+def test_linear_uses_the_last_coefficient_as_the_bias():
+    scaler = Scaler(np.array([1.0, 2.0]), np.array([2.0, 4.0]))
+    # scaled row: ((3-1)/2, (6-2)/4) = (1, 1): 1*10 + 1*100 + 7
+    assert scaler.linear(np.array([[3.0, 6.0]]), np.array([10.0, 100.0, 7.0])).tolist() == [117.0]
