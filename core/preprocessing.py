@@ -18,10 +18,24 @@ import numpy as np
 from .exceptions import InputError
 
 
+def _float_array(X) -> np.ndarray:
+    """``np.asarray(X, dtype=float)``, faster for nested lists of floats (parsed JSON): numpy
+    infers float64 from Python floats in a third of the time it takes to convert each value to
+    a requested dtype. Anything else (ints only, strings, ragged rows) is converted as asked."""
+    if isinstance(X, list):
+        try:
+            arr = np.array(X)
+        except (TypeError, ValueError):
+            arr = None
+        if arr is not None and arr.dtype == np.float64:
+            return arr
+    return np.asarray(X, dtype=float)
+
+
 def as_matrix(X, n_features: int | None, what: str = "X") -> np.ndarray:
     """Validate and convert a feature matrix; raise :class:`InputError` saying what is wrong."""
     try:
-        arr = np.asarray(X, dtype=float)
+        arr = _float_array(X)
     except (TypeError, ValueError) as exc:
         raise InputError(f"{what} must be a 2-D array of numbers: {exc}") from None
     if arr.size == 0:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,3 +26,25 @@ def test_linear_uses_the_last_coefficient_as_the_bias():
     scaler = Scaler(np.array([1.0, 2.0]), np.array([2.0, 4.0]))
     # scaled row: ((3-1)/2, (6-2)/4) = (1, 1): 1*10 + 1*100 + 7
     assert scaler.linear(np.array([[3.0, 6.0]]), np.array([10.0, 100.0, 7.0])).tolist() == [117.0]
+
+
+_cells = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2**70, 2**70), st.booleans(),
+                   st.sampled_from(["1.5", "x", ""]), st.none())
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.lists(_cells, min_size=0, max_size=4), min_size=0, max_size=4))
+def test_float_array_is_asarray_with_float_dtype(rows):
+    """The fast conversion of parsed JSON gives what np.asarray(X, dtype=float) gives, or
+    fails where it fails."""
+    from core.preprocessing import _float_array
+
+    try:
+        expected = np.asarray(rows, dtype=float)
+    except (TypeError, ValueError, OverflowError) as exc:
+        with pytest.raises(type(exc)):
+            _float_array(rows)
+        return
+    got = _float_array(rows)
+    assert got.dtype == np.float64 and got.shape == expected.shape
+    np.testing.assert_array_equal(got, expected)
