@@ -9,11 +9,74 @@ import time
 import httpx
 import pytest
 
-from .conftest import READ_KEY, WRITE_KEY, clustered_stream, post_batch
+from .conftest import READ_KEY, clustered_stream, post_batch
 
 pytestmark = pytest.mark.slow
 
 expect = pytest.importorskip("playwright.sync_api").expect
+
+#: The tasks table's sortable columns, in order (service/ui/static/app.js, COLUMNS).
+COLUMN_KEYS = ["task", "rows", "batches", "lean", "e", "preq", "heldout", "version", "updated"]
+
+
+# ----------------------------------------------------------------------------- helpers
+def _luminance(rgb: tuple[float, float, float]) -> float:
+    """WCAG 2 relative luminance of an sRGB colour (0-255 channels)."""
+    lin = [c / 255 / 12.92 if c / 255 <= 0.04045 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in rgb]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def contrast_ratio(a: str, b: str) -> float:
+    """WCAG 2 contrast ratio of two CSS colours as computed by the browser ("rgb(r, g, b)")."""
+    la, lb = (_luminance(tuple(float(x) for x in re.findall(r"[\d.]+", c)[:3])) for c in (a, b))
+    return (max(la, lb) + 0.05) / (min(la, lb) + 0.05)
+
+
+#: Each value drawn on a heat-map: its cell's fill and its own text fill, as the page computes them
+#: (CSS included), with its font size and weight.
+CELL_TEXT_JS = """(root) => [...root.querySelectorAll("svg.heatmap text.cellvalue")].map((t) => {
+  const cell = t.previousElementSibling, ts = getComputedStyle(t);
+  return {value: t.textContent, cell: getComputedStyle(cell).fill, ink: ts.fill,
+          size: parseFloat(ts.fontSize), weight: Number(ts.fontWeight) || 400};
+})"""
+
+
+def assert_readable(values: list[dict]) -> None:
+    """WCAG AA: 4.5:1, or 3:1 for large text (24 px, or 18.66 px bold)."""
+    assert values, "no value drawn on the heat-map"
+    bad = []
+    for v in values:
+        large = v["size"] >= 24 or (v["size"] >= 18.66 and v["weight"] >= 700)
+        ratio = contrast_ratio(v["cell"], v["ink"])
+        if ratio < (3.0 if large else 4.5):
+            bad.append(f'{v["value"]!r}: {v["ink"]} on {v["cell"]} is {ratio:.2f}:1')
+    assert not bad, f"{len(bad)} of {len(values)} heat-map values are unreadable: " + "; ".join(bad[:8])
+
+
+def assert_no_sideways_scroll(page) -> None:
+    """The page is no wider than the screen, and no table scrolls sideways."""
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    width = page.evaluate("window.innerWidth")
+    assert overflow <= 1, f"the page is {overflow}px wider than a {width}px screen"
+    wide = page.evaluate("""[...document.querySelectorAll(".table-wrap")].filter((w) => w.scrollWidth > w.clientWidth + 1)
+                            .map((w) => `${w.querySelector("table")?.id}: ${w.scrollWidth}px in ${w.clientWidth}px`)""")
+    assert wide == [], f"tables scroll sideways: {wide}"
+
+
+def assert_rows_fit(page, table: str, width: int) -> None:
+    """Every cell of the table's rows is on the screen (horizontally) and says which column it is."""
+    cells = page.evaluate("""(sel) => [...document.querySelectorAll(`${sel} > tbody > tr:not(.detail) > :is(th, td)`)]
+      .filter((c) => !c.colSpan || c.colSpan === 1).map((c) => {
+        const r = c.getBoundingClientRect(), before = getComputedStyle(c, "::before");
+        return {row: c.parentElement.dataset.task ?? c.parentElement.dataset.model, col: c.dataset.label ?? c.tagName,
+                left: r.left, right: r.right, label: c.dataset.label ?? null,
+                shown: before.display !== "none" && before.content !== "none" && before.content !== "normal"};
+      })""", table)
+    assert cells, f"{table} has no row"
+    off = [f'{c["row"]}/{c["col"]} at {c["left"]:.0f}-{c["right"]:.0f}px' for c in cells if c["left"] < -1 or c["right"] > width + 1]
+    assert not off, f"{len(off)} cells of {table} are off a {width}px screen: {off[:6]}"
+    unlabelled = [f'{c["row"]}/{c["col"]}' for c in cells if c["label"] and not c["shown"]]
+    assert not unlabelled, f"cells without their column's name on a narrow screen: {unlabelled[:6]}"
 
 
 def test_docs_render_their_operations_offline(service, context, artifacts):
@@ -129,8 +192,8 @@ def test_without_an_event_stream_the_page_polls(service, context):
 
 def test_the_key_prompt_asks_for_a_read_key(keyed_service, context, artifacts):
     page = context.new_page()
-    api_auth = []
-    page.on("request", lambda r: api_auth.append((r.url, r.headers.get("authorization"))) if "/models" in r.url else None)
+    sent = []  # (method, url, Authorization) of every request the page makes
+    page.on("request", lambda r: sent.append((r.method, r.url, r.headers.get("authorization"))))
     page.goto(keyed_service.url + "/ui")
     dialog = page.get_by_role("dialog", name="API key needed")
     expect(dialog).to_be_visible()
@@ -145,13 +208,16 @@ def test_the_key_prompt_asks_for_a_read_key(keyed_service, context, artifacts):
     expect(page.locator("#models-table").get_by_role("link", name="keyed")).to_be_visible()
     page.locator("#models-table").get_by_role("link", name="keyed").click()
     expect(page.locator("#tasks-body tr")).to_have_count(6)
+    api_auth = [(u, h) for _, u, h in sent if "/models" in u]
     assert ("Bearer " + READ_KEY) in {h for _, h in api_auth}
     assert all(h in (None, "Bearer not-a-key", "Bearer " + READ_KEY) for _, h in api_auth)
+    # the key goes with reads only, and only to this service
+    keyed = [(m, u) for m, u, h in sent if h is not None]
+    assert keyed and all(m == "GET" and u.startswith(keyed_service.url + "/") for m, u in keyed), keyed
     # a write with the same key is refused: the page's key only reads
     r = httpx.post(keyed_service.url + "/models/keyed/tasks/x/data", json={"X": [[0.0] * 5], "y": [0.0]},
                    headers={"Authorization": f"Bearer {READ_KEY}"}, trust_env=False)
     assert r.status_code == 403
-    assert WRITE_KEY not in str(api_auth)
     page.screenshot(path=artifacts / "keyed-dashboard.png")
     page.get_by_role("button", name="Forget").click()  # the key is dropped: the prompt is back
     expect(dialog).to_be_visible()
@@ -176,20 +242,31 @@ def test_a_thousand_tasks_page_and_a_narrow_screen(service, browser, artifacts):
         page.fill("#task-search", "b0999")
         expect(page.locator("#tasks-body tr")).to_have_count(1)
         page.fill("#task-search", "")
-        # keyboard: the search box, then Tab to the next control
+        # keyboard: the search box, then Tab to the next control (the whole table: test_the_tasks_table_from_the_keyboard)
         page.focus("#task-search")
         page.keyboard.type("b05")
         expect(page.locator("#page-info")).to_contain_text("of 100 tasks")
+        page.keyboard.press("Tab")
+        expect(page.locator("#task-env")).to_be_focused()
         assert page.locator("#zmap svg.heatmap rect.cell").count() >= 1000
-        # narrow screen: nothing wider than the viewport but the scrollable tables and charts
-        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-        assert overflow <= 1, f"the page is {overflow}px wider than a 390px screen"
+        # narrow screen: nothing wider than the viewport but the scrollable charts; the tables are
+        # stacked cards, every column on screen
+        assert_no_sideways_scroll(page)
+        assert_rows_fit(page, "#tasks-table", 390)
         page.screenshot(path=artifacts / "narrow-big-model.png", full_page=False)
         page.goto(service.url + "/ui#/models/stream")
         expect(page.locator("#page-info")).to_contain_text("tasks")
-        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-        assert overflow <= 1, f"the page is {overflow}px wider than a 390px screen"
+        expect(page.locator('#tasks-body tr[data-task="task-00"] td[data-col=heldout]')).to_contain_text(
+            "vs" if service.evaluation else "no data yet")
+        assert_no_sideways_scroll(page)
+        assert_rows_fit(page, "#tasks-table", 390)
+        page.locator("#sec-tasks").screenshot(path=artifacts / "narrow-tasks.png")
         page.screenshot(path=artifacts / "narrow-stream-model.png", full_page=True)
+        page.goto(service.url + "/ui#/")
+        expect(page.locator('#models-table tr[data-model="stream"] td.score-cell .score')).to_be_visible()
+        assert_no_sideways_scroll(page)
+        assert_rows_fit(page, "#models-table", 390)
+        page.screenshot(path=artifacts / "narrow-models.png", full_page=True)
         page.set_viewport_size({"width": 1280, "height": 900})
         page.goto(service.url + "/ui#/models/big")
         expect(page.locator("#page-info")).to_contain_text("of 1,000 tasks", timeout=20_000)
@@ -198,3 +275,147 @@ def test_a_thousand_tasks_page_and_a_narrow_screen(service, browser, artifacts):
         ctx.close()
     learn, imported = service.big_seconds
     assert imported < 20, f"importing the 1,000-task model took {imported:.1f}s"
+
+
+def test_the_models_list_shows_each_models_prequential_error(service, context, artifacts):
+    """GET /models lists "prequential": null; the page reads each model (GET /models/{name}) for it."""
+    page = context.new_page()
+    page.goto(service.url + "/ui")
+    cell = page.locator('#models-table tr[data-model="stream"] td.score-cell')
+    expect(cell.locator(".score")).to_be_visible()
+    overall = service.client.get("/models/stream").json()["prequential"]["overall"]
+    assert overall is not None, "the stream model has second batches: it has prequential scores"
+    assert float(cell.locator(".score").inner_text()) == pytest.approx(overall["rmse"], rel=5e-3)
+    assert float(cell.locator(".vs").inner_text().removeprefix("vs ")) == pytest.approx(overall["baseline_rmse"], rel=5e-3)
+    expect(cell).to_contain_text("better" if overall["rmse"] < overall["baseline_rmse"] else "worse")
+    # imported with no batch scored: nothing yet
+    expect(page.locator('#models-table tr[data-model="big"] td.score-cell')).to_have_text("no data yet")
+    page.screenshot(path=artifacts / "models-prequential.png")
+    assert context.errors == []
+
+
+def test_heat_map_values_contrast_with_their_cells(service, context, artifacts):
+    """Every value printed on a heat-map cell contrasts with the cell (WCAG AA), in the page as
+    drawn and over the whole of both colour ramps."""
+    page = context.new_page()
+    page.goto(service.url + "/ui#/models/stream")
+    expect(page.locator("#tasks-body tr").first).to_be_visible()
+    if service.evaluation:
+        expect(page.locator("#acc svg.heatmap text.cellvalue").first).to_be_attached()
+        assert_readable(page.locator("#acc").evaluate(CELL_TEXT_JS))
+        page.locator("#sec-acc").screenshot(path=artifacts / "accuracy-matrix.png")
+    # every colour either ramp can give a cell, drawn by charts.js into the page (so its CSS applies)
+    sweep = page.evaluate("""async () => {
+      const { heatmap, VIRIDIS, BLUES } = await import("./ui/assets/charts.js");
+      const box = document.createElement("div");
+      box.id = "contrast-sweep";
+      const cols = Array.from({ length: 101 }, (_, j) => `c${j}`);
+      box.innerHTML = [VIRIDIS, BLUES].map((stops) => heatmap({ rows: ["r"], cols, cell: { w: 40, h: 18 }, showValues: true,
+        value: (i, j) => j / 100, title: () => "", scale: (v) => v, stops, label: "sweep" })).join("");
+      document.getElementById("acc").append(box);
+      return true;
+    }""")
+    assert sweep
+    values = page.locator("#contrast-sweep").evaluate(CELL_TEXT_JS)
+    assert len(values) == 202
+    assert_readable(values)
+    assert context.errors == []
+
+
+def test_the_tasks_table_from_the_keyboard(service, context, artifacts):
+    """Tab from the search box through the filters, the sort headers, every row and the pager;
+    Enter and Space act, and the focus stays where it was (or moves to a neighbour)."""
+    page = context.new_page()
+    page.goto(service.url + "/ui#/models/big")
+    info = page.locator("#page-info")
+    expect(info).to_contain_text("of 1,000 tasks", timeout=20_000)
+    tab = lambda: page.keyboard.press("Tab")  # noqa: E731
+    page.focus("#task-search")
+    page.keyboard.type("b05")
+    expect(info).to_have_text("1–50 of 100 tasks (filtered from 1,000)")
+    tab()
+    expect(page.locator("#task-env")).to_be_focused()
+    tab()
+    expect(page.locator("#task-size")).to_be_focused()
+    for key in COLUMN_KEYS:
+        tab()
+        button = page.locator(f"#tasks-table button.sort[data-key={key}]")
+        expect(button).to_be_focused()
+        if key == "task":
+            assert page.evaluate("getComputedStyle(document.activeElement).outlineStyle") == "solid"  # focus is visible
+            header = page.locator("#tasks-table th[data-key=task]")
+            page.keyboard.press("Space")
+            expect(header).to_have_attribute("aria-sort", "ascending")
+            expect(button).to_be_focused()
+            page.keyboard.press("Enter")
+            expect(header).to_have_attribute("aria-sort", "descending")
+            page.keyboard.press("Enter")
+            expect(header).to_have_attribute("aria-sort", "ascending")
+            expect(button).to_be_focused()
+    # the rows: one stop per task, in the order shown (b0500 … b0549)
+    ids = [f"b{n:04d}" for n in range(500, 550)]
+    for k, task_id in enumerate(ids):
+        tab()
+        opener = page.locator(f'button.task-open[data-task="{task_id}"]')
+        expect(opener).to_be_focused()
+        if k == 1:
+            page.keyboard.press("Enter")
+            expect(page.locator(f'tr[data-detail="{task_id}"]')).to_contain_text("Assignment")
+            expect(opener).to_have_attribute("aria-expanded", "true")
+            expect(opener).to_be_focused()
+            page.keyboard.press("Space")
+            expect(page.locator(f'tr[data-detail="{task_id}"]')).to_have_count(0)
+            expect(opener).to_have_attribute("aria-expanded", "false")
+            expect(opener).to_be_focused()
+    # the pager: « First and ‹ Previous are disabled on page 1 (skipped)
+    tab()
+    expect(page.locator("#pager button[data-page=next]")).to_be_focused()
+    tab()
+    expect(page.locator("#pager button[data-page=last]")).to_be_focused()
+    page.keyboard.press("Shift+Tab")
+    expect(page.locator("#pager button[data-page=next]")).to_be_focused()
+    page.keyboard.press("Enter")  # to the last page: Next is disabled, the focus moves to Previous
+    expect(info).to_have_text("51–100 of 100 tasks (filtered from 1,000)")
+    expect(page.locator("#pager button[data-page=prev]")).to_be_focused()
+    page.keyboard.press("Space")
+    expect(info).to_have_text("1–50 of 100 tasks (filtered from 1,000)")
+    expect(page.locator("#pager button[data-page=next]")).to_be_focused()
+    page.keyboard.press("Shift+Tab")  # back into the table: its last row
+    expect(page.locator('button.task-open[data-task="b0549"]')).to_be_focused()
+    page.screenshot(path=artifacts / "keyboard.png")
+    assert context.errors == []
+
+
+def test_the_dashboard_only_reads(service, context, artifacts):
+    """Every request the page makes while it is used, live updates included, is a read."""
+    page = context.new_page()
+    seen = []
+    page.on("request", lambda r: seen.append((r.method, r.url, r.post_data)))
+    page.goto(service.url + "/ui")
+    expect(page.locator('#models-table tr[data-model="stream"] td.score-cell .score')).to_be_visible()
+    page.locator("#models-table").get_by_role("link", name="stream").click()
+    expect(page.locator("#live-state")).to_have_text(re.compile("^live"), timeout=10_000)
+    page.locator("nav.jump").get_by_role("button", name="Tasks").click()
+    page.select_option("#z-order", "env")
+    page.fill("#task-search", "task-1")
+    page.fill("#task-search", "")
+    page.get_by_role("button", name="Rows", exact=True).click()
+    page.select_option("#task-size", "25")
+    page.locator("#tasks-body button.task-open").first.click()
+    page.locator("#envs button.env-show").first.click()
+    page.select_option("#task-env", "")
+    _, _, X, y, _, _ = next(iter(clustered_stream(1, seed=11)))
+    out = post_batch(service.client, "stream", "read-only-task", X, y)  # the test writes; the page follows
+    expect(page.locator(f'#feed li[data-version="{out["version"]}"]')).to_contain_text("read-only-task", timeout=10_000)
+    page.get_by_role("link", name="Models", exact=True).first.click()
+    expect(page.locator('#models-table tr[data-model="stream"] td.score-cell .score')).to_be_visible()
+    page.go_back()
+    expect(page.locator("#live-state")).to_have_text(re.compile("^live"), timeout=10_000)
+    urls = [u for _, u, _ in seen]
+    assert any(u.startswith(service.url + "/models/stream/events") for u in urls), "no event stream was read"
+    assert any(u.startswith(service.url + "/models/stream/tasks") for u in urls)
+    writes = [(m, u) for m, u, body in seen if m not in ("GET", "HEAD") or body is not None]
+    assert writes == [], f"the dashboard sent {len(writes)} requests that are not reads: {writes[:5]}"
+    assert [u for u in urls if not u.startswith(("data:", service.url + "/"))] == []
+    assert context.pages == [page]
+    assert context.errors == []

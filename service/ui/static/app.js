@@ -69,6 +69,8 @@ function keepFocus(fn) {
     if (a.id) sel = `#${CSS.escape(a.id)}`;
     else if (a.dataset.page) sel = `button[data-page="${CSS.escape(a.dataset.page)}"]`;
     else if (a.dataset.env) sel = `button[data-env="${CSS.escape(a.dataset.env)}"]`;
+    else if (a.dataset.task) sel = `button.task-open[data-task="${CSS.escape(a.dataset.task)}"]`;
+    else if (a.dataset.key) sel = `button.sort[data-key="${CSS.escape(a.dataset.key)}"]`;
     else if (a.getAttribute("href")) sel = `a[href="${CSS.escape(a.getAttribute("href"))}"]`;
   }
   fn();
@@ -179,13 +181,16 @@ function modelsView() {
   const details = new Map(); // name -> GET /models/{name} (it carries the prequential scores), by version
   async function detail(m) {
     const have = details.get(m.name);
-    if (m.prequential !== undefined || (have && have.version === m.version)) return;
+    // GET /models lists "prequential": null (only GET /models/{name} carries the figures): read the model
+    // unless the list has them or its details are already at this version.
+    if ((m.prequential !== null && m.prequential !== undefined) || (have && have.version === m.version)) return;
     try {
       details.set(m.name, await api.get(`models/${encodeURIComponent(m.name)}`, { signal: ctrl.signal }));
     } catch (err) {
       if (err instanceof api.AuthError || err.name === "AbortError") throw err;
     }
   }
+  const PREQ_HEAD = "Prequential error vs baseline (RMSE or log loss)";
   const preqOf = (m) => (m.prequential ?? details.get(m.name)?.prequential)?.overall ?? null;
 
   async function load() {
@@ -197,13 +202,16 @@ function modelsView() {
     if (!list.models.length) {
       body.innerHTML = `<p class="empty">No model yet. Post a batch (<code>POST /tasks/{task_id}/data</code>) or create one (<code>POST /models</code>); it appears here.</p>`;
     } else {
-      body.innerHTML = `<table class="data" id="models-table"><caption class="sr-only">Models</caption><thead><tr>
-        <th scope="col">Model</th><th scope="col">Kind</th><th scope="col">Estimator</th><th scope="col" class="num">Tasks</th>
-        <th scope="col" class="num">Representatives</th><th scope="col" class="num">Version</th><th scope="col">Last update</th>
-        <th scope="col">Prequential error vs baseline (RMSE or log loss)</th></tr></thead><tbody>${list.models.map((m) => `<tr>
-        <th scope="row"><a href="#/models/${encodeURIComponent(m.name)}">${esc(m.name)}</a></th><td>${esc(m.kind)}</td><td>${esc(m.estimator)}</td>
-        <td class="num">${fmtInt(m.n_tasks)}</td><td class="num">${fmtInt(m.n_representatives)}</td><td class="num">${fmtInt(m.version)}</td>
-        <td>${ago(m.updated_at)}</td><td>${fmtScore(preqOf(m))}</td></tr>`).join("")}</tbody></table>
+      // Explicit roles: on a narrow screen the table is drawn as stacked cards (style.css), which must stay a table.
+      const cell = (label, html, cls = "") => `<td role="cell" data-label="${esc(label)}"${cls ? ` class="${cls}"` : ""}>${html}</td>`;
+      body.innerHTML = `<table class="data stack" id="models-table" role="table"><caption class="sr-only">Models</caption><thead role="rowgroup"><tr role="row">
+        <th scope="col" role="columnheader">Model</th><th scope="col" role="columnheader">Kind</th><th scope="col" role="columnheader">Estimator</th>
+        <th scope="col" role="columnheader" class="num">Tasks</th><th scope="col" role="columnheader" class="num">Representatives</th>
+        <th scope="col" role="columnheader" class="num">Version</th><th scope="col" role="columnheader">Last update</th>
+        <th scope="col" role="columnheader">${PREQ_HEAD}</th></tr></thead><tbody role="rowgroup">${list.models.map((m) => `<tr role="row" data-model="${esc(m.name)}">
+        <th scope="row" role="rowheader"><a href="#/models/${encodeURIComponent(m.name)}">${esc(m.name)}</a></th>${cell("Kind", esc(m.kind))}${cell("Estimator", esc(m.estimator))}
+        ${cell("Tasks", fmtInt(m.n_tasks), "num")}${cell("Representatives", fmtInt(m.n_representatives), "num")}${cell("Version", fmtInt(m.version), "num")}
+        ${cell("Last update", ago(m.updated_at))}${cell(PREQ_HEAD, fmtScore(preqOf(m)), "score-cell")}</tr>`).join("")}</tbody></table>
         ${list.total > list.models.length ? `<p>${fmtInt(list.models.length)} of ${fmtInt(list.total)} models. <button type="button" id="more-models">Show more</button></p>` : ""}`;
       document.getElementById("more-models")?.addEventListener("click", () => { limit = Math.min(1000, limit + 100); refresh(); });
     }
@@ -308,7 +316,7 @@ function modelView(name) {
     } catch { return; } finally { preqBusy = false; }
     if (stopped) return;
     rederive();
-    renderTable(false);
+    keepFocus(() => renderTable(false));
   }
   async function loadEvaluation() {
     try {
@@ -356,9 +364,9 @@ function modelView(name) {
           <label for="task-size">Rows per page</label>
           <select id="task-size"><option>25</option><option selected>50</option><option>100</option><option>250</option></select>
         </div>
-        <div class="table-wrap"><table class="data" id="tasks-table"><caption class="sr-only">Tasks of ${esc(name)}; sortable columns</caption>
-          <thead><tr>${COLUMNS.map((c) => `<th scope="col" class="${c.num ? "num" : ""}" data-key="${c.key}"><button type="button" class="sort" data-key="${c.key}">${esc(c.label)}<span class="arrow" aria-hidden="true"></span></button></th>`).join("")}</tr></thead>
-          <tbody id="tasks-body"></tbody></table></div>
+        <div class="table-wrap"><table class="data stack" id="tasks-table" role="table"><caption class="sr-only">Tasks of ${esc(name)}; sortable columns</caption>
+          <thead role="rowgroup"><tr role="row">${COLUMNS.map((c) => `<th scope="col" role="columnheader" class="${c.num ? "num" : ""}" data-key="${c.key}"><button type="button" class="sort" data-key="${c.key}">${esc(c.label)}<span class="arrow" aria-hidden="true"></span></button></th>`).join("")}</tr></thead>
+          <tbody id="tasks-body" role="rowgroup"></tbody></table></div>
         <div class="pager" id="pager"></div></section>
       <section id="sec-live" tabindex="-1"><h2>Live updates</h2>
         <p class="muted" id="live-help">Updates appear here as they are committed, without reloading.</p>
@@ -595,14 +603,16 @@ function modelView(name) {
     const slice = rows.slice(s.page * s.pageSize, (s.page + 1) * s.pageSize);
     const metric = s.evaluation?.metric;
     const body = document.getElementById("tasks-body");
-    body.innerHTML = slice.length ? slice.map((t) => { const open = s.open.has(t.task_id); return `<tr data-task="${esc(t.task_id)}" class="${s.fresh?.has(t.task_id) ? "fresh" : ""}">
-      <th scope="row"><button type="button" class="link task-open" data-task="${esc(t.task_id)}" aria-expanded="${open}" title="show its assignment Zᵗ and code">${esc(t.task_id)}</button>${t._isRep ? ` <span class="badge" title="a representative task">rep</span>` : ""}</th>
-      <td class="num">${fmtInt(t.n_samples)}</td><td class="num">${fmtInt(t.n_batches)}</td>
-      <td>${t._isRep ? `<span class="muted">itself</span>` : t._lean ? `${esc(t._lean.rep)} <span class="muted">(${fmtNum(t._lean.weight)})</span>` : "—"}</td>
-      <td class="num">${fmtNum(t._e)}</td><td>${fmtScore(t.prequential ?? t._preq, metric)}</td><td>${fmtScore(t._heldout ?? t.evaluation, metric)}</td>
-      <td class="num">${fmtInt(t.version)}</td><td>${ago(t.updated_at)}</td></tr>
-      ${open ? `<tr class="detail" data-detail="${esc(t.task_id)}"><td colspan="${COLUMNS.length}">${taskDetail(t)}</td></tr>` : ""}`; }).join("")
-      : `<tr><td colspan="${COLUMNS.length}" class="empty">${s.tasks.length ? "No task matches." : "No task learned yet."}</td></tr>`;
+    const label = Object.fromEntries(COLUMNS.map((c) => [c.key, c.label]));
+    const cell = (key, html, cls = "") => `<td role="cell" data-label="${esc(label[key])}" data-col="${key}"${cls ? ` class="${cls}"` : ""}>${html}</td>`;
+    body.innerHTML = slice.length ? slice.map((t) => { const open = s.open.has(t.task_id); return `<tr role="row" data-task="${esc(t.task_id)}" class="${s.fresh?.has(t.task_id) ? "fresh" : ""}">
+      <th scope="row" role="rowheader"><button type="button" class="link task-open" data-task="${esc(t.task_id)}" aria-expanded="${open}" title="show its assignment Zᵗ and code">${esc(t.task_id)}</button>${t._isRep ? ` <span class="badge" title="a representative task">rep</span>` : ""}</th>
+      ${cell("rows", fmtInt(t.n_samples), "num")}${cell("batches", fmtInt(t.n_batches), "num")}
+      ${cell("lean", t._isRep ? `<span class="muted">itself</span>` : t._lean ? `${esc(t._lean.rep)} <span class="muted">(${fmtNum(t._lean.weight)})</span>` : "—")}
+      ${cell("e", fmtNum(t._e), "num")}${cell("preq", fmtScore(t.prequential ?? t._preq, metric), "score-cell")}${cell("heldout", fmtScore(t._heldout ?? t.evaluation, metric), "score-cell")}
+      ${cell("version", fmtInt(t.version), "num")}${cell("updated", ago(t.updated_at))}</tr>
+      ${open ? `<tr role="row" class="detail" data-detail="${esc(t.task_id)}"><td role="cell" colspan="${COLUMNS.length}">${taskDetail(t)}</td></tr>` : ""}`; }).join("")
+      : `<tr role="row"><td role="cell" colspan="${COLUMNS.length}" class="empty">${s.tasks.length ? "No task matches." : "No task learned yet."}</td></tr>`;
     body.querySelectorAll("button.task-open").forEach((b) => b.addEventListener("click", () => {
       const id = b.dataset.task;
       if (s.open.has(id)) s.open.delete(id); else s.open.add(id);
@@ -626,7 +636,11 @@ function modelView(name) {
       const p = b.dataset.page;
       s.page = p === "first" ? 0 : p === "prev" ? s.page - 1 : p === "next" ? s.page + 1 : pages - 1;
       renderTable();
-      pager.querySelector(`button[data-page="${p}"]:not([disabled])`)?.focus();
+      const order = p === "first" || p === "prev" ? [p, "next", "last"] : [p, "prev", "first"];
+      for (const q of order) {
+        const next = pager.querySelector(`button[data-page="${q}"]:not([disabled])`);
+        if (next) { next.focus(); break; }
+      }
     }));
     if (fetchScores) fetchVisiblePreq(slice);
   }
@@ -729,7 +743,7 @@ function modelView(name) {
   function onEvent({ event, data }) {
     if (stopped) return;
     if (event === "update" || (event === "message" && data && data.task_id !== undefined)) onUpdate(data);
-    else if (event === "evaluation") soon("evaluation", async () => { await loadEvaluation(); rederive(); renderCards(); renderPreq(); renderAcc(); renderTable(false); }, 300);
+    else if (event === "evaluation") soon("evaluation", async () => { await loadEvaluation(); rederive(); keepFocus(() => { renderCards(); renderPreq(); renderAcc(); renderTable(false); }); }, 300);
     else if (event === "reset") {
       soon("reset", async () => {
         if (data && data.version === null) { pushFeed(null, `<strong>the model is gone</strong> (deleted)`); renderFeed(); return; }

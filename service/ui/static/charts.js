@@ -22,10 +22,20 @@ export const VIRIDIS = ["#440154", "#3b528b", "#21918c", "#5ec962", "#fde725"].m
 
 export const color = (stops, t) => lerpColor(stops, t);
 
-/** Dark or light text for a cell of this colour (contrast on the fill). */
+/** WCAG 2 relative luminance of "rgb(r,g,b)". */
+function luminance(rgb) {
+  const [r, g, b] = rgb.match(/\d+/g).map((c) => {
+    const s = Number(c) / 255;
+    return s <= 0.04045 ? s / 12.92 : ((s + 0.055) / 1.055) ** 2.4;
+  });
+  return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+}
+
+/** Black or white text for a cell of this colour: whichever contrasts more (WCAG ratio; at
+ * least 4.58:1 on any fill). The value text must not be restyled by CSS (style.css). */
 export function inkFor(rgb) {
-  const [r, g, b] = rgb.match(/\d+/g).map(Number);
-  return 0.299 * r + 0.587 * g + 0.114 * b > 150 ? "#111" : "#fff";
+  const L = luminance(rgb);
+  return (L + 0.05) / 0.05 >= 1.05 / (L + 0.05) ? "#000" : "#fff";
 }
 
 /**
