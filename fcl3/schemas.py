@@ -101,7 +101,7 @@ class ModelOut(BaseModel):
     created_with: dict[str, Any] = Field(..., description="The FCL3_* settings the model was created with.")
     version: int
     n_tasks: int
-    n_batches: int
+    n_batches: int = Field(..., description="Batches the model has learned (over all its tasks).")
     n_representatives: int
     representatives: list[str]
     created_at: UtcDatetime

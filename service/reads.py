@@ -244,13 +244,14 @@ class ModelReader:
 
     # ------------------------------------------------------------------ rows, uncached
     def model_info(self) -> dict[str, Any]:
-        """The model row without arrays, with its task and batch counts."""
+        """The model row without arrays, with its task and batch counts (batches learned, from
+        the tasks' counts: an imported model has learned batches it has not stored)."""
         with self._autocommit.connect() as conn:
             row = conn.execute(select(*_MODEL_INFO_COLS).where(models_t.c.name == self.name)).mappings().first()
             if row is None:
                 raise ModelMissing(self.name)
-            n_tasks = conn.execute(select(func.count()).select_from(tasks_t).where(tasks_t.c.model_name == self.name)).scalar()
-            n_batches = conn.execute(select(func.count()).select_from(batches_t).where(batches_t.c.model_name == self.name)).scalar()
+            n_tasks, n_batches = conn.execute(select(func.count(), func.coalesce(func.sum(tasks_t.c.n_batches), 0))
+                                              .where(tasks_t.c.model_name == self.name)).one()
         return {**row, "n_tasks": int(n_tasks), "n_batches": int(n_batches)}
 
     def list_tasks(self, offset: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
@@ -282,7 +283,8 @@ def list_models(engine: Engine, offset: int = 0, limit: int = 100) -> tuple[int,
     of ``limit`` of them from ``offset``, by name."""
     # Correlated counts: computed for the listed models only, each on its primary-key prefix.
     n_tasks = select(func.count()).where(tasks_t.c.model_name == models_t.c.name).scalar_subquery()
-    n_batches = select(func.count()).where(batches_t.c.model_name == models_t.c.name).scalar_subquery()
+    n_batches = select(func.coalesce(func.sum(tasks_t.c.n_batches), 0)).where(
+        tasks_t.c.model_name == models_t.c.name).scalar_subquery()
     q = (select(*_MODEL_INFO_COLS, n_tasks.label("n_tasks"), n_batches.label("n_batches"))
          .order_by(models_t.c.name).offset(offset).limit(limit))
     with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
