@@ -193,7 +193,8 @@ class ModelPrequential(BaseModel):
 
 
 class EvaluationRows(Batch):
-    """Labelled held-out rows of one task: never learned, scored after every update."""
+    """Labelled held-out rows of one task: never learned; rescored after its task's updates and,
+    a bounded number per update (EVALUATION_RESCORE), after other tasks' updates."""
 
 
 class EvaluationRowsOut(BaseModel):

@@ -19,7 +19,11 @@ docs/design.md, "Online evaluation").
   new task also queues the accuracy matrix's row (:class:`MatrixJob`: every learned set
   scored with that version's immutable learner),
   computed after the commit, off the update lock, by a background thread of the process
-  (:meth:`ModelEvaluation.matrix_row`); figures in docs/operations.md.
+  (:meth:`ModelEvaluation.matrix_row`); figures in docs/operations.md. The row is marked
+  *due* in ``evaluation_state.matrix`` by the commit and unmarked when stored, so a row whose
+  process died first is computed by the model's next update, on whichever process takes it,
+  with the snapshot that update starts from: the learner of that very version
+  (:meth:`ModelEvaluation._due_rows`).
 * **Log**: one ``evaluation_log`` row per committed update (the event stream replays it, the
   recent prequential window and the series over versions are read from it).
 
@@ -33,7 +37,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -301,6 +305,11 @@ class MatrixJob:
     created: Any  # the model's created_at (its identity)
     learner: core.LifelongLearner
     sets: dict[str, EvaluationSet]
+    #: Rows of earlier versions to compute first: a due row whose process died (see
+    #: :meth:`ModelEvaluation._due_rows`).
+    also: list["MatrixJob"] = field(default_factory=list)
+    #: A row recovered by a later update: skipped if another process stored it meanwhile.
+    recovered: bool = False
 
 
 class ModelEvaluation:
@@ -317,6 +326,12 @@ class ModelEvaluation:
         self._pending: dict[str, int] = {}  # task id -> version of a rescoring under way (rescore_sets)
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._jobs: deque[tuple[MatrixJob, Any]] = deque()
+        #: (model created_at, version) of the matrix rows this process has queued or is computing
+        self._claimed: set[tuple[Any, int]] = set()
+        #: The model's :class:`service.reads.ModelReader` (set by :class:`service.usecases.HostedModel`):
+        #: its cached snapshot is the version an update starts from, the learner a due row of
+        #: that version needs. None: due rows are not recovered by this process.
+        self.reader = None
         self._worker: threading.Thread | None = None
         self._idle = threading.Event()
         self._idle.set()
@@ -370,9 +385,23 @@ class ModelEvaluation:
         if chosen:  # scored just after the commit, off the lock (rescore_sets)
             rescore = RescoreJob(new_version, p.info.get("created_at"), learner, {t: sets[t] for t in chosen})
         summary = dict(state["matrix"]) if state else {}
+        created = p.info.get("created_at")
         job = None
+        due, lost = self._due_rows(summary.get("due") or [], p, created, sets)
         if result.new_task and self.matrix and learned:  # computed after the commit, off the lock
-            job = MatrixJob(new_version, p.task_id, p.info.get("created_at"), learner, {t: sets[t] for t in learned})
+            job = MatrixJob(new_version, p.task_id, created, learner, {t: sets[t] for t in learned})
+            due.append([new_version, p.task_id])
+            with self._guard:
+                self._claimed.add((created, new_version))
+        if lost is not None:  # a row whose process died: computed first
+            if job is None:
+                job = lost
+            else:
+                job.also.append(lost)
+        if due:
+            summary["due"] = due
+        else:
+            summary.pop("due", None)
         overall = add_sums(state["overall"] if state else None, _plain(p.prequential))
         evaluation = None
         if sets:
@@ -402,6 +431,43 @@ class ModelEvaluation:
                                    "overall": overall, "evaluation": evaluation, "matrix": None, "created_at": now})
         return {"event": event, "evaluation": evaluation, "overall": scores(kind, overall),
                 "transfer": figures_of(summary), "rescored": len(chosen), "matrix_job": job, "rescore_job": rescore}
+
+    def _due_rows(self, due: list, p, created: Any, sets: dict[str, EvaluationSet]
+                  ) -> tuple[list, MatrixJob | None]:
+        """The accuracy-matrix rows still due after this commit, and the job of the one it
+        recovers (or None).
+
+        A new task's commit marks its row due (``[version, task_id]`` in ``evaluation_state.matrix``)
+        and :meth:`matrix_row` unmarks it when stored: a row still due that this process is not
+        computing was lost (its process died after the commit) or is being computed by another
+        process. The update of version ``v + 1`` holds the learner of version ``v`` (the
+        snapshot it starts from, this process's cached one), so a row due at ``v`` is computed
+        again after this commit (the first row stored wins: a duplicate is only CPU). A row due
+        at an earlier version can no longer be computed here (that version's learner is gone):
+        it is no longer marked, with a warning (its own process, if alive, still stores it)."""
+        keep, job = [], None
+        with self._guard:
+            claimed = set(self._claimed)
+        for v, task in due:
+            v = int(v)
+            if (created, v) in claimed:  # this process is on it
+                keep.append([v, task])
+                continue
+            snap = self.reader.cached if (self.reader is not None and v == p.base_version) else None
+            if (self.matrix and snap is not None and snap.version == v and snap.info.get("created_at") == created
+                    and task in getattr(snap.learner, "tasks_", {})):
+                learned = {t: e for t, e in sets.items() if t in snap.learner.tasks_}
+                if learned:
+                    job = MatrixJob(v, task, created, snap.learner, learned, recovered=True)
+                    with self._guard:
+                        self._claimed.add((created, v))
+                    keep.append([v, task])
+                    continue
+            if self.matrix:
+                log.warning("accuracy-matrix row of model %r at version %d (task %r) not stored yet, and no later "
+                            "update can compute it (that version's learner is gone): missing from the matrix "
+                            "unless the process that committed it stores it", self.name, v, task)
+        return keep, job
 
     def rescore_sets(self, job: RescoreJob) -> int:
         """Score ``job``'s sets with the learner of ``job.version`` and store each score unless
@@ -454,7 +520,9 @@ class ModelEvaluation:
                     break
             time.sleep(0.01)
         with self._guard:
-            self._jobs.append((job, done))
+            for j in (*job.also, job):
+                self._jobs.append((j, done))
+                self._claimed.add((j.created, j.version))
             self._idle.clear()
             if self._worker is None:
                 self._worker = threading.Thread(target=self._work, name=f"fcl3-matrix-{self.name}", daemon=True)
@@ -476,9 +544,12 @@ class ModelEvaluation:
                 figures = self.matrix_row(job)
                 if done is not None and figures is not None:
                     done(figures)
-            except Exception as exc:  # noqa: BLE001 - the row is lost, the model is not
+            except Exception as exc:  # noqa: BLE001 - the row stays due: the next update computes it
                 log.warning("accuracy-matrix row of model %r at version %d not stored: %s", self.name, job.version,
                             type(exc).__name__)
+            finally:
+                with self._guard:
+                    self._claimed.discard((job.created, job.version))
 
     def matrix_row(self, job: MatrixJob) -> dict[str, float | None] | None:
         """Score every set with the learner of ``job.version``, store the row in that version's
@@ -487,6 +558,12 @@ class ModelEvaluation:
         Returns the figures (None: the model is gone or was created again)."""
         learner, kind = job.learner, job.learner.kind
         higher = MATRIX_METRIC[kind][1]
+        if job.recovered:  # the process computing it may still be alive: nothing to do if it stored it
+            with self._autocommit.connect() as conn:
+                if conn.execute(select(log_t.c.version).where(
+                        log_t.c.model_name == self.name, log_t.c.version == job.version,
+                        log_t.c.matrix.is_(None))).first() is None:
+                    return None
         entries, scored = {}, {}
         for t, e in job.sets.items():
             s = score_rows(learner, t, e.X, e.y)
@@ -501,8 +578,9 @@ class ModelEvaluation:
             if state is None or created != job.created:
                 return None
             res = conn.execute(update(log_t).where(log_t.c.model_name == self.name, log_t.c.version == job.version,
-                                                   log_t.c.task_id == job.task_id).values(matrix=entries))
-            if res.rowcount != 1:
+                                                   log_t.c.task_id == job.task_id, log_t.c.matrix.is_(None))
+                               .values(matrix=entries))
+            if res.rowcount != 1:  # stored already (by another process: the first one wins), or gone
                 return None
             current = dict(state["scores"])
             for t, sc in scored.items():
@@ -514,8 +592,12 @@ class ModelEvaluation:
                         log_t.c.model_name == self.name, log_t.c.matrix.is_not(None)).order_by(log_t.c.version))]
             columns = sorted({t for r in rows for t in r["scores"]})
             figures = transfer(columns, rows, higher)
+            summary = {"rows": len(rows), "task_id": job.task_id, **figures}
+            due = [d for d in (state["matrix"] or {}).get("due") or [] if int(d[0]) != job.version]
+            if due:
+                summary["due"] = due
             conn.execute(update(state_t).where(state_t.c.model_name == self.name).values(
-                scores=current, matrix={"rows": len(rows), "task_id": job.task_id, **figures}, updated_at=_now()))
+                scores=current, matrix=summary, updated_at=_now()))
             notify(conn, self.name)
         return figures
 

@@ -61,8 +61,11 @@ class HostedModel:
         (the default model only); ``watch``: the process's version watch (:mod:`service.watch`)."""
         reader = ModelReader(engine, name, bulk_engine, watch)
         keys = keys if keys is not None else IdempotencyKeys(engine, claim_ttl=getattr(locks, "ttl", 30.0))
-        return cls(reader, ModelWriter(reader, model_settings), locks, default, keys,
-                   ModelEvaluation(engine, reader.bulk, name))
+        evaluation = ModelEvaluation(engine, reader.bulk, name)
+        # the snapshot an update starts from is the learner a lost accuracy-matrix row of that
+        # version needs (service.evaluation.ModelEvaluation._due_rows)
+        evaluation.reader = reader
+        return cls(reader, ModelWriter(reader, model_settings), locks, default, keys, evaluation)
 
     @property
     def name(self) -> str:

@@ -433,3 +433,133 @@ def test_keys_evaluation_rows_need_the_write_key_the_reports_a_read_key(make_cli
     for path in ("/evaluation", "/events?max_seconds=0.1"):
         assert c.get(path).status_code == 401
         assert c.get(path, headers=r).status_code == 200
+
+
+def _client(request, make_client, backend, **settings):
+    return make_client(backend, _request=request, **settings) if backend == "postgres" else make_client(**settings)
+
+
+def _sums(kind, y, pred_json):
+    """The additive prequential sums of one batch, from a /predict answer (no baseline)."""
+    if kind == "regression":
+        e = y - np.asarray(pred_json["predictions"])
+        return {"n": len(y), "se": float(e @ e), "ae": float(np.abs(e).sum())}
+    p = np.clip(np.asarray(pred_json["probabilities"]), np.finfo(float).eps, 1 - np.finfo(float).eps)
+    return {"n": len(y), "ll": float(-(y * np.log(p) + (1 - y) * np.log1p(-p)).sum()),
+            "hit": int((np.asarray(pred_json["predictions"]) == y).sum())}
+
+
+def _from_sums(kind, parts):
+    n = sum(p["n"] for p in parts)
+    if kind == "regression":
+        return {"n": n, "rmse": float(np.sqrt(sum(p["se"] for p in parts) / n)), "mae": sum(p["ae"] for p in parts) / n}
+    return {"n": n, "log_loss": sum(p["ll"] for p in parts) / n, "accuracy": sum(p["hit"] for p in parts) / n}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+@pytest.mark.parametrize("kind", ["regression", "classification"])
+def test_recent_prequential_covers_exactly_the_window_of_latest_scored_batches(make_client, request, backend, kind):
+    """PREQUENTIAL_WINDOW=3: "recent" is the last 3 scored batches (a new task's first batch is
+    not scored and does not count), "overall" every scored batch; both from /predict answers."""
+    c = _client(request, make_client, backend, PREQUENTIAL_WINDOW=3)
+    name = new_model(c, kind)
+    batches, _ = stream(21, n_tasks=2, n_batches=4, kind=kind)
+    # a new task's first batch in the middle: the window must skip it, not count it
+    rng = np.random.default_rng(4)
+    Xn = rng.normal(size=(15, 4))
+    yn = (Xn[:, 0] > 0).astype(float) if kind == "classification" else Xn @ np.ones(4)
+    batches.insert(6, ("late", Xn, yn))
+    scored, seen = [], set()
+    for task, X, y in batches:
+        if task in seen:
+            scored.append(_sums(kind, y, predict(c, name, task, X)))
+        c.post(f"/models/{name}/tasks/{task}/data", json={"X": X.tolist(), "y": y.tolist()}).raise_for_status()
+        seen.add(task)
+        got = c.get(f"/models/{name}").json()["prequential"]
+        assert got["window"] == 3
+        if not scored:
+            assert got["overall"] is None and got["recent"] is None
+            continue
+        for key, parts in (("overall", scored), ("recent", scored[-3:])):
+            want = _from_sums(kind, parts)
+            assert {k: got[key][k] for k in want} == pytest.approx(want, rel=1e-9, abs=1e-12), (key, got)
+    assert len(scored) == len(batches) - 3  # three tasks' first batches were not scored
+    got = c.get(f"/models/{name}").json()["prequential"]
+    assert got["recent"]["n"] == sum(p["n"] for p in scored[-3:]) < got["overall"]["n"]
+    metric = "rmse" if kind == "regression" else "log_loss"
+    assert got["recent"][metric] != pytest.approx(got["overall"][metric], rel=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_matrix_row_lost_with_its_process_is_computed_by_the_next_update(make_client, request, backend, monkeypatch):
+    """A new task's accuracy-matrix row is computed after its commit, in the background: the
+    process dying in between (here: the job dropped, then a new process on the same database)
+    leaves the row due, and the model's next update computes it with the learner of that
+    version, equal to a direct computation from /predict answers at that version."""
+    from service.evaluation import ModelEvaluation
+
+    settings = dict(EVALUATION_RESCORE=0, MODEL_NAME=unique_name("lost"))
+    c = _client(request, make_client, backend, **settings)
+    name = new_model(c)
+    batches, held = stream(23, n_tasks=3, n_batches=2)
+    for t, (Xh, yh) in held.items():
+        c.post(f"/models/{name}/tasks/{t}/evaluation", json={"X": Xh.tolist(), "y": yh.tolist()}).raise_for_status()
+    stl = baseline_learner("regression")
+
+    def learn(client, task, X, y):
+        body = client.post(f"/models/{name}/tasks/{task}/data", json={"X": X.tolist(), "y": y.tolist()})
+        assert body.status_code == 200, body.text
+        stl.learn(task, X, y)
+        return body.json()
+
+    def row_now(client, learned):
+        out = []
+        for t in held:
+            if t in learned:
+                Xh, yh = held[t]
+                s = expected_scores("regression", yh, predict(client, name, t, Xh), stl.predict(t, Xh), 25)
+                out.append((s["rmse"], s["baseline_rmse"]))
+            else:
+                out.append((None, None))
+        return out
+
+    def matrix(rows_json, key):
+        return np.array([[np.nan if v is None else v for v in r[key]] for r in rows_json])
+
+    (t0, X0, y0), (t1, X1, y1), (t2, X2, y2), (t3, X3, y3) = batches[:4]  # t0, t1, t2 new; then t0 again
+    learn(c, t0, X0, y0)
+    settle(c, name)
+    rows = [row_now(c, {t0})]
+    with monkeypatch.context() as m:  # the process dies between the commit and the row
+        m.setattr(ModelEvaluation, "submit", lambda self, job, done=None, wait=60.0: None)
+        assert learn(c, t1, X1, y1)["new_task"]
+    assert [r["version"] for r in c.get(f"/models/{name}/evaluation").json()["accuracy_matrix"]["rows"]] == [1]
+    c.__exit__(None, None, None)
+
+    c2 = _client(request, make_client, backend, **settings)  # a new process, the same database
+    assert [r["version"] for r in c2.get(f"/models/{name}/evaluation").json()["accuracy_matrix"]["rows"]] == [1]
+    rows.append(row_now(c2, {t0, t1}))  # /predict of version 2, the lost row's version
+    assert predict(c2, name, t0, held[t0][0])["version"] == 2
+    learn(c2, t0, X3, y3)  # the next update (a known task) computes the lost row
+    settle(c2, name)
+    m = c2.get(f"/models/{name}/evaluation").json()["accuracy_matrix"]
+    assert [(r["version"], r["task_id"]) for r in m["rows"]] == [(1, t0), (2, t1)]
+    R, B = np.array(rows, dtype=float)[..., 0], np.array(rows, dtype=float)[..., 1]
+    np.testing.assert_allclose(matrix(m["rows"], "scores"), R, rtol=1e-7)
+    np.testing.assert_allclose(matrix(m["rows"], "baseline"), B, rtol=1e-7)
+    # then a new task as usual: three rows, and the transfer figures of all three
+    assert learn(c2, t2, X2, y2)["new_task"]
+    rows.append(row_now(c2, {t0, t1, t2}))
+    settle(c2, name)
+    ev = c2.get(f"/models/{name}/evaluation").json()
+    assert [r["version"] for r in ev["accuracy_matrix"]["rows"]] == [1, 2, 4]
+    R, B = np.array(rows, dtype=float)[..., 0], np.array(rows, dtype=float)[..., 1]
+    np.testing.assert_allclose(matrix(ev["accuracy_matrix"]["rows"], "scores"), R, rtol=1e-7)
+    np.testing.assert_allclose(matrix(ev["accuracy_matrix"]["rows"], "baseline"), B, rtol=1e-7)
+    want = reference_transfer(R, B, [0, 1, 2], False)
+    for k, v in want.items():
+        assert ev[k] == pytest.approx(v, rel=1e-7), k
+    # nothing is left due
+    evaluation = c2.app.state.models.get(name).evaluation
+    with evaluation.engine.connect() as conn:
+        assert "due" not in evaluation._state(conn)["matrix"]

@@ -54,8 +54,12 @@ def post_batch(model: ModelDep, settings: SettingsDep, batch: Batch, response: R
 def post_evaluation_rows(model: ModelDep, settings: SettingsDep, rows: EvaluationRows,
                          task_id: str = Path(..., min_length=1, max_length=200)) -> EvaluationRowsOut:
     """Store labelled rows as the task's evaluation set: never learned (the model's version and
-    the task's samples do not move), scored after every update, kept up to EVALUATION_MAX_ROWS
-    per task (then a uniform sample of all rows received). The task need not be learned yet."""
+    the task's samples do not move), kept up to EVALUATION_MAX_ROWS per task (then a uniform
+    sample of all rows received). The task need not be learned yet. The set is scored at once
+    if the task is learned; then just after the commit of each update of that task, and of an
+    update of another task when the set is among the EVALUATION_RESCORE ones whose scores are
+    oldest (each score carries the version it is of: ``scored_version``). An update that learns
+    a new task also scores every learned set, in the background, for the accuracy matrix."""
     check_size(settings, len(rows.X), map(len, rows.X))
     usecases.configure_evaluation(model, settings)
     out = usecases.add_evaluation_rows(model, task_id, rows.X, rows.y)
