@@ -15,14 +15,14 @@ __version__ = "0.1.0"
 _CLIENT_NAMES = (
     "Client", "AsyncClient", "BatchResult", "Event", "Retries",
     "FCL3Error", "APIError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "Conflict",
-    "PayloadTooLarge", "InvalidInput", "ServerError", "Unavailable", "ConnectionFailed",
+    "PayloadTooLarge", "InvalidInput", "ServerError", "Unavailable", "ConnectionFailed", "TimedOut",
 )
 __all__ = ["__version__", *_CLIENT_NAMES]
 
 if TYPE_CHECKING:  # pragma: no cover
     from .client import (APIError, AsyncClient, BadRequest, BatchResult, Client, ConnectionFailed, Conflict,  # noqa: F401
                          Event, FCL3Error, Forbidden, InvalidInput, NotFound, PayloadTooLarge, Retries,
-                         ServerError, Unauthorized, Unavailable)
+                         ServerError, TimedOut, Unauthorized, Unavailable)
 
 
 def __getattr__(name: str) -> Any:

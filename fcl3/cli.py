@@ -681,7 +681,7 @@ def replay(path, model, kind, batch_size, order, seed, holdout, estimator, param
                        seconds=round(time.monotonic() - started, 2))
         _prequential(summary, info)
         if held:
-            _evaluation(summary, c, model)
+            _evaluation(summary, c, model, info.n_tasks)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
@@ -711,6 +711,17 @@ def _send(c: Client, rows: Rows, batches: list[PlannedBatch], held: dict[str, li
         for n, b in enumerate(batches, 1):
             X = [rows.X[i] for i in b.rows]
             y = [rows.y[i] for i in b.rows]
+            if b.task in held and b.task not in evaluation_sent:
+                # before the task's first batch: the accuracy-matrix row of that batch scores the
+                # task just after it was learned (the diagonal, which BWT and FWT need)
+                idx = held[b.task]
+                try:
+                    c.add_evaluation(model, b.task, [rows.X[i] for i in idx], [rows.y[i] for i in idx])
+                except FCL3Error as exc:
+                    bar.close()
+                    raise _fail(exc, f"the evaluation rows of task {b.task!r} were refused",
+                                f"{done} of {len(batches)} batches were applied; run the same command again to resume") from None
+                evaluation_sent.add(b.task)
             try:
                 r = c.learn_batch(model, b.task, X, y, idempotency_key=b.key)
             except FCL3Error as exc:
@@ -734,15 +745,6 @@ def _send(c: Client, rows: Rows, batches: list[PlannedBatch], held: dict[str, li
             if r.replayed:
                 replayed_batches += 1
                 replayed_rows += len(y)
-            if b.task in held and b.task not in evaluation_sent:
-                idx = held[b.task]
-                try:
-                    c.add_evaluation(model, b.task, [rows.X[i] for i in idx], [rows.y[i] for i in idx])
-                except FCL3Error as exc:
-                    bar.close()
-                    raise _fail(exc, f"the evaluation rows of task {b.task!r} were refused",
-                                f"{done} of {len(batches)} batches were applied; run the same command again to resume") from None
-                evaluation_sent.add(b.task)
             bar.update(len(y))
             bar.set_postfix(tasks=len(seen_tasks), batches=f"{n}/{len(batches)}", refresh=False)
     except KeyboardInterrupt:
@@ -781,14 +783,28 @@ def _prequential(summary: dict, info) -> None:
         summary["prequential_window"] = preq.window
 
 
-def _evaluation(summary: dict, c: Client, model: str) -> None:
-    """Scores on the held-out rows (pooled over the tasks), and the transfer figures."""
-    try:
-        ev = c.evaluation(model)
-    except FCL3Error as exc:
-        summary["evaluation_error"] = str(exc)
-        return
-    d = ev if isinstance(ev, dict) else ev.model_dump(mode="json")
+def _evaluation(summary: dict, c: Client, model: str, n_tasks: int, wait: float = 60.0, stall: float = 5.0) -> None:
+    """Scores on the held-out rows (pooled over the tasks), and the transfer figures.
+
+    The service computes the accuracy matrix's rows (one per new task) in the background,
+    after the updates answered: wait (at most ``wait`` s, and no longer than ``stall`` s
+    without a new row, e.g. with ``EVALUATION_MATRIX=false``) until it holds a row per task."""
+    deadline = time.monotonic() + wait
+    seen, moved = -1, time.monotonic()
+    while True:
+        try:
+            ev = c.evaluation(model, limit=0)
+        except FCL3Error as exc:
+            summary["evaluation_error"] = str(exc)
+            return
+        n_rows, now = len(ev.accuracy_matrix.rows), time.monotonic()
+        if n_rows != seen:
+            seen, moved = n_rows, now
+        if n_rows >= n_tasks or now > deadline or now - moved > stall:
+            break
+        time.sleep(0.5)
+    summary["matrix_rows"] = n_rows
+    d = ev.model_dump(mode="json")
     scored = [t["score"] for t in d.get("tasks", []) if t.get("score")]
     if not scored:
         return
@@ -835,7 +851,8 @@ def _print_summary(s: dict) -> None:
         figs = [f"{k.replace('_', ' ')} {e[k]:+.4g}" for k in ("forward_transfer", "backward_transfer", "forgetting")
                 if e.get(k) is not None]
         if figs:
-            out.append(f"    transfer       {', '.join(figs)}")
+            out.append(f"    transfer       {', '.join(figs)} (accuracy matrix of {s.get('matrix_rows')} rows; "
+                       "transfer > 0 helps, forgetting > 0 hurts)")
     click.echo("\n".join(out))
 
 

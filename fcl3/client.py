@@ -25,7 +25,8 @@ Retries are safe by construction:
 
 Errors raise :class:`APIError` (a subclass per status: :class:`NotFound`, :class:`Conflict`,
 :class:`InvalidInput`, ...) carrying ``status`` and the server's ``detail``, or
-:class:`ConnectionFailed` when the service could not be reached after the retries.
+:class:`ConnectionFailed` when the service could not be reached after the retries
+(:class:`TimedOut`, a subclass, when it did not answer within ``timeout``).
 """
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ from .schemas import (EvaluationEvent, EvaluationOut, EvaluationRowsOut, ModelLi
 __all__ = [
     "Client", "AsyncClient", "BatchResult", "Event", "Retries",
     "FCL3Error", "APIError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "Conflict",
-    "PayloadTooLarge", "InvalidInput", "ServerError", "Unavailable", "ConnectionFailed",
+    "PayloadTooLarge", "InvalidInput", "ServerError", "Unavailable", "ConnectionFailed", "TimedOut",
 ]
 
 T = TypeVar("T")
@@ -118,6 +119,20 @@ class Unavailable(APIError):
 class ConnectionFailed(FCL3Error):
     """The service could not be reached, or the connection was lost and the request could not
     be resent safely, after the retries. The httpx error is ``__cause__``."""
+
+
+class TimedOut(ConnectionFailed):
+    """The service did not answer (or no connection was made) within the client's ``timeout``,
+    after the retries. A batch that timed out is retried with its ``Idempotency-Key`` (the
+    retry gets the first answer if the first request went through: nothing is learned twice);
+    a request that cannot be resent safely (create, fork, import, evaluation rows) is not, and
+    may have been applied. ``timeout``: the seconds that ran out; ``phase``: ``connect``,
+    ``read``, ``write`` or ``pool``."""
+
+    def __init__(self, message: str, timeout: float | None, phase: str):
+        super().__init__(message)
+        self.timeout = timeout
+        self.phase = phase
 
 
 _BY_STATUS = {400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict,
@@ -270,6 +285,18 @@ def _get(path: str, parse: Callable[[httpx.Response], T], params: Any = None) ->
     return _Call("GET", path, parse, params=params, replay_safe=True)
 
 
+def _healthz() -> _Call[dict]:
+    return _get("/healthz", _parsed_json)
+
+
+def _ready() -> _Call[dict]:
+    return _get("/readyz", _parsed_json)
+
+
+def _metrics() -> _Call[str]:
+    return _Call("GET", "/metrics", lambda r: r.text, headers={"Accept": "text/plain"}, replay_safe=True)
+
+
 def _import(name: str, path: str | os.PathLike) -> _Call[ModelOut]:
     data = Path(path).read_bytes()
     return _Call("POST", f"{_model_path(name)}/state", _typed(ModelOut), content=data,
@@ -359,11 +386,24 @@ def _finish(call: _Call[T], response: httpx.Response, attempt: int) -> T:
     return call.parse(response)
 
 
-def _unreachable(call: _Call, base_url: httpx.URL, exc: httpx.TransportError, attempts: int) -> ConnectionFailed:
-    why = "could not connect" if isinstance(exc, _NOT_SENT) else "connection lost"
+_TIMEOUT_PHASES = {httpx.ConnectTimeout: "connect", httpx.ReadTimeout: "read", httpx.WriteTimeout: "write",
+                   httpx.PoolTimeout: "pool"}
+
+
+def _unreachable(call: _Call, base_url: httpx.URL, exc: httpx.TransportError, attempts: int,
+                 timeout: httpx.Timeout | None = None) -> ConnectionFailed:
+    where = f"{call.method} {str(base_url).rstrip('/')}{call.path}"
     unsafe = "" if isinstance(exc, _NOT_SENT) or call.replay_safe else " (not resent: it may have been applied)"
-    return ConnectionFailed(f"{call.method} {str(base_url).rstrip('/')}{call.path}: {why} after {attempts} "
-                            f"attempt(s){unsafe}: {type(exc).__name__}: {exc}")
+    if isinstance(exc, httpx.TimeoutException):
+        phase = next((p for cls, p in _TIMEOUT_PHASES.items() if isinstance(exc, cls)), "read")
+        seconds = getattr(timeout, phase, None) if timeout is not None else None
+        within = f" within {seconds:g} s" if seconds is not None else ""
+        why = {"connect": f"could not connect{within}", "read": f"no answer{within}",
+               "write": f"could not send the request{within}",
+               "pool": f"no free connection{within} (too many requests at once)"}[phase]
+        return TimedOut(f"{where}: timed out: {why}, after {attempts} attempt(s){unsafe}", seconds, phase)
+    why = "could not connect" if isinstance(exc, _NOT_SENT) else "connection lost"
+    return ConnectionFailed(f"{where}: {why} after {attempts} attempt(s){unsafe}: {type(exc).__name__}: {exc}")
 
 
 # ----------------------------------------------------------------------------- SSE
@@ -446,7 +486,9 @@ class Client:
     """A synchronous client of one FCL3 service.
 
     ``url``: the service's base URL; ``api_key``: sent as ``Authorization: Bearer``;
-    ``timeout``: seconds per request (or an :class:`httpx.Timeout`); ``retries``: how many
+    ``timeout``: seconds to wait for each answer (and at most 10 to connect), or an
+    :class:`httpx.Timeout`; a request that timed out is retried when that is safe, then raises
+    :class:`TimedOut`; ``retries``: how many
     times a request is retried when that is safe (or a :class:`Retries`); ``transport``: an
     httpx transport (tests); ``trust_env``: use the proxies and certificates of the environment
     (``HTTPS_PROXY``, ``NO_PROXY``, ...). Use it as a context manager, or call :meth:`close`.
@@ -484,7 +526,7 @@ class Client:
             except httpx.TransportError as exc:
                 wait = _wait_after_error(call, self._o.retries, attempt, exc)
                 if wait is None:
-                    raise _unreachable(call, self._http.base_url, exc, attempt + 1) from exc
+                    raise _unreachable(call, self._http.base_url, exc, attempt + 1, self._o.timeout) from exc
             else:
                 wait = _wait_after_response(call, self._o.retries, attempt, response)
                 if wait is None:
@@ -559,9 +601,13 @@ class Client:
         return self._run(_get(f"{_model_path(model)}/tasks/{_seg(task_id)}", _typed(TaskOut)))
 
     def add_evaluation(self, model: str, task_id: str, X: Any, y: Any) -> EvaluationRowsOut:
-        """Add the rows to the task's held-out evaluation set (never learned, scored after every
-        update; the task need not be learned yet). Not idempotent (the service takes no key):
-        a connection lost after sending is not resent, it raises :class:`ConnectionFailed`."""
+        """Add the rows to the task's held-out evaluation set: never learned; the task need not
+        be learned yet. The service rescores sets after each committed update: the updated
+        task's set and the ``EVALUATION_RESCORE`` (default 8) other sets whose scores are oldest,
+        so a set's score may lag behind the current version; when an update learns a new task,
+        every learned set is also scored for the accuracy matrix's new row (in the background,
+        unless ``EVALUATION_MATRIX=false``). Not idempotent (the service takes no key): a
+        connection lost after sending is not resent, it raises :class:`ConnectionFailed`."""
         return self._run(_Call("POST", _evaluation_path(model, task_id), _typed(EvaluationRowsOut),
                                content=_json({"X": _rows(X), "y": _values(y)}),
                                headers={"Content-Type": "application/json"}))
@@ -603,14 +649,29 @@ class Client:
             except httpx.TransportError as exc:
                 wait = _wait_after_error(_get(path, _parsed_json), self._o.retries, attempt, exc) if reconnect else None
                 if wait is None:
-                    raise _unreachable(_get(path, _parsed_json), self._http.base_url, exc, attempt + 1) from exc
+                    raise _unreachable(_get(path, _parsed_json), self._http.base_url, exc, attempt + 1, timeout) from exc
             time.sleep(wait)
             attempt += 1
 
     # --- service ----------------------------------------------------------------------
+    def healthz(self) -> dict:
+        """``GET /healthz``, liveness: ``{"status": "ok"}`` as long as the process answers
+        (touches neither the database nor the lock)."""
+        return self._run(_healthz())
+
+    def ready(self) -> dict:
+        """``GET /readyz``, readiness: ``{"status": "ready", "database": "ok", "schema": "ok",
+        "lock": "ok (...)"}``. Not ready (503, retried like any 503): :class:`Unavailable`
+        whose ``detail`` is the service's dict of checks, saying what is missing."""
+        return self._run(_ready())
+
     def health(self) -> dict:
-        """``GET /readyz``: database, schema and lock (raises :class:`Unavailable` when not ready)."""
-        return self._run(_get("/readyz", _parsed_json))
+        """:meth:`ready` (the older name)."""
+        return self.ready()
+
+    def metrics(self) -> str:
+        """``GET /metrics``: the service's Prometheus metrics, as text (exposition format)."""
+        return self._run(_metrics())
 
 
 class AsyncClient:
@@ -649,7 +710,7 @@ class AsyncClient:
             except httpx.TransportError as exc:
                 wait = _wait_after_error(call, self._o.retries, attempt, exc)
                 if wait is None:
-                    raise _unreachable(call, self._http.base_url, exc, attempt + 1) from exc
+                    raise _unreachable(call, self._http.base_url, exc, attempt + 1, self._o.timeout) from exc
             else:
                 wait = _wait_after_response(call, self._o.retries, attempt, response)
                 if wait is None:
@@ -746,9 +807,18 @@ class AsyncClient:
             except httpx.TransportError as exc:
                 wait = _wait_after_error(probe, self._o.retries, attempt, exc) if reconnect else None
                 if wait is None:
-                    raise _unreachable(probe, self._http.base_url, exc, attempt + 1) from exc
+                    raise _unreachable(probe, self._http.base_url, exc, attempt + 1, timeout) from exc
             await asyncio.sleep(wait)
             attempt += 1
 
+    async def healthz(self) -> dict:
+        return await self._run(_healthz())
+
+    async def ready(self) -> dict:
+        return await self._run(_ready())
+
     async def health(self) -> dict:
-        return await self._run(_get("/readyz", _parsed_json))
+        return await self.ready()
+
+    async def metrics(self) -> str:
+        return await self._run(_metrics())

@@ -4,8 +4,9 @@
 * ``postgres_service``: PostgreSQL + Redis (a throwaway database, a unique Redis prefix; skipped
   with the reason when absent, a failure under CI, as in tests/service);
 * ``service``: both, one after the other (parametrized);
-* ``fault_service``: the service with slow commits and ``LOCK_WAIT=0``, so that concurrent
-  batches get 503 + Retry-After.
+* ``fault_service``: on both backends, the service with ``LOCK_WAIT=0`` (a batch sent while
+  another holds the update lock gets 503 + Retry-After at once) and a :class:`Gate` on its
+  commits (tests/client/gate_app.py), so that a test holds an update exactly where it wants.
 
 Every service has API keys (``WRITE_KEY``, ``READ_KEY``); models are made with small, fast
 hyper-parameters (``PARAMS``), each test on models of its own names.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,10 +32,41 @@ READ_KEY = "client-tests-read-key"
 STREAM = ROOT / "examples" / "stream.csv"
 
 
+class Gate:
+    """The test side of tests/client/gate_app.py: :meth:`hold` makes the next commit wait (the
+    update lock held) until :meth:`release`."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+
+    def hold(self) -> None:
+        (self.path / "hold").touch()
+
+    def release(self) -> None:
+        (self.path / "hold").unlink(missing_ok=True)
+
+    def _until(self, what, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not what():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"gate {self.path}: timed out after {timeout} s")
+            time.sleep(0.01)
+
+    def wait_held(self, timeout: float = 30.0) -> None:
+        """Until a commit waits at the gate (it holds the update lock)."""
+        self._until(lambda: (self.path / "held").exists(), timeout)
+
+    def wait_committed(self, timeout: float = 30.0) -> None:
+        """Until the commit held at the gate has returned (the batch and its key's answer stored)."""
+        self._until(lambda: not (self.path / "held").exists(), timeout)
+
+
 @dataclass
 class Service:
     backend: str
     server: Server
+    gate: Gate | None = None
 
     @property
     def url(self) -> str:
@@ -71,16 +104,41 @@ def service(request) -> Service:
     return request.getfixturevalue(f"{request.param}_service")
 
 
-@pytest.fixture(scope="session")
-def fault_service(tmp_path_factory):
-    """Commits that take 0.4 s while holding the update lock, and no waiting for the lock: a
-    batch sent while another is being committed gets 503 with Retry-After."""
-    d = tmp_path_factory.mktemp("fault-service")
-    server = Server(_env(SQLITE_PATH=str(d / "fcl3.db"), LOCK_WAIT="0", FCL3_FAULT_COMMIT_DELAY="0.4"),
-                    app="tests.service.fault_app:app", log_path=d / "server.log", access_log=False)
+def _gated(backend: str, d: Path, **env) -> Service:
+    gate = Gate(d / "gate")
+    server = Server(_env(LOCK_WAIT="0", FCL3_TEST_GATE=str(gate.path), **env), app="tests.client.gate_app:app",
+                    log_path=d / "server.log", access_log=False)
     server.start(timeout=60)
-    yield Service("sqlite", server)
-    server.stop()
+    return Service(backend, server, gate)
+
+
+@pytest.fixture(scope="session")
+def sqlite_fault_service(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sqlite-fault-service")
+    service = _gated("sqlite", d, SQLITE_PATH=str(d / "fcl3.db"))
+    yield service
+    service.gate.release()
+    service.server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_fault_service(tmp_path_factory, pg_database, redis_server):
+    _, prefix = redis_server
+    d = tmp_path_factory.mktemp("postgres-fault-service")
+    service = _gated("postgres", d, DATABASE_URL=pg_database, REDIS_URL=REDIS_URL, REDIS_PREFIX=prefix,
+                     AUTO_CREATE_SCHEMA="false")
+    yield service
+    service.gate.release()
+    service.server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def fault_service(request) -> Service:
+    """``LOCK_WAIT=0`` and a :class:`Gate` on the commits, on both backends; the gate is
+    released after each test."""
+    service = request.getfixturevalue(f"{request.param}_fault_service")
+    yield service
+    service.gate.release()
 
 
 @pytest.fixture

@@ -158,8 +158,8 @@ def test_replay_learns_the_shipped_stream_and_a_rerun_applies_nothing(service, m
 
 
 @pytest.mark.slow
-def test_replay_text_summary_with_holdout(sqlite_service, model_name):
-    args = ["replay", STREAM, "--url", sqlite_service.url, "--api-key", WRITE_KEY, "--model", model_name,
+def test_replay_text_summary_with_holdout(service, model_name):
+    args = ["replay", STREAM, "--url", service.url, "--api-key", WRITE_KEY, "--model", model_name,
             "--params", json.dumps(PARAMS), "--holdout", "0.2", "--order", "random", "--seed", "1", "--batch-size", "4",
             "--quiet"]
     r = run(*args)
@@ -168,11 +168,17 @@ def test_replay_text_summary_with_holdout(sqlite_service, model_name):
     assert f"into model '{model_name}'" in out and "(created, regression)" in out
     for line in ("tasks            12 (12 new)", "batches          48 (48 learned now, 0 already applied)",
                  "rows             192 (192 learned now), 48 held out for evaluation",
-                 "representatives", "prequential      rmse", "held-out rows    rmse"):
+                 "representatives", "prequential      rmse", "held-out rows    rmse",
+                 "    transfer       forward transfer ", ", backward transfer ", ", forgetting ",
+                 "(accuracy matrix of 12 rows; transfer > 0 helps, forgetting > 0 hurts)"):
         assert line in out, out
-    with Client(sqlite_service.url, api_key=WRITE_KEY) as c:
+    with Client(service.url, api_key=WRITE_KEY) as c:
         ev = c.evaluation(model_name)
         assert len(ev.tasks) == 12 and all(t.n_rows == t.n_received == 4 for t in ev.tasks)
+        # each task's evaluation rows were sent before its first batch: the matrix has its diagonal
+        m = ev.accuracy_matrix
+        assert len(m.rows) == 12 and all(r.scores[m.tasks.index(r.task_id)] is not None for r in m.rows)
+        assert None not in (ev.forward_transfer, ev.backward_transfer, ev.forgetting)
         again = run(*args)  # run again: neither a batch nor an evaluation row is sent twice
         assert again.exit_code == 0 and "batches          48 (0 learned now, 48 already applied)" in again.output
         ev = c.evaluation(model_name)
@@ -180,9 +186,9 @@ def test_replay_text_summary_with_holdout(sqlite_service, model_name):
 
 
 @pytest.mark.slow
-def test_a_refused_batch_shows_the_server_reason(sqlite_service, model_name, tmp_path):
+def test_a_refused_batch_shows_the_server_reason(service, model_name, tmp_path):
     path = write(tmp_path / "s.csv", "task,x1,y\na,1,0.5\na,2,0.25\n")
-    r = run("replay", path, "--url", sqlite_service.url, "--api-key", WRITE_KEY, "--model", model_name,
+    r = run("replay", path, "--url", service.url, "--api-key", WRITE_KEY, "--model", model_name,
             "--kind", "classification", "--quiet")
     assert r.exit_code == 1
     assert "batch 1 of task 'a' (" in r.output and "s.csv:2-3) was refused: the server answered 422" in r.output
@@ -190,8 +196,8 @@ def test_a_refused_batch_shows_the_server_reason(sqlite_service, model_name, tmp
 
 
 @pytest.mark.slow
-def test_models_learn_predict_commands(sqlite_service, model_name, tmp_path):
-    conn = ["--url", sqlite_service.url, "--api-key", WRITE_KEY]
+def test_models_learn_predict_commands(service, model_name, tmp_path):
+    conn = ["--url", service.url, "--api-key", WRITE_KEY]
     r = run("models", "create", model_name, "--kind", "regression", "--params", json.dumps(PARAMS), *conn)
     assert r.exit_code == 0 and json.loads(r.stdout)["name"] == model_name
     data = write(tmp_path / "a.csv", "x1,x2,y\n" + "".join(f"{i},{i % 3},{2 * i - i % 3}\n" for i in range(12)))

@@ -7,12 +7,14 @@ import queue
 import threading
 import time
 
+import httpx
 import numpy as np
 import pytest
 
-from fcl3 import (APIError, AsyncClient, Client, Conflict, ConnectionFailed, Forbidden, InvalidInput, NotFound,
-                  Unauthorized)
+import fcl3.client as fc
+from fcl3 import AsyncClient, Client, Conflict, ConnectionFailed, Forbidden, InvalidInput, NotFound, Unauthorized
 from fcl3 import schemas
+from fcl3.client import TimedOut
 from tests.service.conftest import PARAMS
 
 from .conftest import READ_KEY, WRITE_KEY, DroppingProxy
@@ -26,6 +28,30 @@ def batch(rng, n=12, d=4, task=0):
     return X, X @ w + 0.1 * rng.normal(size=n)
 
 
+def counter(text: str, name: str, **labels) -> float:
+    """One sample of the Prometheus text (0 when absent)."""
+    want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
+    for line in text.splitlines():
+        if line.startswith(want + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+LOCKS = {"sqlite": "ok (file)", "postgres": "ok (redis)"}
+
+
+class Clock:
+    """Stands for the ``time`` module in :mod:`fcl3.client` (``monkeypatch.setattr(fc, "time",
+    Clock(wait))``): the client's waits between retries call ``wait(seconds)`` instead of
+    sleeping; everything else is the real module."""
+
+    def __init__(self, wait):
+        self.sleep = wait
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
 def next_event(events, timeout=20.0):
     """The next event of a (sync) events iterator, read in a thread so a test cannot hang."""
     q: queue.Queue = queue.Queue()
@@ -36,7 +62,9 @@ def next_event(events, timeout=20.0):
 def test_every_method(service, model_name, tmp_path):
     rng = np.random.default_rng(0)
     with Client(service.url, api_key=WRITE_KEY) as c:
-        assert c.health()["status"] == "ready"
+        assert c.healthz() == {"status": "ok"}
+        assert c.ready() == c.health() == {"status": "ready", "database": "ok", "schema": "ok",
+                                           "lock": LOCKS[service.backend]}
         m = c.create_model(model_name, "regression", params=PARAMS)
         assert isinstance(m, schemas.ModelOut) and (m.name, m.kind, m.version, m.n_tasks) == (model_name, "regression", 0, 0)
         got = c.get_model(model_name)  # one model: with its prequential scores
@@ -57,8 +85,13 @@ def test_every_method(service, model_name, tmp_path):
             c.learn(model_name, "a", X, y + 1, idempotency_key="batch-1")
         assert err.value.status == 422 and "Idempotency-Key" in err.value.detail
         X2, y2 = batch(rng, task=1)
+        before = c.metrics()
         u = c.learn(model_name, "b", X2.tolist(), list(y2))  # a fresh key of its own
         assert u.version == 2 and u.n_samples == 12
+        after = c.metrics()  # Prometheus text: one more committed update
+        assert "# TYPE fcl3_updates_total counter" in after
+        assert counter(after, "fcl3_updates_total", outcome="committed") == \
+            counter(before, "fcl3_updates_total", outcome="committed") + 1
 
         p = c.predict(model_name, "a", X[:3], min_version=2)
         assert isinstance(p, schemas.PredictOut) and len(p.predictions) == 3 and p.version == 2
@@ -116,7 +149,10 @@ def test_every_method_async(service, model_name, tmp_path):
     async def scenario():
         rng = np.random.default_rng(1)
         async with AsyncClient(service.url, api_key=WRITE_KEY) as c:
-            assert (await c.health())["status"] == "ready"
+            assert await c.healthz() == {"status": "ok"}
+            assert (await c.ready()) == (await c.health()) == {"status": "ready", "database": "ok", "schema": "ok",
+                                                               "lock": LOCKS[service.backend]}
+            assert "# TYPE fcl3_updates_total counter" in await c.metrics()
             m = await c.create_model(model_name, "regression", params=PARAMS)
             assert isinstance(m, schemas.ModelOut)
             assert (await c.get_model(model_name)).name == model_name
@@ -183,44 +219,92 @@ def test_errors_carry_the_status_and_the_server_detail(service, model_name):
             reader.learn(model_name, "a", [[1.0, 2.0, 3.0]], [1.0])
         assert err.value.status == 403 and err.value.detail
         assert reader.task(model_name, "a").n_samples == 2  # nothing learned
-    with pytest.raises(APIError):
-        Client(service.url, api_key=WRITE_KEY).delete_model(model_name + "-missing")
+    with Client(service.url, api_key=WRITE_KEY) as c, pytest.raises(NotFound) as err:
+        c.delete_model(model_name + "-missing")
+    assert type(err.value) is NotFound and err.value.status == 404 and err.value.path == f"/models/{model_name}-missing"
+    assert err.value.detail == f"unknown model '{model_name}-missing': create it with POST /models"
 
 
-def test_503_is_retried_after_retry_after_and_each_batch_is_learned_once(fault_service, model_name):
-    """Three batches at once on a service whose commits hold the lock 0.4 s and that does not
-    wait for the lock: the others get 503 + Retry-After, wait, retry, and each is learned once."""
-    rng = np.random.default_rng(2)
+def test_503_is_retried_after_its_retry_after_and_the_batch_learned_once(fault_service, model_name, monkeypatch):
+    """Batch A is held at the gate before its commit, holding the update lock; batch B, sent
+    then, gets 503 + ``Retry-After: 1`` (``LOCK_WAIT=0``), waits that long (here: until A has
+    committed), and is learned on its second attempt. Each is learned once."""
+    gate, rng = fault_service.gate, np.random.default_rng(2)
     with Client(fault_service.url, api_key=WRITE_KEY) as c:
         c.create_model(model_name, "regression", params=PARAMS)
         c.learn(model_name, "a", *batch(rng, n=5))
-        results, errors = [], []
+        busy_before = counter(c.metrics(), "fcl3_updates_total", outcome="lock_busy")
+        first: dict = {}
+        waits: list[float] = []
 
-        def send(i):
-            try:
-                results.append(c.learn_batch(model_name, "a", *batch(rng, n=3 + i)))
-            except Exception as exc:  # noqa: BLE001
-                errors.append(exc)
+        def wait(seconds):  # B's wait for the Retry-After: A commits meanwhile
+            waits.append(seconds)
+            gate.release()
+            a.join(30)
 
-        threads = [threading.Thread(target=send, args=(i,)) for i in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert not errors, errors
-        assert sum(r.attempts for r in results) > 3  # some met the busy lock (503) and came back
-        assert sorted(r.update.version for r in results) == [2, 3, 4]
-        assert c.task(model_name, "a").n_samples == 5 + 3 + 4 + 5
-        assert c.get_model(model_name).n_batches == 4
+        monkeypatch.setattr(fc, "time", Clock(wait))
+        gate.hold()
+        a = threading.Thread(target=lambda: first.update(r=c.learn_batch(model_name, "a", *batch(rng, n=3))))
+        a.start()
+        gate.wait_held()  # A holds the lock
+        b = c.learn_batch(model_name, "b", *batch(rng, n=4, task=1))
+        assert not a.is_alive() and waits == [1.0]
+        assert (first["r"].attempts, first["r"].replayed, first["r"].update.version) == (1, False, 2)
+        assert (b.attempts, b.replayed, b.update.version, b.update.new_task) == (2, False, 3, True)
+        assert counter(c.metrics(), "fcl3_updates_total", outcome="lock_busy") == busy_before + 1
+        assert (c.task(model_name, "a").n_samples, c.task(model_name, "b").n_samples) == (5 + 3, 4)
+        assert c.get_model(model_name).n_batches == 3
 
 
-def test_a_lost_answer_is_retried_with_its_key_and_learned_once(sqlite_service, model_name):
+def test_a_batch_that_times_out_is_retried_with_its_key_and_learned_once(fault_service, model_name, monkeypatch):
+    """The service holds the batch (at the gate, before its commit) past the client's 1 s
+    timeout: the client resends it with the same Idempotency-Key once the first request has
+    committed, and gets the first answer (``replayed``): learned once. With no retries left,
+    the error says it timed out, and how long it waited."""
+    gate, rng = fault_service.gate, np.random.default_rng(6)
+    url = fault_service.url
+    with Client(url, api_key=WRITE_KEY) as c:
+        c.create_model(model_name, "regression", params=PARAMS)
+    waits: list[float] = []
+
+    def wait(seconds):  # after the timeout: let the first request commit, then resend
+        waits.append(seconds)
+        gate.wait_held()
+        gate.release()
+        gate.wait_committed()
+
+    with monkeypatch.context() as m, Client(url, api_key=WRITE_KEY, timeout=1.0, retries=3) as c:
+        m.setattr(fc, "time", Clock(wait))
+        gate.hold()
+        t0 = time.monotonic()
+        r = c.learn_batch(model_name, "a", *batch(rng))
+        assert time.monotonic() - t0 >= 1.0
+        assert len(waits) == 1 and (r.attempts, r.replayed, r.update.version, r.update.n_samples) == (2, True, 1, 12)
+
+    X, y = batch(rng)
+    gate.hold()
+    with Client(url, api_key=WRITE_KEY, timeout=1.0, retries=0) as c, pytest.raises(TimedOut) as err:
+        c.learn(model_name, "a", X, y, idempotency_key="timed-out")
+    assert isinstance(err.value, ConnectionFailed) and (err.value.timeout, err.value.phase) == (1.0, "read")
+    assert str(err.value) == (f"POST {url}/models/{model_name}/tasks/a/data: timed out: no answer within 1 s, "
+                              "after 1 attempt(s)")
+    assert isinstance(err.value.__cause__, httpx.ReadTimeout)
+    gate.wait_held()
+    gate.release()
+    gate.wait_committed()
+    with Client(url, api_key=WRITE_KEY) as c:  # it went through after all: sent again, answered from its commit
+        again = c.learn_batch(model_name, "a", X, y, idempotency_key="timed-out")
+        assert (again.replayed, again.attempts, again.update.version, again.update.n_samples) == (True, 1, 2, 24)
+        assert (c.task(model_name, "a").n_batches, c.get_model(model_name).version) == (2, 2)
+
+
+def test_a_lost_answer_is_retried_with_its_key_and_learned_once(service, model_name):
     """The service applies the batch but the connection drops before its answer: the client
     sends it again with the same Idempotency-Key and gets the first answer, applied once."""
     rng = np.random.default_rng(3)
-    with Client(sqlite_service.url, api_key=WRITE_KEY) as c:
+    with Client(service.url, api_key=WRITE_KEY) as c:
         c.create_model(model_name, "regression", params=PARAMS)
-    proxy = DroppingProxy(sqlite_service.server.port, drop=1).open()
+    proxy = DroppingProxy(service.server.port, drop=1).open()
     try:
         with Client(proxy.url, api_key=WRITE_KEY, retries=3) as c:
             r = c.learn_batch(model_name, "a", *batch(rng))
@@ -231,30 +315,40 @@ def test_a_lost_answer_is_retried_with_its_key_and_learned_once(sqlite_service, 
         proxy.close()
 
 
-def test_a_refused_connection_is_retried_with_backoff(sqlite_service, model_name):
-    proxy = DroppingProxy(sqlite_service.server.port)  # not listening yet
-    with Client(sqlite_service.url, api_key=WRITE_KEY) as c:
+def test_a_refused_connection_is_retried_with_backoff(service, model_name, monkeypatch):
+    """Nothing listens: the connection is refused, the client backs off (0.5 s with jitter)
+    and tries again — by then the service is there (the proxy opened during the wait)."""
+    proxy = DroppingProxy(service.server.port)  # not listening yet
+    with Client(service.url, api_key=WRITE_KEY) as c:
         c.create_model(model_name, "regression", params=PARAMS)
-    timer = threading.Timer(1.0, proxy.open)
-    timer.start()
-    t0 = time.monotonic()
+    waits: list[float] = []
+
+    def wait(seconds):
+        waits.append(seconds)
+        proxy.open()
+
+    monkeypatch.setattr(fc, "time", Clock(wait))
     try:
         with Client(proxy.url, api_key=WRITE_KEY, retries=6) as c:
             r = c.learn_batch(model_name, "a", *batch(np.random.default_rng(4)))
-            assert r.attempts >= 2 and not r.replayed and r.update.version == 1
-        assert time.monotonic() - t0 >= 0.9
+            assert (r.attempts, r.replayed, r.update.version) == (2, False, 1)
+        assert len(waits) == 1 and 0.25 <= waits[0] <= 0.5
     finally:
-        timer.join()
         proxy.close()
+    refused = DroppingProxy(service.server.port)  # never opened: the retries run out
+    monkeypatch.setattr(fc, "time", Clock(lambda s: None))
+    with Client(refused.url, api_key=WRITE_KEY, retries=2) as c, pytest.raises(ConnectionFailed) as err:
+        c.learn(model_name, "a", *batch(np.random.default_rng(4)))
+    assert type(err.value) is ConnectionFailed and "could not connect after 3 attempt(s)" in str(err.value)
 
 
-def test_a_create_whose_answer_is_lost_is_not_resent(sqlite_service, model_name):
+def test_a_create_whose_answer_is_lost_is_not_resent(service, model_name):
     """Not idempotent: the client says so instead of sending it again."""
-    proxy = DroppingProxy(sqlite_service.server.port, drop=1).open()
+    proxy = DroppingProxy(service.server.port, drop=1).open()
     try:
         with Client(proxy.url, api_key=WRITE_KEY, retries=3) as c, pytest.raises(ConnectionFailed, match="not resent"):
             c.create_model(model_name, "regression", params=PARAMS)
     finally:
         proxy.close()
-    with Client(sqlite_service.url, api_key=WRITE_KEY) as c:
+    with Client(service.url, api_key=WRITE_KEY) as c:
         assert c.get_model(model_name).version == 0  # it was created, once

@@ -88,6 +88,61 @@ def test_a_lost_answer_is_resent_only_when_that_is_safe(sleeps):
     assert client(Script(lost, httpx.Response(404, json={"detail": "unknown model"}))).delete_model("m") is None
 
 
+def test_timeouts_raise_timed_out_saying_how_long_and_whether_it_was_resent(sleeps):
+    late = httpx.ReadTimeout("timed out")
+    # a batch is resent with its key; the retries run out: TimedOut (a ConnectionFailed)
+    s = Script(late, late, late)
+    with pytest.raises(fc.TimedOut) as err:
+        client(s, timeout=2.5, retries=2).learn("m", "a", [[1.0]], [1.0])
+    assert isinstance(err.value, ConnectionFailed) and (err.value.timeout, err.value.phase) == (2.5, "read")
+    assert str(err.value) == "POST http://fcl3.test/models/m/tasks/a/data: timed out: no answer within 2.5 s, after 3 attempt(s)"
+    assert len({r.headers["Idempotency-Key"] for r in s.requests}) == 1 and len(sleeps) == 2
+    # a create is not resent: it may have been applied
+    with pytest.raises(fc.TimedOut, match=r"^POST http://fcl3.test/models: timed out: no answer within 2.5 s, after 1 "
+                       r"attempt\(s\) \(not resent: it may have been applied\)$"):
+        client(Script(late), timeout=2.5).create_model("m", "regression")
+    # no connection in time: nothing was sent, so even a create is retried
+    slow = httpx.ConnectTimeout("timed out")
+    with pytest.raises(fc.TimedOut, match="could not connect within 2 s, after 2 attempt") as err:
+        client(Script(slow, slow), timeout=httpx.Timeout(30.0, connect=2.0), retries=1).create_model("m", "regression")
+    assert err.value.phase == "connect"
+
+
+def test_the_async_client_raises_timed_out_too(sleeps):
+    async def run():
+        async with AsyncClient("http://fcl3.test", timeout=1.0, retries=0,
+                               transport=httpx.MockTransport(Script(httpx.ReadTimeout("timed out")))) as c:
+            await c.predict("m", "a", [[1.0]])
+
+    with pytest.raises(fc.TimedOut, match=r"^POST http://fcl3.test/models/m/predict: timed out: no answer within 1 s, "
+                       r"after 1 attempt\(s\)$"):
+        asyncio.run(run())
+
+
+def test_healthz_ready_and_metrics(sleeps):
+    prom = "# HELP fcl3_updates_total Model updates by outcome.\n# TYPE fcl3_updates_total counter\n"
+    checks = {"status": "ready", "database": "ok", "schema": "ok", "lock": "ok (file)"}
+    s = Script(httpx.Response(200, json={"status": "ok"}), httpx.Response(200, json=checks),
+               httpx.Response(200, text=prom, headers={"content-type": "text/plain; version=0.0.4"}))
+    c = client(s)
+    assert c.healthz() == {"status": "ok"} and c.ready() == checks and c.metrics() == prom
+    assert [r.url.path for r in s.requests] == ["/healthz", "/readyz", "/metrics"]
+    # not ready: 503 (retried like any 503), then Unavailable carrying the checks
+    down = {"status": "not ready", "database": "unavailable: OperationalError: no such host", "schema": "ok",
+            "lock": "ok (file)"}
+    with pytest.raises(Unavailable) as err:
+        client(Script(*[httpx.Response(503, json=down)] * 2), retries=1).health()
+    assert err.value.status == 503 and err.value.detail == down and len(sleeps) == 1
+
+    async def run():
+        s = Script(httpx.Response(200, json={"status": "ok"}), httpx.Response(200, json=checks),
+                   httpx.Response(200, json=checks), httpx.Response(200, text=prom))
+        async with AsyncClient("http://fcl3.test", transport=httpx.MockTransport(s)) as ac:
+            return await ac.healthz(), await ac.ready(), await ac.health(), await ac.metrics()
+
+    assert asyncio.run(run()) == ({"status": "ok"}, checks, checks, prom)
+
+
 def test_409_on_a_batch_waits_for_its_first_request(sleeps):
     s = Script(httpx.Response(409, json={"detail": "in flight"}, headers={"Retry-After": "1"}),
                httpx.Response(200, json=UPDATE, headers={"Idempotent-Replayed": "true"}))
