@@ -30,6 +30,10 @@ def valid_request_id(value: str | None) -> str:
     return os.urandom(16).hex()  # 32 random hex digits, as uuid4().hex but without building a UUID
 
 
+#: ``json.dumps(obj, default=str)`` with one encoder made once (dumps makes one per call).
+_encode = json.JSONEncoder(default=str).encode
+
+
 @functools.lru_cache(maxsize=4)
 def _utc_second(epoch_second: int) -> str:
     """``2026-11-26T12:00:00`` of a Unix second (cached: every line of a second shares it)."""
@@ -48,11 +52,11 @@ class JsonFormatter(logging.Formatter):
         if rid:
             out["request_id"] = rid
         for k, v in record.__dict__.items():
-            if k not in _STANDARD and k not in out and not k.startswith("_"):
+            if k not in _STANDARD and k not in out and k[0] != "_":
                 out[k] = v
         if record.exc_info:  # server side only, scrubbed of secrets
             out["exception"] = self.redact("".join(traceback.format_exception(*record.exc_info)))
-        return json.dumps(out, default=str)
+        return _encode(out)
 
 
 class _Stderr(logging.StreamHandler):
