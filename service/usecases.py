@@ -366,7 +366,8 @@ class ModelRegistry:
 
     An entry is a :class:`HostedModel` whose reader caches one learner; evicting the entry
     drops that learner (a request still using it finishes with it). Nothing here touches the
-    database: a name that is not stored answers :class:`ModelMissing` at its first read.
+    database but :meth:`get` on a cache miss: a name that is not stored is never cached, and
+    answers :class:`ModelMissing` at its first read.
     Writers are cheap and the update lock is keyed by the model name in the shared
     :attr:`locks`, so two entries of one name (one evicted, still in use) stay correct; the
     version compare-and-set guards every commit anyway."""
@@ -382,6 +383,9 @@ class ModelRegistry:
         self._guard = threading.Lock()
 
     def get(self, name: str) -> HostedModel:
+        """The model ``name``: its cache entry, else a new one if it is stored (one query on a
+        cache miss), else an uncached handle, so that requests naming models that do not exist
+        never push a stored model out of the cache (its first read answers 404)."""
         if name == self.default.name:
             return self.default
         with self._guard:
@@ -389,8 +393,14 @@ class ModelRegistry:
             if model is not None:
                 self._lru.move_to_end(name)
                 return model
-            model = HostedModel.open(self.engine, self.locks, name, None, self.bulk_engine, default=False,
-                                     keys=self.keys, watch=self.watch)
+        model = self.transient(name)
+        if model.reader.stored_version() is None:
+            return model
+        with self._guard:
+            cached = self._lru.get(name)
+            if cached is not None:  # another request cached it meanwhile
+                self._lru.move_to_end(name)
+                return cached
             self._lru[name] = model
             evicted = len(self._lru) > self.cache_size
             while len(self._lru) > self.cache_size:

@@ -229,6 +229,28 @@ def test_model_cache_is_bounded_least_recently_used_first(make_client):
     assert registry.default.reader.cached is not None  # the default model is always held
 
 
+def test_unknown_model_names_never_push_a_stored_model_out_of_the_cache(make_client):
+    c = make_client(MODEL_CACHE_SIZE=2)
+    registry = c.app.state.models
+    rng = np.random.default_rng(15)
+    names = [new_model(c) for _ in range(2)]
+    for n in names:
+        learn(c, n, "t", *regression_batch(rng))
+        predict(c, n, "t")
+    assert registry.cached_names() == names
+    for i in range(5):  # reads of names that are not stored: 404, and not cached
+        r = c.get(f"/models/nope-{i}/predict", params={"task_id": "t", "x": "1,2,3,4"})
+        assert r.status_code == 404 and "unknown model" in r.json()["detail"]
+        assert c.get(f"/models/nope-{i}/tasks").status_code == 404
+    assert registry.cached_names() == names
+    created = unique_name("later")  # a model created after a miss is cached from then on
+    assert c.get(f"/models/{created}/tasks").status_code == 404
+    new_model(c, created)
+    learn(c, created, "t", *regression_batch(rng))
+    predict(c, created, "t")
+    assert registry.cached_names()[-1] == created
+
+
 # ----------------------------------------------------------------------------- export / import
 def _learn_some(c, name, seed=6, tasks=("a", "b", "a", "c", "tâche ☃ x:y;z")):
     rng = np.random.default_rng(seed)
