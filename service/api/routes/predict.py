@@ -132,9 +132,8 @@ def _min_version(text: str | None) -> int | None:
     return int(text)
 
 
-async def _fast(request: Request, inline_only: bool = False) -> Response:
-    """The answer of a prediction request on the happy path; :class:`_Fallback` otherwise
-    (and with ``inline_only``, when it would need the thread pool)."""
+async def _fast(request: Request) -> Response:
+    """The answer of a prediction request on the happy path; :class:`_Fallback` otherwise."""
     state = request.app.state
     authorization = ctype = None
     for key, value in request.scope["headers"]:  # one pass; lower-case names; the first one counts
@@ -167,8 +166,6 @@ async def _fast(request: Request, inline_only: bool = False) -> Response:
         if snap is not None:
             with model.reader.pinned(snap):
                 content = _post_answer(model, settings, body, min_version)
-        elif inline_only:
-            raise _Fallback
         else:
             content = await run_in_threadpool(_post_answer, model, settings, body, min_version)
     else:
@@ -179,8 +176,6 @@ async def _fast(request: Request, inline_only: bool = False) -> Response:
         if snap is not None:
             with model.reader.pinned(snap):
                 content = _get_answer(model, settings, task_id, x, min_version)
-        elif inline_only:
-            raise _Fallback
         else:
             content = await run_in_threadpool(_get_answer, model, settings, task_id, x, min_version)
     return Response(content, media_type="application/json")
