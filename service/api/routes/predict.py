@@ -124,6 +124,21 @@ def _query_pairs(query: bytes) -> list[tuple[str, str]]:
     return [tuple(part.split("=", 1)) if "=" in part else (part, "") for part in text.split("&") if part]
 
 
+def _prediction_query(query: bytes) -> tuple[str | None, list[str], int | None]:
+    """``task_id`` (the last one, as FastAPI takes it), the ``x`` rows and ``min_version`` of a
+    prediction's query string (:class:`_Fallback` for a ``min_version`` FastAPI would refuse)."""
+    task_id = text_min_version = None
+    x = []
+    for key, value in _query_pairs(query):
+        if key == "x":
+            x.append(value)
+        elif key == "task_id":
+            task_id = value
+        elif key == "min_version":
+            text_min_version = value
+    return task_id, x, _min_version(text_min_version)
+
+
 def _min_version(text: str | None) -> int | None:
     if text is None:
         return None
@@ -148,16 +163,7 @@ async def _fast(request: Request) -> Response:
         raise _Fallback
     model = hosted(request, name)
     settings = state.settings
-    task_id = text_min_version = None
-    x = []
-    for key, value in _query_pairs(request.scope["query_string"]):
-        if key == "x":
-            x.append(value)
-        elif key == "task_id":
-            task_id = value  # the last one, as FastAPI takes it
-        elif key == "min_version":
-            text_min_version = value
-    min_version = _min_version(text_min_version)
+    task_id, x, min_version = _prediction_query(request.scope["query_string"])
     if request.method == "POST":
         if ctype is None or ctype.split(";", 1)[0].strip().lower() != "application/json":
             raise _Fallback
@@ -301,18 +307,9 @@ def _shortcut_answer(state, name: str | None, scope) -> bytes | None:
         model = state.models.get(name)
     else:
         return None
-    task_id = text_min_version = None
-    x = []
-    for key, value in _query_pairs(scope["query_string"]):
-        if key == "x":
-            x.append(value)
-        elif key == "task_id":
-            task_id = value
-        elif key == "min_version":
-            text_min_version = value
+    task_id, x, min_version = _prediction_query(scope["query_string"])
     if task_id is None or not 1 <= len(task_id) <= 200 or not x:
         return None
-    min_version = _min_version(text_min_version)
     if sum(t.count(",") + 1 for t in x) > INLINE_VALUES:
         return None
     snap = model.reader.fresh(min_version)
