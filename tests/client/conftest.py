@@ -14,15 +14,13 @@ hyper-parameters (``PARAMS``), each test on models of its own names.
 from __future__ import annotations
 
 import json
-import socket
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from benchmarks.launcher import Server, free_port
+from benchmarks.launcher import Server
 from tests.service.conftest import (  # noqa: F401 - fixtures used here
     ESTIMATOR, PARAMS, REDIS_URL, pg_database, postgres_server, redis_server, unique_name)
 
@@ -144,72 +142,3 @@ def fault_service(request) -> Service:
 @pytest.fixture
 def model_name():
     return unique_name("c")
-
-
-class DroppingProxy:
-    """A loopback TCP proxy in front of ``target`` that, for its first ``drop`` connections,
-    forwards the request but closes the connection instead of passing on the answer — a
-    connection lost after the server got (and applied) the request. ``closed()`` refuses
-    connections until ``open()``."""
-
-    def __init__(self, target_port: int, drop: int = 0):
-        self.target = ("127.0.0.1", target_port)
-        self.port = free_port()
-        self.drop = drop
-        self.connections = 0
-        self._listener: socket.socket | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def open(self) -> "DroppingProxy":
-        ls = socket.socket()
-        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        ls.bind(("127.0.0.1", self.port))
-        ls.listen(16)
-        self._listener = ls
-        threading.Thread(target=self._accept, args=(ls,), daemon=True).start()
-        return self
-
-    def close(self) -> None:
-        if self._listener is not None:
-            try:
-                self._listener.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            self._listener.close()
-            self._listener = None
-
-    def _accept(self, ls: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = ls.accept()
-            except OSError:
-                return
-            self.connections += 1
-            dropping = self.connections <= self.drop
-            try:
-                upstream = socket.create_connection(self.target, timeout=10)
-            except OSError:
-                client.close()
-                continue
-            threading.Thread(target=self._pipe, args=(client, upstream, False), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(upstream, client, dropping), daemon=True).start()
-
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket, drop: bool) -> None:
-        try:
-            while data := src.recv(65536):
-                if drop:  # the answer arrived: lose it
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                s.close()

@@ -17,7 +17,8 @@ from fcl3 import schemas
 from fcl3.client import TimedOut
 from tests.service.conftest import PARAMS
 
-from .conftest import READ_KEY, WRITE_KEY, DroppingProxy
+from tests.service.conftest import TcpProxy
+from .conftest import READ_KEY, WRITE_KEY
 
 pytestmark = pytest.mark.slow
 
@@ -304,7 +305,7 @@ def test_a_lost_answer_is_retried_with_its_key_and_learned_once(service, model_n
     rng = np.random.default_rng(3)
     with Client(service.url, api_key=WRITE_KEY) as c:
         c.create_model(model_name, "regression", params=PARAMS)
-    proxy = DroppingProxy(service.server.port, drop=1).open()
+    proxy = TcpProxy("127.0.0.1", service.server.port, drop=1).start()
     try:
         with Client(proxy.url, api_key=WRITE_KEY, retries=3) as c:
             r = c.learn_batch(model_name, "a", *batch(rng))
@@ -312,20 +313,20 @@ def test_a_lost_answer_is_retried_with_its_key_and_learned_once(service, model_n
             assert c.task(model_name, "a").n_batches == 1
             assert c.get_model(model_name).version == 1
     finally:
-        proxy.close()
+        proxy.stop()
 
 
 def test_a_refused_connection_is_retried_with_backoff(service, model_name, monkeypatch):
     """Nothing listens: the connection is refused, the client backs off (0.5 s with jitter)
     and tries again — by then the service is there (the proxy opened during the wait)."""
-    proxy = DroppingProxy(service.server.port)  # not listening yet
+    proxy = TcpProxy("127.0.0.1", service.server.port)  # not listening yet
     with Client(service.url, api_key=WRITE_KEY) as c:
         c.create_model(model_name, "regression", params=PARAMS)
     waits: list[float] = []
 
     def wait(seconds):
         waits.append(seconds)
-        proxy.open()
+        proxy.start()
 
     monkeypatch.setattr(fc, "time", Clock(wait))
     try:
@@ -334,8 +335,8 @@ def test_a_refused_connection_is_retried_with_backoff(service, model_name, monke
             assert (r.attempts, r.replayed, r.update.version) == (2, False, 1)
         assert len(waits) == 1 and 0.25 <= waits[0] <= 0.5
     finally:
-        proxy.close()
-    refused = DroppingProxy(service.server.port)  # never opened: the retries run out
+        proxy.stop()
+    refused = TcpProxy("127.0.0.1", service.server.port)  # never opened: the retries run out
     monkeypatch.setattr(fc, "time", Clock(lambda s: None))
     with Client(refused.url, api_key=WRITE_KEY, retries=2) as c, pytest.raises(ConnectionFailed) as err:
         c.learn(model_name, "a", *batch(np.random.default_rng(4)))
@@ -344,11 +345,11 @@ def test_a_refused_connection_is_retried_with_backoff(service, model_name, monke
 
 def test_a_create_whose_answer_is_lost_is_not_resent(service, model_name):
     """Not idempotent: the client says so instead of sending it again."""
-    proxy = DroppingProxy(service.server.port, drop=1).open()
+    proxy = TcpProxy("127.0.0.1", service.server.port, drop=1).start()
     try:
         with Client(proxy.url, api_key=WRITE_KEY, retries=3) as c, pytest.raises(ConnectionFailed, match="not resent"):
             c.create_model(model_name, "regression", params=PARAMS)
     finally:
-        proxy.close()
+        proxy.stop()
     with Client(service.url, api_key=WRITE_KEY) as c:
         assert c.get_model(model_name).version == 0  # it was created, once

@@ -187,17 +187,25 @@ def regression_batch(rng, n: int = 12, d: int = 4, task: int = 0):
 
 
 class TcpProxy:
-    """A loopback TCP forwarder that can be cut and restored, to play a server going down."""
+    """A loopback TCP forwarder that can be cut and restored, to play a server going down.
+    Its first ``drop`` connections forward the request but close instead of passing on the
+    answer: a connection lost after the server got (and applied) the request."""
 
-    def __init__(self, target_host: str, target_port: int):
+    def __init__(self, target_host: str, target_port: int, drop: int = 0):
         import threading
 
         self.target = (target_host, target_port)
         self.port = free_port()
+        self.drop = drop
+        self.connections = 0
         self._threading = threading
         self._listener: socket.socket | None = None
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> "TcpProxy":
         ls = socket.socket()
@@ -214,6 +222,8 @@ class TcpProxy:
                 client, _ = ls.accept()
             except OSError:
                 return
+            self.connections += 1
+            dropping = self.connections <= self.drop
             try:
                 upstream = socket.create_connection(self.target, timeout=3)
                 upstream.settimeout(None)
@@ -222,13 +232,15 @@ class TcpProxy:
                 continue
             with self._lock:
                 self._conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                self._threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+            for a, b, drop in ((client, upstream, False), (upstream, client, dropping)):
+                self._threading.Thread(target=self._pipe, args=(a, b, drop), daemon=True).start()
 
     @staticmethod
-    def _pipe(src, dst):
+    def _pipe(src, dst, drop: bool = False):
         try:
             while data := src.recv(65536):
+                if drop:  # the answer arrived: lose it
+                    break
                 dst.sendall(data)
         except OSError:
             pass
