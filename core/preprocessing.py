@@ -12,6 +12,7 @@ last coordinate of every ``w_t``, ``theta_t`` and row of ``D``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -19,10 +20,19 @@ from .exceptions import InputError
 
 
 def _float_array(X) -> np.ndarray:
-    """``np.asarray(X, dtype=float)``, faster for nested lists of floats (parsed JSON): numpy
-    infers float64 from Python floats in a third of the time it takes to convert each value to
-    a requested dtype. Anything else (ints only, strings, ragged rows) is converted as asked."""
+    """``np.asarray(X, dtype=float)``, faster for parsed JSON. Rows of one width (a list of
+    lists) are read in one pass by ``np.fromiter``, at half the cost of ``np.array``, which
+    first walks the nested lists to find their shape and dtype; other lists of floats let
+    numpy infer float64 (a third of the time it takes to convert each value to a requested
+    dtype). Whatever these refuse is converted as asked, with numpy's own result or error."""
     if isinstance(X, list):
+        if X and isinstance(X[0], list):
+            width = len(X[0])
+            if all(type(row) is list and len(row) == width for row in X):
+                try:
+                    return np.fromiter(chain.from_iterable(X), float, len(X) * width).reshape(len(X), width)
+                except (TypeError, ValueError, OverflowError):
+                    pass
         try:
             arr = np.array(X)
         except (TypeError, ValueError):

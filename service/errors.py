@@ -11,10 +11,13 @@ passwords (``app.state.redact``).
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy import exc as sa_exc
 
@@ -36,12 +39,27 @@ def first_line(exc: BaseException) -> str:
     return text[0][:300] if text else type(exc).__name__
 
 
+class _ErrorJSON(JSONResponse):
+    """A JSON error body that any string can go in: one that UTF-8 cannot encode (a lone
+    surrogate the client sent as ``\\ud800``, echoed in a 422) is written with ``\\u`` escapes."""
+
+    def render(self, content) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Register the exception handlers on ``app`` (which holds ``state.redact``)."""
     redact = app.state.redact
 
     def detail(status: int, message: str, headers: dict | None = None) -> JSONResponse:
         return JSONResponse({"detail": redact(message)}, status_code=status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):  # FastAPI's own answer, always encodable
+        return _ErrorJSON({"detail": jsonable_encoder(exc.errors())}, status_code=422)
 
     @app.exception_handler(core.InputError)
     async def _input(request: Request, exc: core.InputError):

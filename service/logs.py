@@ -4,9 +4,15 @@ Every line carries the request id of the request it belongs to (``X-Request-ID``
 the client when it is short and safe, else generated, and echoed in the response). Messages
 pass through the :class:`~service.security.Redactor`: configured API keys and connection
 URL passwords never reach a log line.
+
+The access line of every request (:func:`access`) is the one line per prediction: it is
+rendered straight to JSON and written with the other access lines of the same turn of the
+event loop, as long as the ``service`` loggers write only to this module's handler; with any
+other handler, filter or level in the way, it goes through :mod:`logging` like every line.
 """
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import functools
 import json
@@ -60,7 +66,14 @@ class JsonFormatter(logging.Formatter):
 
 
 class _Stderr(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is at the time (so that test capture sees it)."""
+    """Writes to whatever ``sys.stderr`` is at the time (so that test capture sees it).
+
+    :meth:`write_soon` holds lines in the stream's byte buffer until the event loop's next
+    turn, then flushes them with one write: under load, the access lines of all the requests
+    answered in one turn cost one system call. Any line written through :mod:`logging`
+    meanwhile flushes them first (stderr is line-buffered), so lines keep their order."""
+
+    _flush_due = False
 
     @property
     def stream(self):
@@ -70,8 +83,60 @@ class _Stderr(logging.StreamHandler):
     def stream(self, _value):
         pass
 
+    def write_soon(self, line: str) -> None:
+        """Write ``line`` (ASCII, ending in a newline); flushed on the loop's next turn, or at
+        once outside an event loop or on a stream without a byte buffer."""
+        stream = self.stream
+        buffer = getattr(stream, "buffer", None)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        with self.lock:
+            if buffer is None or loop is None:
+                stream.write(line)
+                stream.flush()
+                return
+            buffer.write(line.encode("ascii"))
+            if not self._flush_due:
+                self._flush_due = True
+                loop.call_soon(self._flush_pending, buffer)
 
-_installed: logging.Handler | None = None
+    def _flush_pending(self, buffer) -> None:
+        with self.lock:
+            self._flush_due = False
+            try:
+                buffer.flush()
+            except (OSError, ValueError):  # stderr closed or gone: as logging's handleError would, go on
+                pass
+
+
+_installed: _Stderr | None = None
+access_log = logging.getLogger("service.access")
+_service_log = logging.getLogger("service")
+
+
+def access(method: str, path: str, status: int, duration_ms: float, rid: str) -> None:
+    """Log the access line of a request: the ``service.access`` record ``request`` with the
+    fields ``event``, ``method``, ``path``, ``status`` and ``duration_ms``. ``rid`` is a valid
+    request id (:func:`valid_request_id`: nothing in it needs escaping)."""
+    if not access_log.isEnabledFor(logging.INFO):
+        return
+    handler = _installed
+    if (handler is None or access_log.handlers or access_log.filters or not access_log.propagate
+            or _service_log.handlers != [handler] or _service_log.propagate
+            or handler.filters or handler.level > logging.INFO or type(handler.formatter) is not JsonFormatter):
+        # another destination or filter: the record as logging makes it, for whatever is in the way
+        access_log.info("request", extra={"request_id": rid, "event": "request", "method": method, "path": path,
+                                          "status": status, "duration_ms": duration_ms})
+        return
+    now = time.time()
+    # The line JsonFormatter.format makes of that record, key for key.
+    handler.write_soon(
+        f'{{"ts": "{_utc_second(int(now))}.{int((now - int(now)) * 1000):03d}Z", "level": "INFO", '
+        f'"logger": "service.access", "message": "request", "request_id": "{rid}", "event": "request", '
+        f'"method": {_encode(method)}, "path": {_encode(path)}, "status": {status:d}, '
+        f'"duration_ms": {duration_ms!r}}}\n')
 
 
 def configure(level: str = "INFO", redact=None) -> None:

@@ -9,7 +9,6 @@ import time
 from . import logs, metrics
 
 log = logging.getLogger("service")
-access_log = logging.getLogger("service.access")
 
 #: ``async (scope, receive, send) -> bool`` callables that may answer a request before it
 #: reaches the app's layers (True: answered): the routes' own fast paths, registered by their
@@ -85,9 +84,7 @@ class RequestContext:
                 seconds = time.perf_counter() - t0
                 final = status if status is not None else 499  # the client went away before an answer
                 metrics.observe_status(scope["method"], final, seconds)
-                access_log.info("request", extra={"event": "request", "method": scope["method"],
-                                                  "path": scope["path"], "status": final,
-                                                  "duration_ms": round(seconds * 1000, 2)})
+                logs.access(scope["method"], scope["path"], final, round(seconds * 1000, 2), rid)
             logs.request_id.reset(token)
         return answered
 

@@ -29,11 +29,17 @@ def test_linear_uses_the_last_coefficient_as_the_bias():
 
 
 _cells = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-2**70, 2**70), st.booleans(),
-                   st.sampled_from(["1.5", "x", ""]), st.none())
+                   st.sampled_from(["1.5", "x", ""]), st.none(), st.lists(st.floats(), max_size=2))
+
+
+_rectangular = st.integers(0, 4).flatmap(
+    lambda width: st.lists(st.lists(_cells, min_size=width, max_size=width), min_size=1, max_size=5))
+_ragged = st.lists(st.one_of(st.lists(_cells, min_size=0, max_size=4), st.tuples(_cells, _cells), _cells),
+                   min_size=0, max_size=4)
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(st.lists(_cells, min_size=0, max_size=4), min_size=0, max_size=4))
+@given(st.one_of(_rectangular, _ragged))
 def test_float_array_is_asarray_with_float_dtype(rows):
     """The fast conversion of parsed JSON gives what np.asarray(X, dtype=float) gives, or
     fails where it fails."""

@@ -28,13 +28,13 @@ import json
 import math
 import re
 import weakref
-from typing import Any, Callable
+from typing import Annotated, Any, Callable
 from urllib.parse import parse_qsl
 
 import core
+import msgspec
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.routing import APIRoute
-from pydantic import ValidationError
 from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
 
@@ -106,10 +106,24 @@ def _get_answer(model: HostedModel, settings, task_id: str, x: list[str], min_ve
     return _answer(model, task_id, parse_rows(x), min_version)
 
 
+class _PredictBody(msgspec.Struct, forbid_unknown_fields=True):
+    """:class:`fcl3.schemas.PredictRequest` as msgspec decodes it: the same fields and checks
+    (numbers only, ints as floats, no unknown field, the last of a repeated key), parsed and
+    validated in one pass at about half pydantic's cost for a batch. A body it refuses (or
+    reads differently: NaN, Infinity or a float overflow, which pydantic turns into values
+    the engine refuses) goes through the declared route, which gives pydantic's answer."""
+
+    task_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    X: Annotated[list[list[float]], msgspec.Meta(min_length=1)]
+
+
+_decode_body = msgspec.json.Decoder(_PredictBody).decode
+
+
 def _post_answer(model: HostedModel, settings, body: bytes, min_version: int | None) -> bytes:
-    try:  # parsed and validated in one pass by pydantic-core (no Python dict in between)
-        req = PredictRequest.model_validate_json(body)
-    except ValidationError:
+    try:
+        req = _decode_body(body)
+    except msgspec.MsgspecError:  # DecodeError and ValidationError
         raise _Fallback from None
     check_size(settings, len(req.X), map(len, req.X))
     return _answer(model, req.task_id, req.X, min_version)
