@@ -15,12 +15,10 @@ stored version. Readers never take the update lock, and nothing here writes: a m
 """
 from __future__ import annotations
 
-import contextvars
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 from sqlalchemy import Engine, func, select
@@ -34,10 +32,6 @@ from .watch import NoWatch
 models_t = ModelRow.__table__
 tasks_t = TaskRow.__table__
 batches_t = BatchRow.__table__
-
-#: (reader, snapshot) of :meth:`ModelReader.pinned`, for the block it covers.
-_PINNED: contextvars.ContextVar[tuple[Any, Any] | None] = contextvars.ContextVar("fcl3_pinned_snapshot",
-                                                                                   default=None)
 
 _MODEL_INFO_COLS = [c for c in models_t.c if c.name != "arrays"]
 _TASK_INFO_COLS = [c for c in tasks_t.c if c.name != "arrays"]
@@ -126,10 +120,6 @@ class ModelReader:
         The query also reads ``created_at``, the model's identity: a model deleted and created
         again under the same name (by another process) restarts at version 0 and must never be
         mistaken for the cached one when it reaches the cached version number."""
-        if not check:
-            pinned = _PINNED.get()
-            if pinned is not None and pinned[0] is self and (min_version is None or pinned[1].version >= min_version):
-                return pinned[1]
         token = self.watch.token(self.name)
         if not check:
             fresh = self._fresh(token, min_version)
@@ -149,16 +139,6 @@ class ModelReader:
         trip): the prediction routes ask it to decide whether a request can be answered on the
         event loop (:mod:`service.api.routes.predict`)."""
         return self._fresh(self.watch.token(self.name), min_version)
-
-    @contextmanager
-    def pinned(self, snap: Snapshot) -> Iterator[None]:
-        """Reads in the block (of this thread or task) are answered from ``snap``, a snapshot
-        :meth:`fresh` just returned, without asking the watch again: one request, one look."""
-        token = _PINNED.set((self, snap))
-        try:
-            yield
-        finally:
-            _PINNED.reset(token)
 
     def _fresh(self, token, min_version: int | None) -> Snapshot | None:
         seen = self._seen

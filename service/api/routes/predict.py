@@ -19,8 +19,8 @@ and the request is small (at most :data:`INLINE_BYTES` of body, :data:`INLINE_VA
 numbers in the query string), because then the whole answer costs about as much CPU as the
 thread-pool hop alone would; otherwise (a version to check, a large batch) in the thread
 pool, as a ``def`` route would, so that a database query or a long numpy computation never
-blocks the loop. The request is then answered from the very snapshot ``fresh`` returned
-(:meth:`service.reads.ModelReader.pinned`): one look at the watch per request.
+blocks the loop. The request is then answered from the very snapshot ``fresh`` returned (the
+``snap`` argument of :func:`_answer`): one look at the watch per request.
 """
 from __future__ import annotations
 
@@ -101,9 +101,10 @@ def _answer(model: HostedModel, task_id: str, X, min_version: int | None, snap=N
     return b"".join(out)
 
 
-def _get_answer(model: HostedModel, settings, task_id: str, x: list[str], min_version: int | None) -> bytes:
+def _get_answer(model: HostedModel, settings, task_id: str, x: list[str], min_version: int | None,
+                snap=None) -> bytes:
     check_size(settings, len(x), (t.count(",") + 1 for t in x))
-    return _answer(model, task_id, parse_rows(x), min_version)
+    return _answer(model, task_id, parse_rows(x), min_version, snap)
 
 
 class _PredictBody(msgspec.Struct, forbid_unknown_fields=True):
@@ -120,13 +121,13 @@ class _PredictBody(msgspec.Struct, forbid_unknown_fields=True):
 _decode_body = msgspec.json.Decoder(_PredictBody).decode
 
 
-def _post_answer(model: HostedModel, settings, body: bytes, min_version: int | None) -> bytes:
+def _post_answer(model: HostedModel, settings, body: bytes, min_version: int | None, snap=None) -> bytes:
     try:
         req = _decode_body(body)
     except msgspec.MsgspecError:  # DecodeError and ValidationError
         raise _Fallback from None
     check_size(settings, len(req.X), map(len, req.X))
-    return _answer(model, req.task_id, req.X, min_version)
+    return _answer(model, req.task_id, req.X, min_version, snap)
 
 
 def _query_pairs(query: bytes) -> list[tuple[str, str]]:
@@ -184,8 +185,7 @@ async def _fast(request: Request) -> Response:
         body = await request.body()
         snap = model.reader.fresh(min_version) if len(body) <= INLINE_BYTES else None
         if snap is not None:
-            with model.reader.pinned(snap):
-                content = _post_answer(model, settings, body, min_version)
+            content = _post_answer(model, settings, body, min_version, snap)
         else:
             content = await run_in_threadpool(_post_answer, model, settings, body, min_version)
     else:
@@ -194,8 +194,7 @@ async def _fast(request: Request) -> Response:
         values = sum(t.count(",") + 1 for t in x)
         snap = model.reader.fresh(min_version) if values <= INLINE_VALUES else None
         if snap is not None:
-            with model.reader.pinned(snap):
-                content = _get_answer(model, settings, task_id, x, min_version)
+            content = _get_answer(model, settings, task_id, x, min_version, snap)
         else:
             content = await run_in_threadpool(_get_answer, model, settings, task_id, x, min_version)
     return Response(content, media_type="application/json")
@@ -329,8 +328,7 @@ def _shortcut_answer(state, name: str | None, scope) -> bytes | None:
     snap = model.reader.fresh(min_version)
     if snap is None:
         return None
-    check_size(state.settings, len(x), (t.count(",") + 1 for t in x))
-    return _answer(model, task_id, parse_rows(x), min_version, snap)
+    return _get_answer(model, state.settings, task_id, x, min_version, snap)
 
 
 router = APIRouter(tags=["prediction"], route_class=PredictRoute)
