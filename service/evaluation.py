@@ -277,6 +277,41 @@ def reservoir(X_kept: np.ndarray | None, y_kept: np.ndarray | None, n_seen: int,
     return Xo, yo
 
 
+class Foreground:
+    """The model updates running in this process, to which the accuracy matrix's background
+    rows give way. Both are Python threads of one interpreter: left alone, a row being
+    computed takes the interpreter back every few milliseconds (the GIL's switch interval) and
+    slows the update under its lock about twofold. So :meth:`give_way`, called by the row
+    between evaluation sets, waits while an update runs, for at most ``most`` seconds each
+    time: under a steady stream of updates the rows still move on (a set per ``most``
+    seconds at least), and a new task's update that waits for the backlog (lock released,
+    not counted here) never waits on itself."""
+
+    def __init__(self):
+        self._running = 0
+        self._changed = threading.Condition(threading.Lock())
+
+    def __enter__(self) -> "Foreground":
+        with self._changed:
+            self._running += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._changed:
+            self._running -= 1
+            if not self._running:
+                self._changed.notify_all()
+
+    def give_way(self, most: float = 0.02) -> None:
+        if self._running:  # read without the lock: a stale answer costs one set's wait or none
+            with self._changed:
+                self._changed.wait_for(lambda: not self._running, timeout=most)
+
+
+#: The process's updates (entered by :func:`service.usecases._learn` under the model's lock).
+FOREGROUND = Foreground()
+
+
 @dataclass
 class EvaluationSet:
     X: np.ndarray
@@ -566,6 +601,7 @@ class ModelEvaluation:
                     return None
         entries, scored = {}, {}
         for t, e in job.sets.items():
+            FOREGROUND.give_way()
             s = score_rows(learner, t, e.X, e.y)
             if s is not None:
                 scored[t] = scores(kind, s)

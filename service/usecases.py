@@ -22,7 +22,7 @@ from sqlalchemy import Engine
 import core
 
 from . import memory, metrics, state_files
-from .evaluation import ModelEvaluation
+from .evaluation import FOREGROUND, ModelEvaluation
 from .idempotency import Claim, IdempotencyKeys, KeyInFlight, KeyTakenOver, Replayed, request_hash
 from .learners import ModelConfigError, make_learner
 from .locks import FileLocks, LocalLocks, LockBusy, RedisLocks
@@ -122,7 +122,7 @@ def _learn(model: HostedModel, task_id: str, X, y, claim: Claim | None = None):
     acquired = None
     outcome = "error"
     try:
-        with model.locks.hold(model.name):
+        with model.locks.hold(model.name), FOREGROUND:
             acquired = time.perf_counter()
             metrics.LOCK_WAIT_SECONDS.labels("acquired").observe(acquired - t0)
             if claim is not None:
@@ -154,7 +154,8 @@ def _learn(model: HostedModel, task_id: str, X, y, claim: Claim | None = None):
     ev = prepared.evaluated or {}
     if ev.get("rescore_job") is not None:  # the evaluation sets, off the lock, before answering
         try:
-            model.evaluation.rescore_sets(ev["rescore_job"])
+            with FOREGROUND:
+                model.evaluation.rescore_sets(ev["rescore_job"])
         except Exception as exc:  # noqa: BLE001 - the update is committed; those scores stay older
             log.warning("evaluation sets of model %r not rescored at version %d: %s", model.name, version,
                         type(exc).__name__)

@@ -99,3 +99,21 @@ def test_models_benchmark_short_run(backends, tmp_path):
     assert 0 < small["predict_ms"]["p50"] <= small["predict_ms"]["p99"] and small["predict_per_s"] > 0
     assert small["worker_rss_mb"]["all_loaded"] > 0
     assert databases("fcl3_models_") <= before
+
+
+def test_evaluation_benchmark_short_run(tmp_path, capsys):
+    """Both models see the same stream; only the evaluated one rescores sets and gets matrix
+    rows (the embedded default: no server needed)."""
+    from benchmarks import evaluation
+
+    out = tmp_path / "evaluation.json"
+    res = evaluation.main(["--embedded", "--tasks", "6", "--updates", "8", "--eval-rows", "5", "--rescore", "2",
+                           "--json", str(out), "--quiet"])
+    assert json.loads(out.read_text())["results"] == json.loads(json.dumps(res["results"]))
+    evaluated, control = res["results"]["evaluated"], res["results"]["control"]
+    for phase, n in (("new", 6), ("known", 8)):
+        assert evaluated[phase]["update_total"]["n"] == control[phase]["update_total"]["n"] == n
+        assert control[phase]["rescored_median"] == 0 and control[phase]["rescore_after_commit"]["median_ms"] == 0
+    assert evaluated["known"]["rescored_median"] == 3  # its own task's set and --rescore others
+    assert res["matrix_rows_background"]["n"] == 6 and res["post_evaluation_rows"]["n"] == 6
+    capsys.readouterr()

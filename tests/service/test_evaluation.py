@@ -563,3 +563,52 @@ def test_a_matrix_row_lost_with_its_process_is_computed_by_the_next_update(make_
     evaluation = c2.app.state.models.get(name).evaluation
     with evaluation.engine.connect() as conn:
         assert "due" not in evaluation._state(conn)["matrix"]
+
+
+def test_background_rows_give_way_to_updates_for_a_bounded_time():
+    """Foreground.give_way waits while an update runs, returns as soon as none does, and never
+    waits past its bound (a steady stream of updates cannot stop the rows)."""
+    import threading
+
+    from service.evaluation import Foreground
+
+    gate = Foreground()
+    gate.give_way(most=30)  # nothing running: no wait (a hang here fails by the suite's timeout)
+    returned = threading.Event()
+    waiter = threading.Thread(target=lambda: (gate.give_way(most=30), returned.set()))
+    with gate:
+        waiter.start()
+        assert not returned.wait(0.2)  # waits while the update runs
+    assert returned.wait(5)  # and goes on when it ends
+    waiter.join(5)
+    with gate:
+        bounded = threading.Thread(target=gate.give_way, kwargs={"most": 0.05})
+        bounded.start()
+        bounded.join(5)
+        assert not bounded.is_alive()  # the bound, with the update still running
+
+
+def test_updates_are_foreground_and_matrix_rows_give_way_per_set(make_client, monkeypatch):
+    from service import evaluation
+
+    c = make_client()
+    name = new_model(c)
+    batches, held = stream(4, n_tasks=3, n_batches=1)
+    for t, (Xh, yh) in held.items():
+        c.post(f"/models/{name}/tasks/{t}/evaluation", json={"X": Xh.tolist(), "y": yh.tolist()}).raise_for_status()
+    model = c.app.state.models.get(name)
+    running, gave_way = [], []
+    commit = model.writer.commit
+    monkeypatch.setattr(model.writer, "commit", lambda *a, **k: (running.append(evaluation.FOREGROUND._running),
+                                                                 commit(*a, **k))[1])
+    monkeypatch.setattr(evaluation.FOREGROUND, "give_way", lambda most=0.02: gave_way.append(most))
+    sets_per_row = []
+    row = model.evaluation.matrix_row
+    monkeypatch.setattr(model.evaluation, "matrix_row", lambda job: (sets_per_row.append(len(job.sets)), row(job))[1])
+    for task, X, y in batches:  # three new tasks: matrix rows of 1, 2 and 3 learned sets
+        c.post(f"/models/{name}/tasks/{task}/data", json={"X": X.tolist(), "y": y.tolist()}).raise_for_status()
+    settle(c, name)
+    assert running == [1, 1, 1]  # every commit runs as the process's foreground
+    assert evaluation.FOREGROUND._running == 0
+    assert len(sets_per_row) >= 2 and min(sets_per_row) > 0
+    assert len(gave_way) == sum(sets_per_row)  # each row gives way before each of its sets
