@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import re
+import select
 import sys
 import time
 import traceback
@@ -70,10 +71,13 @@ class _Stderr(logging.StreamHandler):
 
     :meth:`write_soon` holds lines in the stream's byte buffer until the event loop's next
     turn, then flushes them with one write: under load, the access lines of all the requests
-    answered in one turn cost one system call. Any line written through :mod:`logging`
-    meanwhile flushes them first (stderr is line-buffered), so lines keep their order."""
+    answered in one turn cost one system call. Held lines are written before any line logged
+    through :mod:`logging`, so lines keep their order, and a write never holds more than
+    ``PIPE_BUF`` bytes of them: on a pipe shared by several workers (a container's stderr),
+    writes up to that size are atomic, so lines from different processes never interleave."""
 
     _flush_due = False
+    _held = 0  # bytes written by write_soon and not flushed yet
 
     @property
     def stream(self):
@@ -97,18 +101,32 @@ class _Stderr(logging.StreamHandler):
                 stream.write(line)
                 stream.flush()
                 return
-            buffer.write(line.encode("ascii"))
+            data = line.encode("ascii")
+            if self._held and self._held + len(data) > select.PIPE_BUF:
+                self._flush(buffer)
+            buffer.write(data)
+            self._held += len(data)
             if not self._flush_due:
                 self._flush_due = True
-                loop.call_soon(self._flush_pending, buffer)
+                loop.call_soon(self._flush_soon, buffer)
 
-    def _flush_pending(self, buffer) -> None:
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._held:  # the held lines first, in a write of their own
+            self._flush(getattr(self.stream, "buffer", None))
+        super().emit(record)
+
+    def _flush_soon(self, buffer) -> None:
         with self.lock:
             self._flush_due = False
-            try:
+            self._flush(buffer)
+
+    def _flush(self, buffer) -> None:
+        self._held = 0
+        try:
+            if buffer is not None:
                 buffer.flush()
-            except (OSError, ValueError):  # stderr closed or gone: as logging's handleError would, go on
-                pass
+        except (OSError, ValueError):  # stderr closed or gone: as logging's handleError would, go on
+            pass
 
 
 _installed: _Stderr | None = None
@@ -116,10 +134,11 @@ access_log = logging.getLogger("service.access")
 _service_log = logging.getLogger("service")
 
 
-def access(method: str, path: str, status: int, duration_ms: float, rid: str) -> None:
+def access(method: str, path: str, status: int, duration_ms: float, rid: str, client: str | None = None) -> None:
     """Log the access line of a request: the ``service.access`` record ``request`` with the
-    fields ``event``, ``method``, ``path``, ``status`` and ``duration_ms``. ``rid`` is a valid
-    request id (:func:`valid_request_id`: nothing in it needs escaping)."""
+    fields ``event``, ``method``, ``path``, ``status``, ``duration_ms`` and ``client`` (the
+    peer's address, as the server gives it). ``rid`` is a valid request id
+    (:func:`valid_request_id`: nothing in it needs escaping)."""
     if not access_log.isEnabledFor(logging.INFO):
         return
     handler = _installed
@@ -128,7 +147,7 @@ def access(method: str, path: str, status: int, duration_ms: float, rid: str) ->
             or handler.filters or handler.level > logging.INFO or type(handler.formatter) is not JsonFormatter):
         # another destination or filter: the record as logging makes it, for whatever is in the way
         access_log.info("request", extra={"request_id": rid, "event": "request", "method": method, "path": path,
-                                          "status": status, "duration_ms": duration_ms})
+                                          "status": status, "duration_ms": duration_ms, "client": client})
         return
     now = time.time()
     # The line JsonFormatter.format makes of that record, key for key.
@@ -136,7 +155,19 @@ def access(method: str, path: str, status: int, duration_ms: float, rid: str) ->
         f'{{"ts": "{_utc_second(int(now))}.{int((now - int(now)) * 1000):03d}Z", "level": "INFO", '
         f'"logger": "service.access", "message": "request", "request_id": "{rid}", "event": "request", '
         f'"method": {_encode(method)}, "path": {_encode(path)}, "status": {status:d}, '
-        f'"duration_ms": {duration_ms!r}}}\n')
+        f'"duration_ms": {duration_ms!r}, "client": {"null" if client is None else _encode(client)}}}\n')
+
+
+def take_over_server_access_log() -> bool:
+    """Turn uvicorn's own access log off, as ``--no-access-log`` does: the service logs every
+    request itself (:func:`access`: the same facts, as JSON, with the request id), and a second,
+    plain-text line per request would double the logs and their cost. True if it was on."""
+    server_log = logging.getLogger("uvicorn.access")
+    if not server_log.handlers:
+        return False
+    server_log.handlers = []
+    server_log.propagate = False
+    return True
 
 
 def configure(level: str = "INFO", redact=None) -> None:

@@ -52,6 +52,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     redact = Redactor.from_settings(settings)
     keys = KeyRing(settings.API_WRITE_KEYS, settings.API_READ_KEYS)  # malformed entries fail here
     logs.configure(settings.LOG_LEVEL, redact)
+    if logs.take_over_server_access_log():
+        log.info("uvicorn's access log is off: every request is logged by the service (logger service.access)")
     limit_malloc_arenas()  # before the request thread pool exists (see service/memory.py)
 
     @asynccontextmanager

@@ -84,7 +84,9 @@ class RequestContext:
                 seconds = time.perf_counter() - t0
                 final = status if status is not None else 499  # the client went away before an answer
                 metrics.observe_status(scope["method"], final, seconds)
-                logs.access(scope["method"], scope["path"], final, round(seconds * 1000, 2), rid)
+                client = scope.get("client")
+                logs.access(scope["method"], scope["path"], final, round(seconds * 1000, 2), rid,
+                            client[0] if client else None)
             logs.request_id.reset(token)
         return answered
 

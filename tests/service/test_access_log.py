@@ -4,6 +4,7 @@ service's own handler, through :mod:`logging` otherwise. Both give the same line
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
 import re
@@ -45,13 +46,14 @@ def server_stderr(monkeypatch, tmp_path):
     out.stream.close()
 
 
-def _through_logging(method, path, status, duration_ms, rid) -> str:
+def _through_logging(method, path, status, duration_ms, rid, client) -> str:
     """The line logging's own path gives for the same request."""
     token = logs.request_id.set(rid)
     try:
         record = logs.access_log.makeRecord("service.access", logging.INFO, "(unknown file)", 0, "request", (),
                                             None, extra={"event": "request", "method": method, "path": path,
-                                                         "status": status, "duration_ms": duration_ms})
+                                                         "status": status, "duration_ms": duration_ms,
+                                                         "client": client})
         return logs.JsonFormatter().format(record)
     finally:
         logs.request_id.reset(token)
@@ -65,15 +67,17 @@ def _without_ts(line: str) -> str:
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(method=st.sampled_from(["GET", "POST", "DELETE", "PATCH", "M-SEARCH", "X!#$%&'*+.^_`|~"]),
        path=st.text(max_size=40), status=st.sampled_from([200, 404, 422, 499, 500, 503]),
-       duration_ms=st.floats(0, 1e6, allow_nan=False), rid=st.from_regex(r"\A[A-Za-z0-9._:-]{1,64}\Z"))
-def test_the_rendered_line_is_the_formatted_record(server_stderr, method, path, status, duration_ms, rid):
+       duration_ms=st.floats(0, 1e6, allow_nan=False), rid=st.from_regex(r"\A[A-Za-z0-9._:-]{1,64}\Z"),
+       client=st.one_of(st.none(), st.ip_addresses().map(str), st.text(max_size=20)))
+def test_the_rendered_line_is_the_formatted_record(server_stderr, method, path, status, duration_ms, rid, client):
     before = len(server_stderr.take().read())
-    logs.access(method, path, status, duration_ms, rid)  # outside an event loop: written at once
+    logs.access(method, path, status, duration_ms, rid, client)  # outside an event loop: written at once
     line = server_stderr.read()[before:]
     assert line.endswith("\n") and line.count("\n") == 1
-    assert _without_ts(line[:-1]) == _without_ts(_through_logging(method, path, status, duration_ms, rid))
+    assert _without_ts(line[:-1]) == _without_ts(_through_logging(method, path, status, duration_ms, rid, client))
     parsed = json.loads(line)
-    assert (parsed["method"], parsed["path"], parsed["status"], parsed["request_id"]) == (method, path, status, rid)
+    assert (parsed["method"], parsed["path"], parsed["status"], parsed["request_id"], parsed["client"]) == (
+        method, path, status, rid, client)
 
 
 def test_lines_wait_for_the_next_turn_of_the_loop_and_keep_their_order(server_stderr):
@@ -149,3 +153,74 @@ def test_a_served_request_writes_its_line(make_client, server_stderr):
     served = [x for x in lines if x.get("request_id") == "served-1"]
     assert len(served) == 1 and served[0]["path"] == "/healthz" and served[0]["status"] == 200
     assert served[0]["logger"] == "service.access" and served[0]["duration_ms"] > 0
+    assert served[0]["client"] == "testclient"  # the peer's address as the server gives it
+
+
+def test_uvicorn_serves_one_json_line_per_request_and_no_plain_one(tmp_path):
+    """Under uvicorn with its own access log on (its default, at --log-level info), the service
+    turns it off and writes one JSON line per request; a SIGTERM flushes the last ones."""
+    import urllib.request
+
+    from benchmarks.launcher import Server
+
+    log = tmp_path / "server.log"
+    server = Server({"SQLITE_PATH": str(tmp_path / "fcl3.db"), "DATABASE_URL": "", "REDIS_URL": ""},
+                    log_path=log, ready_path="/healthz", access_log=True, log_level="info").start(60)
+    try:
+        for i in range(5):
+            req = urllib.request.Request(server.url + "/healthz", headers={"X-Request-ID": f"uv-{i}"})
+            with urllib.request.urlopen(req, timeout=10) as r:
+                assert r.status == 200
+    finally:
+        server.stop()
+    lines = log.read_text().splitlines()
+    ours = [json.loads(x) for x in lines if x.startswith("{") and '"uv-' in x]
+    assert sorted(x["request_id"] for x in ours) == [f"uv-{i}" for i in range(5)]
+    assert all(x["event"] == "request" and x["path"] == "/healthz" and x["client"] == "127.0.0.1" for x in ours)
+    assert not [x for x in lines if '"GET /healthz HTTP/1.1" 200' in x], lines  # uvicorn's own line
+    assert any("uvicorn's access log is off" in x for x in lines)
+
+
+class _Writes(io.RawIOBase):
+    """A raw stream that keeps every write it is given, as the system calls a pipe would get."""
+
+    def __init__(self):
+        self.writes: list[bytes] = []
+
+    def writable(self):
+        return True
+
+    def write(self, data):
+        self.writes.append(bytes(data))
+        return len(data)
+
+
+def test_no_write_holds_more_than_pipe_buf_or_part_of_a_line(monkeypatch):
+    """Many requests answered in one turn of the loop, and a line through logging among them:
+    every write is whole lines, at most PIPE_BUF bytes of held ones (atomic on a pipe that
+    several workers share), and nothing is lost or reordered."""
+    import io as _io
+    import select
+
+    raw = _Writes()
+    stream = _io.TextIOWrapper(_io.BufferedWriter(raw), encoding="utf-8", line_buffering=True)
+    logs.configure("INFO")
+    monkeypatch.setattr(logging.getLogger("service"), "handlers", [logs._installed])
+    monkeypatch.setattr(sys, "stderr", stream)
+
+    async def one_turn():
+        for i in range(60):
+            logs.access("GET", "/predict", 200, 0.1, f"r{i}")
+            if i == 30:
+                logging.getLogger("service.test").warning("in between")
+        await asyncio.sleep(0)
+
+    asyncio.run(one_turn())
+    assert len(raw.writes) > 3  # batched, not one write per line, nor one for all
+    held_writes = [w for w in raw.writes if b"in between" not in w]
+    assert [w.count(b"\n") for w in raw.writes if b"in between" in w] == [1]  # a write of its own
+    assert all(len(w) <= select.PIPE_BUF for w in held_writes)
+    assert all(w.endswith(b"\n") for w in raw.writes)
+    lines = [json.loads(x) for x in b"".join(raw.writes).decode().splitlines()]
+    assert [x.get("request_id", x["message"]) for x in lines] == (
+        [f"r{i}" for i in range(31)] + ["in between"] + [f"r{i}" for i in range(31, 60)])
