@@ -89,7 +89,9 @@ class _Stderr(logging.StreamHandler):
 
     def write_soon(self, line: str) -> None:
         """Write ``line`` (ASCII, ending in a newline); flushed on the loop's next turn, or at
-        once outside an event loop or on a stream without a byte buffer."""
+        once outside an event loop or on a stream without a byte buffer. A stderr that cannot
+        be written (closed, a broken pipe, none at all) loses the line, as logging's handlers
+        do: a log line never fails a request."""
         stream = self.stream
         buffer = getattr(stream, "buffer", None)
         try:
@@ -97,14 +99,17 @@ class _Stderr(logging.StreamHandler):
         except RuntimeError:
             loop = None
         with self.lock:
-            if buffer is None or loop is None:
-                stream.write(line)
-                stream.flush()
+            try:
+                if buffer is None or loop is None:
+                    stream.write(line)
+                    stream.flush()
+                    return
+                data = line.encode("ascii")
+                if self._held and self._held + len(data) > select.PIPE_BUF:
+                    self._flush(buffer)
+                buffer.write(data)
+            except (OSError, ValueError, AttributeError):
                 return
-            data = line.encode("ascii")
-            if self._held and self._held + len(data) > select.PIPE_BUF:
-                self._flush(buffer)
-            buffer.write(data)
             self._held += len(data)
             if not self._flush_due:
                 self._flush_due = True

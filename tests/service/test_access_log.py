@@ -224,3 +224,35 @@ def test_no_write_holds_more_than_pipe_buf_or_part_of_a_line(monkeypatch):
     lines = [json.loads(x) for x in b"".join(raw.writes).decode().splitlines()]
     assert [x.get("request_id", x["message"]) for x in lines] == (
         [f"r{i}" for i in range(31)] + ["in between"] + [f"r{i}" for i in range(31, 60)])
+
+
+@pytest.mark.parametrize("broken", ["none", "closed", "broken pipe"])
+def test_an_unwritable_stderr_loses_the_line_and_never_fails_the_request(make_client, monkeypatch, broken):
+    """As logging's own handlers: a stderr that is gone, closed or a broken pipe costs the log
+    line, not the request (nor the requests after it)."""
+    import os
+
+    c = make_client()
+    logs.configure("INFO")
+    monkeypatch.setattr(logging.getLogger("service"), "handlers", [logs._installed])
+    if broken == "none":
+        stream = None
+    elif broken == "closed":
+        stream = io.TextIOWrapper(io.BufferedWriter(_Writes()), line_buffering=True)
+        stream.close()
+    else:
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # nobody reads: a write raises BrokenPipeError
+        stream = open(write_end, "w", buffering=1)
+    monkeypatch.setattr(sys, "stderr", stream)
+    for _ in range(3):  # on the loop (held, then flushed) and through the route
+        assert c.get("/healthz").status_code == 200
+        assert c.get("/predict", params={"task_id": "nope", "x": "1"}).status_code == 404
+    c.portal.call(asyncio.sleep, 0)
+    logs.access("GET", "/", 200, 0.1, "outside-a-loop")  # written at once: lost, no error
+    monkeypatch.undo()
+    if broken == "broken pipe":
+        try:
+            stream.close()
+        except OSError:
+            pass
