@@ -308,7 +308,8 @@ class Foreground:
                 self._changed.wait_for(lambda: not self._running, timeout=most)
 
 
-#: The process's updates (entered by :func:`service.usecases._learn` under the model's lock).
+#: The process's updates (entered by :func:`service.usecases._learn` while it holds the model's
+#: lock, and while it rescores evaluation sets after the commit).
 FOREGROUND = Foreground()
 
 
