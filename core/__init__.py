@@ -3,8 +3,8 @@ from .base import LifelongLearner, UpdateResult
 from .ella import ELLA
 from .exceptions import InputError, UnknownTaskError
 from .fcl3 import CL3, FCL3, FCL3WithoutDecoder
-from .registry import LEARNERS, learner_class
-from .state import STATE_FORMAT_VERSION, ModelState, load_state
+from .registry import LEARNERS, learner_class, load_state
+from .state import STATE_FORMAT_VERSION, ModelState
 from .stl import STL
 
 __all__ = [

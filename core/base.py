@@ -4,7 +4,7 @@ Modelled on scikit-learn and River: hyper-parameters are explicit ``__init__`` a
 stored unchanged, ``__init__`` does no work, learned attributes end in ``_``. One object holds
 the whole model; :meth:`LifelongLearner.learn` takes one labelled batch of one task (new or
 already seen) and returns an :class:`UpdateResult`; :meth:`predict` works for every learned
-task; :meth:`get_state` / :func:`load_state` export and restore the model exactly as named
+task; :meth:`get_state` / :func:`core.load_state` export and restore the model exactly as named
 numpy arrays plus JSON-able settings (never pickle).
 
 An update is transactional: learned arrays are replaced, never mutated in place, so a batch
@@ -25,7 +25,7 @@ from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, RIDGE, Family, Library,
 from .exceptions import InputError, UnknownTaskError
 from .losses import KINDS, curvature_scale, fit_single_task, fit_squared_from_moments, sigmoid
 from .preprocessing import Scaler, as_matrix, as_targets, label_convention
-from .state import ModelState, SquaredLossMoments, TaskData, TaskRecord, TaskRows, load_state
+from .state import ModelState, SquaredLossMoments, TaskData, TaskRecord, TaskRows, check_format
 
 
 #: ``task_models`` values: every task's own empirical-Bayes model, or the paper's rule.
@@ -430,6 +430,7 @@ class LifelongLearner:
 
     @classmethod
     def _from_state(cls, state: ModelState) -> "LifelongLearner":
+        check_format(state)
         model = cls(**state.params)
         if not state.meta.get("fitted"):
             return model
@@ -456,8 +457,10 @@ class LifelongLearner:
         and the changed tasks, not every task's data. The result equals
         ``load_state`` of the full state; this model is not modified.
         """
-        if state.estimator != type(self).__name__ or state.params != self.get_params() or not self.is_fitted:
-            return load_state(state)
+        if state.estimator != type(self).__name__:
+            raise ValueError(f"a {state.estimator} state cannot move a {type(self).__name__} forward")
+        if state.params != self.get_params() or not self.is_fitted:
+            return type(self)._from_state(state)
         model = self.copy()
         model._set_global_state(state)
         order = state.meta["task_order"]

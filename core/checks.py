@@ -25,8 +25,8 @@ import numpy as np
 
 from .base import LifelongLearner
 from .exceptions import InputError, UnknownTaskError
-from .registry import LEARNERS
-from .state import ModelState, load_state
+from .registry import LEARNERS, load_state
+from .state import ModelState
 
 Factory = Callable[..., LifelongLearner]
 

@@ -1,19 +1,17 @@
 """A learner's exportable state and the per-task data it keeps.
 
 :class:`ModelState` is the whole model as JSON-able settings plus named numpy arrays (never
-pickle); :func:`load_state` rebuilds the learner it came from, bit for bit. The task-data
+pickle); :func:`core.registry.load_state` rebuilds the learner it came from, bit for bit. The task-data
 containers are what a learner keeps of a task's rows: :class:`SquaredLossMoments` (exact
 sufficient statistics, regression) or :class:`TaskRows` (the rows, classification).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .base import LifelongLearner
 
 #: Bumped whenever the meaning or names of exported arrays change. Format 3 keeps a
 #: regression task as its sufficient statistics ``X'X``, ``X'y``, ``y'y``, ``n`` and a
@@ -134,16 +132,9 @@ class ModelState:
     format_version: int = STATE_FORMAT_VERSION
 
 
-def load_state(state: ModelState) -> "LifelongLearner":
-    """Rebuild a learner from :meth:`LifelongLearner.get_state` output, bit for bit.
-
-    Raises :class:`ValueError` for an unreadable format and :class:`core.InputError` (a
-    ``ValueError``) for a learner name not in :data:`core.LEARNERS`.
-    """
+def check_format(state: ModelState) -> None:
+    """Raise :class:`ValueError` for a state written in a format this version cannot read."""
     if state.format_version not in READABLE_FORMAT_VERSIONS:
         raise ValueError(
             f"state format {state.format_version} is not supported (this version reads {READABLE_FORMAT_VERSIONS})"
         )
-    from .registry import learner_class  # the registry imports every learner, and they import this module
-
-    return learner_class(state.estimator)._from_state(state)
