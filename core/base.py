@@ -13,6 +13,7 @@ that fails half-way (bad input, a solver error) is rolled back by restoring refe
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import zlib
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, RIDGE, Family, Library,
                        posterior_fit)
 from .exceptions import InputError, UnknownTaskError
 from .losses import KINDS, curvature_scale, fit_single_task, fit_squared_from_moments, sigmoid
+from .population import PopulationSums, TaskTerms, gaussian_terms, logistic_terms
 from .preprocessing import Scaler, as_matrix, as_targets, label_convention
 from .state import ModelState, SquaredLossMoments, TaskData, TaskRecord, TaskRows, check_format
 
@@ -171,6 +173,8 @@ class LifelongLearner:
                 result = self._update(task_id, record, previous)
                 if self.task_models == "empirical_bayes":
                     self._record_evidence(task_id, library)
+                    if self._keeps_population:
+                        self._update_population(task_id, previous)
             self._check_finite(task_id)
         except (np.linalg.LinAlgError, ArithmeticError) as exc:
             # finite input whose scale breaks the arithmetic (values ~1e16 and beyond): the
@@ -282,6 +286,8 @@ class LifelongLearner:
         (values of extreme magnitude); the task is then judged without a library."""
         try:
             library = self._library(task_id, exclude)
+            if library is not None and self._keeps_population:
+                library = dataclasses.replace(library, population=self._population_without(exclude))
         except (np.linalg.LinAlgError, ArithmeticError):
             return None
         if library is not None and not (np.all(np.isfinite(library.centres))
@@ -363,6 +369,75 @@ class LifelongLearner:
                 return self._theta(task_id)
         return fit.theta if np.all(np.isfinite(fit.theta)) else self._theta(task_id)
 
+    # ----------------------------------------------------------------- the population of slopes
+    @property
+    def _keeps_population(self) -> bool:
+        return self.task_models == "empirical_bayes" and any(f.centred_on_population or f.population_shape
+                                                             for f in self._families)
+
+    @property
+    def _n_slopes(self) -> int:
+        return int(self.n_features_in_)
+
+    def _population_sums(self) -> PopulationSums:
+        arr = getattr(self, "population_sums_", None)
+        if arr is None or arr.size == 0:
+            return PopulationSums.empty(self._n_slopes)
+        return PopulationSums.from_array(arr, self._n_slopes)
+
+    def _task_terms(self, record: TaskRecord | None) -> TaskTerms | None:
+        arr = None if record is None else record.arrays.get("population_terms")
+        return None if arr is None else TaskTerms.from_array(arr, self._n_slopes)
+
+    def _population_without(self, record: TaskRecord | None):
+        """The population fitted to the stream without ``record``'s terms (the M-step)."""
+        sums = self._population_sums()
+        terms = self._task_terms(record)
+        if terms is not None:
+            sums = sums.plus(terms, -1.0)
+        return sums.population()
+
+    def _population_terms(self, record: TaskRecord, sums: PopulationSums) -> TaskTerms | None:
+        """The E-step of one task under the population of ``sums`` (``None``: no statistics)."""
+        data = self._evidence_data(record)
+        if data is None:
+            return None
+        pop = sums.population()
+        terms = gaussian_terms(*data, pop) if self.kind == "regression" else logistic_terms(*data, pop)
+        return terms if np.all(np.isfinite(terms.second)) and np.isfinite(terms.rss) else None
+
+    def _population_curve(self, record: TaskRecord, sums: PopulationSums) -> dict[str, list[float]]:
+        """The task's evidence curve of every population family against ``sums``'s population."""
+        data = self._evidence_data(record)
+        fams = tuple(f for f in self._families if f.centred_on_population)
+        if data is None or not fams:
+            return {}
+        library = Library(None, np.empty((0, self._n_slopes)), np.empty(0), sums.population())
+        try:
+            curves = family_curves(self.kind, data, library, fams)
+        except (np.linalg.LinAlgError, ArithmeticError):
+            return {}
+        return {name: [float(v) for v in c.log_evidence] for name, c in curves.items()
+                if np.all(np.isfinite(c.log_evidence))}
+
+    def _update_population(self, task_id: str, previous: TaskRecord | None) -> None:
+        """Incremental EM: the learned task's terms replace its earlier ones in the sums, as
+        its E-step under the population of the other tasks. Other tasks keep the terms of
+        their own last update (an update changes one task), so a stream's early tasks hold
+        terms fitted against an early population until they are learned again."""
+        sums = self._population_sums()
+        old = self._task_terms(previous)
+        if old is not None:
+            sums = sums.plus(old, -1.0)
+        record = self.tasks_[task_id]
+        arrays = {k: v for k, v in record.arrays.items() if k != "population_terms"}
+        terms = self._population_terms(record, sums)
+        if terms is not None:
+            arrays["population_terms"] = terms.to_array()
+            sums = sums.plus(terms)
+        record.arrays = arrays
+        self.population_sums_ = sums.to_array()
+
     # ----------------------------------------------------------------- prediction
     def _theta(self, task_id: str) -> np.ndarray:
         raise NotImplementedError
@@ -443,10 +518,17 @@ class LifelongLearner:
 
     def _set_global_state(self, state: ModelState) -> None:
         self.scaler_ = Scaler.from_arrays({k[len("scaler_"):]: v for k, v in state.arrays.items() if k.startswith("scaler_")})
+        defaults = self._state_defaults()
         for attr in self._state_attrs:
-            setattr(self, attr, np.array(state.arrays[attr.rstrip("_")], copy=True))
+            name = attr.rstrip("_")
+            value = state.arrays[name] if name in state.arrays or attr not in defaults else defaults[attr]
+            setattr(self, attr, np.array(value, copy=True))
         for attr in self._meta_attrs:
             setattr(self, attr, copy.deepcopy(state.meta[attr.rstrip("_")]))
+
+    def _state_defaults(self) -> dict[str, np.ndarray]:
+        """Values of global arrays that a state of an earlier format lacks (none here)."""
+        return {}
 
     def with_state(self, state: ModelState) -> "LifelongLearner":
         """This model moved forward to ``state``, reading only what ``state`` carries.

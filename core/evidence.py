@@ -52,16 +52,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import logsumexp
 
-from .losses import sigmoid
+from .population import Population, logistic_modes
 
 #: Prior variance ``omega`` (relative to ``tr(G) / d``, and for squared loss to ``sigma^2``).
 GAUSSIAN_OMEGAS = 10.0 ** np.arange(-5.0, 8.01, 0.5)
 LOGISTIC_OMEGAS = 10.0 ** np.arange(-3.0, 3.01, 0.5)
 #: Log Bayes factor a family must reach over ``ridge``, summed over the stream's tasks.
 STRONG_EVIDENCE = 3.0
-#: Weight of the bias penalty in logistic fits: keeps the Newton system regular when a task
-#: holds one class, too small to matter otherwise.
-_BIAS_PRECISION = 1e-8
 #: Weight ``a`` of the Dirichlet(1 + a) prior on the stream's distribution of ``omega``
 #: (:func:`omega_prior`): ``a = 1`` is Laplace's rule of succession, every grid point counted
 #: once a priori; ``0`` is plain maximum likelihood.
@@ -86,19 +83,25 @@ class Family:
     name: str
     rho: float = 0.0
     centred_on_representatives: bool = False
+    centred_on_population: bool = False
+    population_shape: bool = False
 
 
 RIDGE = Family("ridge")
+#: The stream's population of slopes (:mod:`core.population`) as the prior: the mixed model.
+POPULATION = Family("population", centred_on_population=True)
 
 
 @dataclass(frozen=True)
 class Library:
     """What the prior of one task is built from: the basis ``B`` (slopes x components, or
-    ``None``), the representatives' models ``centres`` (k x slopes) and their log weights."""
+    ``None``), the environments' models ``centres`` (k x slopes) and their log weights, and
+    the population of slopes fitted without the task (``None``: the learner keeps none)."""
 
     basis: np.ndarray | None
     centres: np.ndarray
     log_weights: np.ndarray
+    population: Population | None = None
 
 
 @dataclass(frozen=True)
@@ -129,11 +132,14 @@ def _prior_factor(d: int, basis: np.ndarray | None, rho: float) -> np.ndarray:
 
 
 def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centres: np.ndarray,
-                  basis: np.ndarray | None, rho: float) -> tuple[np.ndarray, np.ndarray]:
+                  basis: np.ndarray | None, rho: float, factor: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """Log evidence and posterior mean of a squared-loss task for every centre and every
     ``omega`` of :data:`GAUSSIAN_OMEGAS`: arrays ``(k, n_omega)`` and ``(k, n_omega, d + 1)``.
 
     ``gram = X'X``, ``moment = X'y``, ``yy = y'y`` over the task's rows (bias column last).
+    ``factor``: a given ``R`` (prior covariance ``omega R R'`` in units of ``sigma^2``,
+    ``omega`` not rescaled by the task's design) instead of the family's.
     """
     d = gram.shape[0] - 1
     xbar = gram[-1, :-1] / n
@@ -142,8 +148,11 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
     q = moment[:-1] - n * xbar * ybar
     S = yy - n * ybar * ybar
     dof = max(n - 1, 1)
-    omegas = GAUSSIAN_OMEGAS / max(float(np.trace(G)) / d, _TINY)
-    R = _prior_factor(d, basis, rho)
+    if factor is None:
+        omegas = GAUSSIAN_OMEGAS / max(float(np.trace(G)) / d, _TINY)
+        R = _prior_factor(d, basis, rho)
+    else:
+        omegas, R = GAUSSIAN_OMEGAS, factor
     lam, U = np.linalg.eigh(R.T @ G @ R)
     lam = np.maximum(lam, 0.0)
     RU = R @ U
@@ -165,88 +174,47 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
     return E, TH
 
 
-def _penalised_logistic(X: np.ndarray, y: np.ndarray, precision: np.ndarray, w0: np.ndarray,
-                        max_iter: int = 50, tol: float = 1e-8) -> np.ndarray:
-    """Mode of ``sum log p(y_i | x_i w) - 1/2 w_nb' P w_nb`` (bias unpenalised): Newton's
-    method with step halving."""
-    d1 = X.shape[1]
-    P = np.zeros((d1, d1))
-    P[:-1, :-1] = precision
-    P[-1, -1] = _BIAS_PRECISION
-
-    def objective(w):
-        z = X @ w
-        return float(np.sum(np.logaddexp(0.0, z) - y * z) + 0.5 * w @ P @ w)
-
-    w = w0.copy()
-    f = objective(w)
-    for _ in range(max_iter):
-        p = sigmoid(X @ w)
-        grad = X.T @ (p - y) + P @ w
-        hess = (X.T * (p * (1.0 - p))) @ X + P
-        step = np.linalg.solve(hess, grad)
-        t = 1.0
-        while True:
-            w_new = w - t * step
-            f_new = objective(w_new)
-            if f_new <= f + 1e-12 * abs(f) or t < 1e-8:
-                break
-            t *= 0.5
-        moved = float(np.max(np.abs(w_new - w)))
-        w, f = w_new, f_new
-        if moved <= tol * (1.0 + float(np.max(np.abs(w)))):
-            break
-    return w
-
-
 def logistic_fits(X: np.ndarray, y: np.ndarray, centres: np.ndarray, basis: np.ndarray | None,
-                  rho: float) -> tuple[np.ndarray, np.ndarray]:
-    """Log evidence and posterior mode of a logistic task for the centre ``0`` (row 0, exact
-    Laplace approximation) and every centre of ``centres`` (rows 1.., second-order expansion
-    of the log-likelihood at the row-0 mode), for every ``omega`` of :data:`LOGISTIC_OMEGAS`.
+                  rho: float, factor: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Log evidence and posterior mode of a logistic task for the centre ``0`` (row 0) and
+    every centre of ``centres`` (rows 1..), each by the Laplace approximation at its own
+    posterior mode, for every ``omega`` of :data:`LOGISTIC_OMEGAS`. (A second-order expansion
+    of the log-likelihood at the row-0 mode, cheaper, underestimates the evidence of centres
+    far from ``0`` by tens of nats on clustered streams and so loses them to the centre ``0``.)
 
-    ``X`` is the scaled design (bias last), ``y`` the 0/1 labels. The intercept is profiled:
-    determinants and expansions use the Schur complement of the bias in the Hessian.
+    ``X`` is the scaled design (bias last), ``y`` the 0/1 labels. The intercept has a flat
+    prior and is profiled: determinants use the Schur complement of the bias in the Hessian.
+    ``factor``: a given ``R`` (prior covariance ``omega R R'``, ``omega`` not rescaled by the
+    task's design) instead of the family's.
     """
-    n, d1 = X.shape
+    d1 = X.shape[1]
     d = d1 - 1
-    Xc = X[:, :-1] - X[:, :-1].mean(axis=0)
-    omegas = LOGISTIC_OMEGAS / max(0.25 * float(np.trace(Xc.T @ Xc)) / d, _TINY)
-    R = _prior_factor(d, basis, rho)
+    if factor is None:
+        Xc = X[:, :-1] - X[:, :-1].mean(axis=0)
+        omegas = LOGISTIC_OMEGAS / max(0.25 * float(np.trace(Xc.T @ Xc)) / d, _TINY)
+        R = _prior_factor(d, basis, rho)
+    else:
+        omegas, R = LOGISTIC_OMEGAS, factor
     Kunit = R @ R.T
     Kunit_inv = np.linalg.inv(Kunit)
-    k = centres.shape[0]
-    E = np.full((k + 1, omegas.size), -np.inf)
-    TH = np.zeros((k + 1, omegas.size, d1))
-    w = np.zeros(d1)
+    logdet_unit = float(np.linalg.slogdet(Kunit)[1])
+    C = np.vstack([np.zeros((1, d)), centres])
+    E = np.full((C.shape[0], omegas.size), -np.inf)
+    TH = np.zeros((C.shape[0], omegas.size, d1))
     for j, om in enumerate(omegas):
         Kinv = Kunit_inv / om
-        w = _penalised_logistic(X, y, Kinv, w)
-        z = X @ w
-        p = sigmoid(z)
-        loglik = -float(np.sum(np.logaddexp(0.0, z) - y * z))
-        Hd = (X.T * (p * (1.0 - p))) @ X
-        hb = max(float(Hd[-1, -1]), _TINY)
-        Hs = Hd[:-1, :-1] - np.outer(Hd[:-1, -1], Hd[-1, :-1]) / hb
-        slopes = w[:-1]
-        # Laplace with a flat prior on the intercept: log det of the posterior Hessian is
-        # log det(Kinv + Hs) + log hb; with -1/2 log det(K) from the prior's normaliser
-        logdet = float(np.linalg.slogdet(np.eye(d) + om * Kunit @ Hs)[1]) + np.log(hb)
-        E[0, j] = loglik - 0.5 * slopes @ Kinv @ slopes - 0.5 * logdet
-        TH[0, j] = w
-        if k == 0:
-            continue
-        # log-likelihood ~ loglik + g'(t - slopes) - 1/2 (t - slopes)' Hs (t - slopes), g = Kinv slopes
-        g = Kinv @ slopes
-        A = Hs + Kinv
-        rhs = (Hs @ slopes + g)[None, :] + centres @ Kinv  # A t_k = Hs slopes + g + Kinv m_k
-        T = np.linalg.solve(A, rhs.T).T  # (k, d)
-        dt = T - slopes
-        r = T - centres
-        E[1:, j] = (loglik + dt @ g - 0.5 * np.einsum("ki,ij,kj->k", dt, Hs, dt)
-                    - 0.5 * np.einsum("ki,ij,kj->k", r, Kinv, r) - 0.5 * logdet)
-        TH[1:, j, :-1] = T
-        TH[1:, j, -1] = w[-1] - (dt @ Hd[:-1, -1]) / hb
+        # each centre's mode, warm-started from its mode at the previous omega
+        W, H = logistic_modes(X, y, C, Kinv, TH[:, j - 1] if j else None)
+        Z = W @ X.T
+        hb = np.maximum(H[:, -1, -1], _TINY)
+        Hs = H[:, :-1, :-1] - np.einsum("ki,kj->kij", H[:, :-1, -1], H[:, -1, :-1]) / hb[:, None, None]
+        R = W[:, :-1] - C
+        # Laplace with a flat prior on the intercept: the posterior Hessian's log det is that of
+        # the slopes' Schur complement (prior included) plus log hb; -1/2 log det(K) is the
+        # prior's normaliser
+        E[:, j] = (-np.sum(np.logaddexp(0.0, Z) - y * Z, axis=1) - 0.5 * np.einsum("ki,ij,kj->k", R, Kinv, R)
+                   - 0.5 * (np.linalg.slogdet(Hs)[1] + d * np.log(om) + logdet_unit + np.log(hb)))
+        TH[:, j] = W
     return E, TH
 
 
@@ -292,8 +260,29 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
     has_basis = library is not None and library.basis is not None and bool(np.any(library.basis))
     has_centres = library is not None and len(library.centres) > 0
     curves: dict[str, Curve] = {}
-    for rho in sorted({f.rho for f in families}):
-        fams = [f for f in families if f.rho == rho and (rho == 0.0 or has_basis)
+    pop = library.population if library is not None else None
+    for fam in families:
+        if fam.population_shape and pop is not None and has_centres:
+            if kind == "regression":
+                n, gram, moment, yy = data
+                factor = np.linalg.cholesky(pop.cov / pop.noise)
+                E, TH = gaussian_fits(n, gram, moment, yy, library.centres, None, 0.0, factor)
+            else:
+                E, TH = logistic_fits(data[0], data[1], library.centres, None, 0.0, np.linalg.cholesky(pop.cov))
+                E, TH = E[1:], TH[1:]
+            curves[fam.name] = mixed_curve(E, TH, library.log_weights)
+        if fam.centred_on_population and pop is not None:
+            if kind == "regression":
+                n, gram, moment, yy = data
+                factor = np.linalg.cholesky(pop.cov / pop.noise)
+                E, TH = gaussian_fits(n, gram, moment, yy, pop.mean[None, :], None, 0.0, factor)
+            else:
+                E, TH = logistic_fits(data[0], data[1], pop.mean[None, :], None, 0.0, np.linalg.cholesky(pop.cov))
+                E, TH = E[1:], TH[1:]
+            curves[fam.name] = mixed_curve(E, TH)
+    classic = [f for f in families if not (f.centred_on_population or f.population_shape)]
+    for rho in sorted({f.rho for f in classic}):
+        fams = [f for f in classic if f.rho == rho and (rho == 0.0 or has_basis)
                 and (not f.centred_on_representatives or has_centres)]
         if not fams:
             continue

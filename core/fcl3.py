@@ -79,9 +79,10 @@ from __future__ import annotations
 import numpy as np
 
 from .base import LifelongLearner, TaskRecord, UpdateResult
-from .evidence import RIDGE, Family, Library
+from .evidence import POPULATION, RIDGE, Family, Library
 from .exceptions import InputError
 from .losses import half_hessian
+from .population import PopulationSums
 from .solvers import (admm_assignment, fista_quadratic_l1, kronecker_sum_pcg, plus_kron_terms,
                       solve_ridge_ball, solve_rows_in_ball)
 
@@ -152,10 +153,11 @@ class FCL3(LifelongLearner):
         ``theta_t = D s_t``, the paper's model.
     """
 
-    _state_attrs = ("D_", "L_", "A_", "b_", "M_", "C_", "S_")
+    _state_attrs = ("D_", "L_", "A_", "b_", "M_", "C_", "S_", "population_sums_")
     _meta_attrs = ("representatives_", "n_learned_", "n_seeded_columns_")
-    _families = (RIDGE, Family("mixture", rho=0.0, centred_on_representatives=True),
-                 Family("mixture_span", rho=10.0, centred_on_representatives=True))
+    _families = (RIDGE, POPULATION, Family("mixture", rho=0.0, centred_on_representatives=True),
+                 Family("mixture_span", rho=10.0, centred_on_representatives=True),
+                 Family("mixture_population", centred_on_representatives=True, population_shape=True))
 
     def __init__(
         self, kind: str = "regression", n_components: int = 5, mu: float = 0.1,
@@ -222,9 +224,15 @@ class FCL3(LifelongLearner):
         self.M_ = np.zeros((p, d))
         self.C_ = np.zeros((d, d))
         self.S_ = np.zeros((0, p))
+        self.population_sums_ = PopulationSums.empty(n_features).to_array()
         self.representatives_: list[str] = []
         self.n_learned_ = 0
         self.n_seeded_columns_ = 0
+
+    def _state_defaults(self) -> dict[str, np.ndarray]:
+        """A state from before the population (format 3) starts it empty: its tasks join it
+        as they are learned again."""
+        return {"population_sums_": PopulationSums.empty(self._n_slopes).to_array()}
 
     # ------------------------------------------------------------------ pieces
     def _quadratic(self, w: np.ndarray, omega: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -475,10 +483,14 @@ class FCL3(LifelongLearner):
         return self._full_model(record, self.D_ @ record.arrays["code"])
 
     def _library(self, task_id: str, exclude: TaskRecord | None) -> Library | None:
-        """The decoder re-solved without ``exclude``'s terms in ``A, b`` (``D_{-t}``), the models
-        ``D_{-t} s_k`` of the other representatives, and log weights proportional to the sizes
-        of their environments (the representative and the other tasks whose largest
-        assignment it holds)."""
+        """The decoder re-solved without ``exclude``'s terms in ``A, b`` (``D_{-t}``), one centre
+        per environment and log weights proportional to the environments' sizes (each
+        representative and the other tasks whose largest assignment it holds).
+
+        An environment's centre is the precision-weighted mean of its member tasks' slopes,
+        ``(sum_t n_t Omega'_t)^-1 sum_t n_t Omega'_t w'_t`` without the task itself (the pooled
+        fit of the environment: a population mean, not one member's noisy fit); an environment
+        with no other member falls back to ``D_{-t} s_k``."""
         others = [t for t in self.tasks_ if t != task_id]
         if not others:
             return None
@@ -492,12 +504,32 @@ class FCL3(LifelongLearner):
             D = self._solve_decoder(A, self.b_ - db, T, self.D_)
         basis = D if self.task_intercept else D[:-1]
         reps = [r for r in self.representatives_ if r != task_id]
-        sizes = self._environment_sizes()
+        stats = self._environment_stats()
         own = self.tasks_.get(task_id)
         own_env = self._environment_of(own) if own is not None and exclude is not None else None
-        counts = np.array([sizes.get(r, 0) + 1.0 - (own_env == r) for r in reps])
-        centres = np.array([basis @ self.S_[self.representatives_.index(r)] for r in reps]).reshape(-1, basis.shape[0])
+        counts, centres = [], []
+        for r in reps:
+            count, weight, weighted = stats.get(r, (0, None, None))
+            if own_env == r:
+                W, Ww = self._pooling_terms(own)
+                count, weight, weighted = count - 1, weight - W, weighted - Ww
+            if count >= 1:
+                centre = np.linalg.solve(weight + 1e-9 * np.trace(weight) / weight.shape[0] * np.eye(weight.shape[0]),
+                                         weighted)
+            else:
+                centre = basis @ self.S_[self.representatives_.index(r)]
+            counts.append(count + 1.0)
+            centres.append(centre[:basis.shape[0]])
+        counts = np.array(counts)
+        centres = np.array(centres).reshape(-1, basis.shape[0])
         return Library(basis, centres, np.log(counts / counts.sum()) if len(reps) else np.empty(0))
+
+    def _pooling_terms(self, record: TaskRecord) -> tuple[np.ndarray, np.ndarray]:
+        """A task's weight ``n Omega'`` and weighted slopes ``n Omega' w'`` in its environment's
+        pooled fit (:meth:`_quadratic` coordinates)."""
+        w, omega = self._quadratic(record.w, record.omega)
+        W = record.n_samples * omega
+        return W, W @ w
 
     @staticmethod
     def _environment_of(record: TaskRecord) -> str | None:
@@ -508,16 +540,20 @@ class FCL3(LifelongLearner):
             return None
         return names[int(np.argmax(z[:-1]))]
 
-    def _environment_sizes(self) -> dict[str, int]:
-        """For every representative, how many tasks lean on it most (cached per update)."""
+    def _environment_stats(self) -> dict[str, tuple[int, np.ndarray, np.ndarray]]:
+        """For every representative: how many tasks lean on it most (itself not counted) and
+        the sums of :meth:`_pooling_terms` over it and those tasks (cached per update)."""
         cache = self.__dict__.setdefault("_task_models", {})
         if "environments" not in cache:
-            sizes: dict[str, int] = {}
-            for record in self.tasks_.values():
-                env = self._environment_of(record)
-                if env is not None:
-                    sizes[env] = sizes.get(env, 0) + 1
-            cache["environments"] = sizes
+            stats: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}
+            for tid, record in self.tasks_.items():
+                env = tid if tid in self.representatives_ else self._environment_of(record)
+                if env is None:
+                    continue
+                W, Ww = self._pooling_terms(record)
+                count, weight, weighted = stats.get(env, (-1, 0.0, 0.0))
+                stats[env] = (count + 1, weight + W, weighted + Ww)
+            cache["environments"] = stats
         return cache["environments"]
 
     @property
