@@ -10,7 +10,7 @@ from alembic import context
 from sqlalchemy import create_engine, pool
 
 from service.config import Settings
-from service.models import Base
+from service.tables import Base
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("connection") is None:

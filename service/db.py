@@ -99,7 +99,7 @@ def _upgrade_schema(engine: Engine) -> None:
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
     else:  # installed without the migrations folder: create the tables directly
-        from .models import Base
+        from .tables import Base
 
         log.warning("migrations folder not found; creating tables with metadata.create_all")
         Base.metadata.create_all(engine)

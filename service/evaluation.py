@@ -49,7 +49,7 @@ from core.losses import sigmoid
 from core.metrics import auc as auc_score
 from core.preprocessing import as_matrix, as_targets, label_convention
 
-from .models import EvaluationLogRow, EvaluationSetRow, EvaluationStateRow, ModelRow, PrequentialTaskRow
+from .tables import EvaluationLogRow, EvaluationSetRow, EvaluationStateRow, ModelRow, PrequentialTaskRow
 from .watch import notify
 
 log = logging.getLogger("service.evaluation")

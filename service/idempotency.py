@@ -39,7 +39,7 @@ from sqlalchemy.exc import IntegrityError
 
 import core
 
-from .models import IdempotencyKeyRow
+from .tables import IdempotencyKeyRow
 from .writes import StaleWrite
 
 keys_t = IdempotencyKeyRow.__table__

@@ -1,6 +1,6 @@
 """Cached reads of one stored model: the served learner, model and task rows, batches.
 
-Layout of a stored model (see :mod:`service.models`): the global part of
+Layout of a stored model (see :mod:`service.tables`): the global part of
 :class:`core.ModelState` in the ``models`` row, each task's part in its ``tasks`` row, and
 every accepted raw batch in ``batches``.
 
@@ -26,7 +26,7 @@ from sqlalchemy import Engine, func, select
 import core
 
 from . import memory
-from .models import BatchRow, ModelRow, TaskRow
+from .tables import BatchRow, ModelRow, TaskRow
 from .watch import NoWatch
 
 models_t = ModelRow.__table__

@@ -186,16 +186,15 @@ class ModelWriter:
             raise ModelExists(self.name) from None  # created by someone else meanwhile
 
     def delete(self) -> bool:
-        """Remove the model with its tasks, batches and idempotency keys (one transaction);
-        whether it existed. A writer of this model that commits later finds no row and is
-        refused (stale)."""
+        """Remove the model (one transaction); whether it existed. Its tasks, batches and
+        evaluation go with it through their foreign keys (``ON DELETE CASCADE``; SQLite
+        enforces them with ``PRAGMA foreign_keys=ON``, :func:`service.db.make_engine`); its
+        idempotency keys, which have no foreign key, are deleted here. A writer of this model
+        that commits later finds no row and is refused (stale)."""
         from .idempotency import IdempotencyKeys
 
         with self.reader.bulk.begin() as conn:
-            conn.execute(delete(batches_t).where(batches_t.c.model_name == self.name))
             IdempotencyKeys.delete_model(conn, self.name)
-            _evaluation.ModelEvaluation.delete_model(conn, self.name)
-            conn.execute(delete(tasks_t).where(tasks_t.c.model_name == self.name))
             gone = conn.execute(delete(models_t).where(models_t.c.name == self.name)).rowcount
             if gone:
                 notify(conn, self.name)

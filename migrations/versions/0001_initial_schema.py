@@ -4,7 +4,7 @@ Revision ID: 0001
 Revises: 
 Create Date: 2026-11-25
 
-Arrays are LargeBinary (BYTEA / BLOB) holding np.save bytes; see service/models.py.
+Arrays are LargeBinary (BYTEA / BLOB) holding np.save bytes; see service/tables.py.
 """
 from typing import Sequence, Union
 

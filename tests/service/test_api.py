@@ -151,7 +151,7 @@ def test_a_read_of_a_missing_model_writes_nothing_and_the_first_update_creates_i
     leave the database alone, and the next update creates the model again."""
     from sqlalchemy import delete
 
-    from service.models import ModelRow
+    from service.tables import ModelRow
 
     c = make_client()
     reader = c.app.state.model.reader

@@ -125,6 +125,7 @@ def test_lifecycle_end_to_end(backend_client):
     assert listed == {**m, "prequential": None}  # a listing leaves the prequential figures out (one query per page)
 
     # delete: 204, then 404 everywhere; the other model is untouched
+    assert c.post(f"/models/{name}/tasks/a/evaluation", json={"X": PROBE, "y": [0.0] * len(PROBE)}).status_code == 200
     r = c.delete(f"/models/{name}")
     assert r.status_code == 204 and r.content == b""
     for path in (f"/models/{name}", f"/models/{name}/tasks", f"/models/{name}/tasks/a", f"/models/{name}/state"):
@@ -137,11 +138,14 @@ def test_lifecycle_end_to_end(backend_client):
     # its rows are gone
     from sqlalchemy import func, select
 
-    from service.models import BatchRow, TaskRow
+    from service.tables import Base
 
-    with c.app.state.engine.connect() as conn:
-        assert conn.execute(select(func.count()).select_from(TaskRow).where(TaskRow.model_name == name)).scalar() == 0
-        assert conn.execute(select(func.count()).select_from(BatchRow).where(BatchRow.model_name == name)).scalar() == 0
+    with c.app.state.engine.connect() as conn:  # every table keyed by the model (the cascades)
+        for table in Base.metadata.sorted_tables:
+            if "model_name" not in table.c:
+                continue
+            n = conn.execute(select(func.count()).select_from(table).where(table.c.model_name == name)).scalar()
+            assert n == 0, table.name
     # the name can be used again: a new model, version 0
     new_model(c, name)
     assert c.get(f"/models/{name}").json()["version"] == 0
@@ -529,7 +533,7 @@ def test_fork_of_a_model_whose_early_batches_are_gone_is_refused(make_client):
         learn(c, old, t, *regression_batch(rng))
     from sqlalchemy import delete
 
-    from service.models import BatchRow
+    from service.tables import BatchRow
 
     with c.app.state.engine.begin() as conn:
         conn.execute(delete(BatchRow).where(BatchRow.model_name == old, BatchRow.version == 1))
@@ -597,7 +601,7 @@ def _write_release_0001_database(url: str, rng) -> dict:
     from sqlalchemy import MetaData, create_engine
 
     from service.db import alembic_config
-    from service.models import NDArrayDict, array_to_bytes
+    from service.tables import NDArrayDict, array_to_bytes
     from service.responses import result_json
 
     command.upgrade(alembic_config(url), "0001")
