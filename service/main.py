@@ -23,28 +23,11 @@ from .idempotency import IdempotencyKeys
 from .locks import make_locks
 from .memory import limit_malloc_arenas
 from .watch import make_watch
-from .middleware import SHORTCUTS, BodyLimit, RequestContext
+from .middleware import BodyLimit, RequestContext
 from .api.deps import model_name
 from .security import FORBIDDEN, UNAUTHORIZED, KeyRing, Redactor, require_read, require_write
 
 log = logging.getLogger("service")
-
-
-class ServiceApp(FastAPI):
-    """The FastAPI app, with its hot path first: an HTTP request that a route's shortcut
-    answers (``GET /predict`` of a current model: :data:`service.middleware.SHORTCUTS`) is
-    answered before Starlette's and FastAPI's own layers (error middleware, telemetry, body
-    limit, routing), which cost more than the prediction; every other request goes through
-    the app as usual. Either way it gets its request id, log line and metrics."""
-
-    _context = RequestContext()
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET" and SHORTCUTS:
-            scope["app"] = self
-            if await self._context.shortcut(scope, receive, send):
-                return
-        await super().__call__(scope, receive, send)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -96,9 +79,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         redoc_url=None,  # /redoc is served by the ui router: Redoc's one remote image replaced (offline)
     )
-    # FastAPIOffline is a factory of plain FastAPI apps: the one it built takes the hot path
-    # of ServiceApp (a FastAPI subclass that adds only its __call__).
-    app.__class__ = ServiceApp
     app.state.redact = redact
     app.state.keys = keys
     app.add_middleware(BodyLimit, max_bytes=settings.MAX_BODY_BYTES)
@@ -109,13 +89,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # The routes of one model, twice: on the default model (MODEL_NAME), and under
     # /models/{name} on any model (the same route functions; see service.api.deps).
     named = {"prefix": "/models/{name}", "responses": {404: {"description": "Unknown model."}}}
-    # Routes are matched in the order they are included: the open probes and the hot read
-    # routes first (matching /healthz after every other router took half of its time).
+    # Routes are matched in the order they are included: the hot read route and the open probes
+    # first (matching /healthz after every other router took half of its time).
+    app.include_router(predict.router)  # both forms, GET and POST: one endpoint, which checks the read key
     app.include_router(health.router)  # /healthz, /readyz: open
-    for r in (predict.router, tasks.router):
-        app.include_router(r, dependencies=[Depends(require_read)], responses=auth_errors)
-        app.include_router(r, dependencies=[Depends(require_read), Depends(model_name)],
-                           **{**named, "responses": {**auth_errors, **named["responses"]}})
+    app.include_router(tasks.router, dependencies=[Depends(require_read)], responses=auth_errors)
+    app.include_router(tasks.router, dependencies=[Depends(require_read), Depends(model_name)],
+                       **{**named, "responses": {**auth_errors, **named["responses"]}})
     app.include_router(data.router, dependencies=[Depends(require_write)], responses=write_errors)
     app.include_router(data.router, dependencies=[Depends(require_write), Depends(model_name)],
                        **{**named, "responses": {**write_errors, **named["responses"]}})

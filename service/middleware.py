@@ -1,5 +1,5 @@
 """Pure ASGI middleware: the request context (request id, access log line, request metrics,
-generic 500, shortcuts) and the request body limit (413)."""
+generic 500) and the request body limit (413)."""
 from __future__ import annotations
 
 import json
@@ -10,39 +10,18 @@ from . import logs, metrics
 
 log = logging.getLogger("service")
 
-#: ``async (scope, receive, send) -> bool`` callables that may answer a request before it
-#: reaches the app's layers (True: answered): the routes' own fast paths, registered by their
-#: modules (``service.api.routes.predict.shortcut``). Each answers only requests its route
-#: would answer the same way, and sends nothing otherwise; the request still gets its id, log
-#: line and metrics (:meth:`RequestContext.shortcut`).
-SHORTCUTS: list = []
-
-
-def register_shortcut(fn) -> None:
-    if fn not in SHORTCUTS:
-        SHORTCUTS.append(fn)
-
 
 class RequestContext:
     """Pure ASGI middleware (outermost in the app's stack): request id (``X-Request-ID`` in and
     out), one JSON log line and the metrics of every request, and a generic 500 for anything
-    unhandled. :meth:`shortcut` runs the same bookkeeping around :data:`SHORTCUTS`, for the app
-    to try before its own layers (:class:`service.main.ServiceApp`)."""
+    unhandled."""
 
-    def __init__(self, app=None):
+    def __init__(self, app):
         self.app = app
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        await self._handle(scope, receive, send, self.app)
-
-    async def shortcut(self, scope, receive, send) -> bool:
-        """Answer an HTTP request by the first of :data:`SHORTCUTS` that takes it, with the
-        request's id, log line and metrics; False (nothing sent, nothing logged) if none does."""
-        return await self._handle(scope, receive, send, None)
-
-    async def _handle(self, scope, receive, send, app) -> bool:
         sent_id = None
         for name, value in scope.get("headers") or []:
             if name == b"x-request-id":
@@ -60,16 +39,8 @@ class RequestContext:
                 message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", rid.encode())]}
             await send(message)
 
-        answered = True
         try:
-            if app is not None:
-                await app(scope, receive, send_with_id)
-            else:
-                for shortcut in SHORTCUTS:
-                    if await shortcut(scope, receive, send_with_id):
-                        break
-                else:
-                    answered = False
+            await self.app(scope, receive, send_with_id)
         except Exception:  # noqa: BLE001 - the client gets a generic message, the log the details
             log.error("unhandled error in %s %s", scope["method"], scope["path"], exc_info=True)
             if status is None:
@@ -80,15 +51,13 @@ class RequestContext:
                     (b"x-request-id", rid.encode())]})
                 await send({"type": "http.response.body", "body": body})
         finally:
-            if answered:
-                seconds = time.perf_counter() - t0
-                final = status if status is not None else 499  # the client went away before an answer
-                metrics.observe_status(scope["method"], final, seconds)
-                client = scope.get("client")
-                logs.access(scope["method"], scope["path"], final, round(seconds * 1000, 2), rid,
-                            client[0] if client else None)
+            seconds = time.perf_counter() - t0
+            final = status if status is not None else 499  # the client went away before an answer
+            metrics.observe_status(scope["method"], final, seconds)
+            client = scope.get("client")
+            logs.access(scope["method"], scope["path"], final, round(seconds * 1000, 2), rid,
+                        client[0] if client else None)
             logs.request_id.reset(token)
-        return answered
 
 
 class BodyLimit:
