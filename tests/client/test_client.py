@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
-import fcl3.client as fc
+import fcl3._sync.client as sync_client
 from fcl3 import AsyncClient, Client, Conflict, ConnectionFailed, Forbidden, InvalidInput, NotFound, Unauthorized
 from fcl3 import schemas
 from fcl3.client import TimedOut
@@ -42,7 +42,7 @@ LOCKS = {"sqlite": "ok (file)", "postgres": "ok (redis)"}
 
 
 class Clock:
-    """Stands for the ``time`` module in :mod:`fcl3.client` (``monkeypatch.setattr(fc, "time",
+    """Stands for the ``time`` module in the sync client (``monkeypatch.setattr(sync_client, "time",
     Clock(wait))``): the client's waits between retries call ``wait(seconds)`` instead of
     sleeping; everything else is the real module."""
 
@@ -243,7 +243,7 @@ def test_503_is_retried_after_its_retry_after_and_the_batch_learned_once(fault_s
             gate.release()
             a.join(30)
 
-        monkeypatch.setattr(fc, "time", Clock(wait))
+        monkeypatch.setattr(sync_client, "time", Clock(wait))
         gate.hold()
         a = threading.Thread(target=lambda: first.update(r=c.learn_batch(model_name, "a", *batch(rng, n=3))))
         a.start()
@@ -275,7 +275,7 @@ def test_a_batch_that_times_out_is_retried_with_its_key_and_learned_once(fault_s
         gate.wait_committed()
 
     with monkeypatch.context() as m, Client(url, api_key=WRITE_KEY, timeout=1.0, retries=3) as c:
-        m.setattr(fc, "time", Clock(wait))
+        m.setattr(sync_client, "time", Clock(wait))
         gate.hold()
         t0 = time.monotonic()
         r = c.learn_batch(model_name, "a", *batch(rng))
@@ -328,7 +328,7 @@ def test_a_refused_connection_is_retried_with_backoff(service, model_name, monke
         waits.append(seconds)
         proxy.start()
 
-    monkeypatch.setattr(fc, "time", Clock(wait))
+    monkeypatch.setattr(sync_client, "time", Clock(wait))
     try:
         with Client(proxy.url, api_key=WRITE_KEY, retries=6) as c:
             r = c.learn_batch(model_name, "a", *batch(np.random.default_rng(4)))
@@ -337,7 +337,7 @@ def test_a_refused_connection_is_retried_with_backoff(service, model_name, monke
     finally:
         proxy.stop()
     refused = TcpProxy("127.0.0.1", service.server.port)  # never opened: the retries run out
-    monkeypatch.setattr(fc, "time", Clock(lambda s: None))
+    monkeypatch.setattr(sync_client, "time", Clock(lambda s: None))
     with Client(refused.url, api_key=WRITE_KEY, retries=2) as c, pytest.raises(ConnectionFailed) as err:
         c.learn(model_name, "a", *batch(np.random.default_rng(4)))
     assert type(err.value) is ConnectionFailed and "could not connect after 3 attempt(s)" in str(err.value)

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -37,12 +39,12 @@ class Script:
 @pytest.fixture
 def sleeps(monkeypatch):
     waited: list[float] = []
-    monkeypatch.setattr(fc.time, "sleep", waited.append)
+    monkeypatch.setattr(time, "sleep", waited.append)
 
     async def no_wait(s):
         waited.append(s)
 
-    monkeypatch.setattr(fc.asyncio, "sleep", no_wait)
+    monkeypatch.setattr(asyncio, "sleep", no_wait)
     return waited
 
 
@@ -68,7 +70,7 @@ def test_retry_after_is_capped_and_retries_run_out(sleeps):
 
 
 def test_connection_errors_back_off_exponentially(sleeps, monkeypatch):
-    monkeypatch.setattr(fc.random, "uniform", lambda a, b: 1.0)
+    monkeypatch.setattr(random, "uniform", lambda a, b: 1.0)
     s = Script(httpx.ConnectError("refused"), httpx.ConnectError("refused"), httpx.ReadError("reset"),
                httpx.Response(200, json=UPDATE))
     r = client(s).learn_batch("m", "a", [[1.0]], [1.0])
@@ -223,9 +225,13 @@ def test_the_service_does_not_load_the_client(tmp_path):
 def test_results_are_the_service_schemas_never_redefined():
     from pydantic import BaseModel
 
+    import fcl3._async.client
+    import fcl3._calls
+    import fcl3._sync.client
     import fcl3.cli
+    import fcl3.events
 
-    for module in (fc, fcl3.cli):
+    for module in (fc, fcl3.cli, fcl3._calls, fcl3.events, fcl3._async.client, fcl3._sync.client):
         own = [n for n, v in vars(module).items()
                if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == module.__name__]
         assert own == [], own

@@ -1,0 +1,217 @@
+"""The client of one FCL3 service, written once: :class:`AsyncClient` here, and ``Client`` in
+``fcl3/_sync/client.py``, generated from this file by ``python -m fcl3._unasync`` (every
+method the same, synchronous). What is sent, how answers are read and which retries are safe
+live in :mod:`fcl3._calls` and :mod:`fcl3.retries`; this file only sends."""
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any, AsyncIterator, TypeVar
+
+import httpx
+from httpx_sse import aconnect_sse
+
+from .. import _calls as calls
+from .._calls import DEFAULT_URL, BatchResult, Call, Options
+from ..errors import error_from, unreachable
+from ..events import Event, EventStream
+from ..retries import Retries, wait_after_error, wait_after_response
+from ..schemas import EvaluationOut, EvaluationRowsOut, ModelList, ModelOut, PredictOut, TaskList, TaskOut, UpdateOut
+
+T = TypeVar("T")
+
+
+class AsyncClient:
+    """A client of one FCL3 service (``AsyncClient``: every method awaited, :meth:`events` and
+    :meth:`iter_models` async iterators; ``Client``: the same, synchronous).
+
+    ``url``: the service's base URL; ``api_key``: sent as ``Authorization: Bearer``;
+    ``timeout``: seconds to wait for each answer (and at most 10 to connect), or an
+    :class:`httpx.Timeout`; a request that timed out is retried when that is safe, then raises
+    :class:`TimedOut`; ``retries``: how many times a request is retried when that is safe (or a
+    :class:`Retries`); ``transport``: an httpx transport (tests); ``trust_env``: use the proxies
+    and certificates of the environment (``HTTPS_PROXY``, ``NO_PROXY``, ...). Use it as a
+    context manager (``with`` / ``async with``), or close it (``close()`` / ``await aclose()``).
+    """
+
+    def __init__(self, url: str = DEFAULT_URL, api_key: str | None = None, *, timeout: float | httpx.Timeout | None = 60.0,
+                 retries: int | Retries = 5, headers: dict[str, str] | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None, trust_env: bool = True):
+        self._o = Options(url, api_key, timeout, retries, headers)
+        self._http = httpx.AsyncClient(
+            base_url=self._o.url, headers=self._o.headers, timeout=self._o.timeout, transport=transport,
+            trust_env=trust_env)
+
+    @property
+    def url(self) -> str:
+        return self._o.url
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+    async def _run(self, call: Call[T]) -> T:
+        return (await self._send(call))[0]
+
+    async def _send(self, call: Call[T]) -> tuple[T, int]:
+        """Send ``call`` until it has its answer, retrying when that is safe: the result and the
+        number of attempts."""
+        attempt = 0
+        while True:
+            try:
+                response = await self._http.request(
+                    call.method, call.path, params=call.params, content=call.content, headers=call.headers)
+            except httpx.TransportError as exc:
+                wait = wait_after_error(call, self._o.retries, attempt, exc)
+                if wait is None:
+                    raise unreachable(call, self._http.base_url, exc, attempt + 1, self._o.timeout) from exc
+            else:
+                wait = wait_after_response(call, self._o.retries, attempt, response)
+                if wait is None:
+                    return calls.finish(call, response, attempt), attempt + 1
+            await asyncio.sleep(wait)
+            attempt += 1
+
+    # --- models ----------------------------------------------------------------------
+    async def create_model(
+            self, name: str, kind: str, *, estimator: str = "FCL3", params: dict | None = None, d: int | None = None,
+    ) -> ModelOut:
+        """Create the model ``name`` (``kind``: ``regression`` or ``classification``): :class:`Conflict`
+        if the name is taken. The body is checked with :class:`fcl3.schemas.ModelCreate` first (a
+        bad name or kind raises pydantic's ``ValidationError``, a ``ValueError``, before sending)."""
+        return await self._run(calls.create_model(name, kind, estimator, params, d))
+
+    async def fork_model(self, name: str, source: str, version: int | None = None) -> ModelOut:
+        """Create ``name`` as the model ``source`` was at ``version`` (default: its current one)."""
+        return await self._run(calls.fork_model(name, source, version))
+
+    async def list_models(self, offset: int = 0, limit: int = 100) -> ModelList:
+        """One page of the models, by name."""
+        return await self._run(calls.list_models(offset, limit))
+
+    async def iter_models(self, page: int = 100) -> AsyncIterator[ModelOut]:
+        """Every model, by name (paginated)."""
+        offset = 0
+        while True:
+            got = await self.list_models(offset, page)
+            for model in got.models:
+                yield model
+            offset += got.count
+            if got.count == 0 or offset >= got.total:
+                return
+
+    async def get_model(self, name: str) -> ModelOut:
+        return await self._run(calls.get_model(name))
+
+    async def delete_model(self, name: str) -> None:
+        """Delete the model with its tasks and batches (404 if unknown)."""
+        await self._run(calls.delete_model(name))
+
+    async def export_model(self, name: str, path: str | os.PathLike) -> int:
+        """Write the model as one ``.npz`` file to ``path``; returns the version exported."""
+        return await self._run(calls.export_model(name, path))
+
+    async def import_model(self, name: str, path: str | os.PathLike) -> ModelOut:
+        """Create the model ``name`` from a file written by :meth:`export_model`."""
+        return await self._run(calls.import_model(name, path))
+
+    # --- one model ------------------------------------------------------------------
+    async def learn(self, model: str, task_id: str, X: Any, y: Any, *, idempotency_key: str | None = None) -> UpdateOut:
+        """Learn one labelled batch of ``task_id``; answers once it is committed. Sent with
+        ``idempotency_key`` (default: a new UUID), so that no retry learns it twice."""
+        return (await self.learn_batch(model, task_id, X, y, idempotency_key=idempotency_key)).update
+
+    async def learn_batch(
+            self, model: str, task_id: str, X: Any, y: Any, *, idempotency_key: str | None = None,
+    ) -> BatchResult:
+        """:meth:`learn`, with whether the answer was a replay and how many attempts it took."""
+        key = calls.new_key(idempotency_key)
+        (update, replayed), attempts = await self._send(calls.learn(model, task_id, X, y, key))
+        return BatchResult(update, replayed, key, attempts)
+
+    async def predict(self, model: str, task_id: str, X: Any, *, min_version: int | None = None) -> PredictOut:
+        """Predictions for the rows ``X`` of a learned task (``min_version``: from that model
+        version or a later one, else 409)."""
+        return await self._run(calls.predict(model, task_id, X, min_version))
+
+    async def tasks(self, model: str, offset: int = 0, limit: int = 1000) -> TaskList:
+        """One page of the model's tasks, oldest first."""
+        return await self._run(calls.tasks(model, offset, limit))
+
+    async def task(self, model: str, task_id: str) -> TaskOut:
+        return await self._run(calls.task(model, task_id))
+
+    async def add_evaluation(self, model: str, task_id: str, X: Any, y: Any) -> EvaluationRowsOut:
+        """Add the rows to the task's held-out evaluation set: never learned; the task need not
+        be learned yet. The service rescores sets after each committed update: the updated
+        task's set and the ``EVALUATION_RESCORE`` (default 8) other sets whose scores are oldest,
+        so a set's score may lag behind the current version; when an update learns a new task,
+        every learned set is also scored for the accuracy matrix's new row (in the background,
+        unless ``EVALUATION_MATRIX=false``). Not idempotent (the service takes no key): a
+        connection lost after sending is not resent, it raises :class:`ConnectionFailed`."""
+        return await self._run(calls.add_evaluation(model, task_id, X, y))
+
+    async def evaluation(self, model: str, limit: int | None = None) -> EvaluationOut:
+        """Each task's score on its evaluation rows beside its baseline, the accuracy matrix,
+        the transfer figures, and the prequential series (its last ``limit`` versions)."""
+        return await self._run(calls.evaluation(model, limit))
+
+    async def events(
+            self, model: str, *, last_event_id: str | int | None = None, reconnect: bool = True,
+    ) -> AsyncIterator[Event]:
+        """The model's events as they happen (Server-Sent Events), from ``last_event_id`` (a
+        version) on. A dropped stream is resumed from the last event seen (``Last-Event-ID``)
+        when ``reconnect``. Stop by leaving the loop (``break``) or closing the iterator."""
+        stream = EventStream(model, last_event_id)
+        timeout = stream.timeout(self._o.timeout)
+        attempt = 0
+        while True:
+            try:
+                async with aconnect_sse(
+                        self._http, "GET", stream.call.path, headers=stream.headers(), timeout=timeout) as source:
+                    response = source.response
+                    if response.status_code >= 400:
+                        await response.aread()
+                        wait = wait_after_response(stream.call, self._o.retries, attempt, response)
+                        if wait is None:
+                            raise error_from(response)
+                    else:
+                        attempt = 0
+                        async for sse in source.aiter_sse():
+                            event = stream.decode(sse)
+                            if event is not None:
+                                yield event
+                        if not reconnect:
+                            return
+                        wait = stream.reconnect_delay()
+            except httpx.TransportError as exc:
+                wait = wait_after_error(stream.call, self._o.retries, attempt, exc) if reconnect else None
+                if wait is None:
+                    raise unreachable(stream.call, self._http.base_url, exc, attempt + 1, timeout) from exc
+            await asyncio.sleep(wait)
+            attempt += 1
+
+    # --- service ----------------------------------------------------------------------
+    async def healthz(self) -> dict:
+        """``GET /healthz``, liveness: ``{"status": "ok"}`` as long as the process answers
+        (touches neither the database nor the lock)."""
+        return await self._run(calls.healthz())
+
+    async def ready(self) -> dict:
+        """``GET /readyz``, readiness: ``{"status": "ready", "database": "ok", "schema": "ok",
+        "lock": "ok (...)"}``. Not ready (503, retried like any 503): :class:`Unavailable`
+        whose ``detail`` is the service's dict of checks, saying what is missing."""
+        return await self._run(calls.ready())
+
+    async def health(self) -> dict:
+        """:meth:`ready` (the older name)."""
+        return await self.ready()
+
+    async def metrics(self) -> str:
+        """``GET /metrics``: the service's Prometheus metrics, as text (exposition format)."""
+        return await self._run(calls.metrics())

@@ -1,0 +1,233 @@
+"""Every API call the client makes, independent of sync or async I/O: what to send, how to
+read the answer, which retries are safe; and the client's options. The clients
+(``fcl3/_async/client.py`` and the ``fcl3/_sync/client.py`` generated from it) send these."""
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Generic, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel
+
+from . import schemas
+from .errors import error_from
+from .retries import Retries
+from .schemas import EvaluationOut, EvaluationRowsOut, ModelList, ModelOut, PredictOut, TaskList, TaskOut, UpdateOut
+
+T = TypeVar("T")
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What :meth:`Client.learn_batch` returns: the service's answer, whether it was a replay of
+    an earlier request with the same key (nothing applied this time), the key, and the number of
+    attempts it took."""
+
+    update: UpdateOut
+    replayed: bool
+    idempotency_key: str
+    attempts: int
+
+
+@dataclass
+class Call(Generic[T]):
+    """One API call: what to send, how to read the answer, and which retries are safe."""
+
+    method: str
+    path: str
+    parse: Callable[[httpx.Response], T]
+    params: Any = None
+    content: bytes | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    #: Resending after the request may have reached the server cannot apply anything twice.
+    replay_safe: bool = False
+    #: 409 means "retry" (a batch: its key still in flight, or a stale writer refused).
+    retry_conflict: bool = False
+    #: A retry that gets 404 means done (delete).
+    missing_ok_on_retry: bool = False
+
+
+def finish(call: Call[T], response: httpx.Response, attempt: int) -> T:
+    """The call's result from its final answer, or the error the answer says."""
+    if response.status_code == 404 and call.missing_ok_on_retry and attempt > 0:
+        return None  # type: ignore[return-value]  # a delete whose first attempt went through
+    if response.status_code >= 400:
+        raise error_from(response)
+    return call.parse(response)
+
+
+# ----------------------------------------------------------------------------- bodies and paths
+def _rows(X: Any, name: str = "X") -> list[list[Any]]:
+    """Rows as lists (numpy arrays, lists of lists, tuples)."""
+    rows = X.tolist() if hasattr(X, "tolist") else [r.tolist() if hasattr(r, "tolist") else list(r) for r in X]
+    if rows and not isinstance(rows[0], list):
+        raise ValueError(f"{name} must be 2-D (rows of features); got a flat sequence")
+    return rows
+
+
+def _values(y: Any) -> list[Any]:
+    return y.tolist() if hasattr(y, "tolist") else list(y)
+
+
+def _json(body: Any) -> bytes:
+    try:
+        return json.dumps(body, allow_nan=False, separators=(",", ":")).encode()
+    except ValueError:
+        raise ValueError("the rows hold NaN or infinity, which JSON cannot carry: nothing was sent") from None
+
+
+_JSON = {"Content-Type": "application/json"}
+
+
+def segment(value: str) -> str:
+    """One path segment (task ids may hold any character)."""
+    return quote(str(value), safe="")
+
+
+def model_path(name: str) -> str:
+    return f"/models/{segment(name)}"
+
+
+def _task_path(model: str, task_id: str) -> str:
+    return f"{model_path(model)}/tasks/{segment(task_id)}"
+
+
+def _typed(model: type[BaseModel]) -> Callable[[httpx.Response], Any]:
+    return lambda r: model.model_validate_json(r.content)
+
+
+def _parsed_json(r: httpx.Response) -> Any:
+    return r.json()
+
+
+def _get(path: str, parse: Callable[[httpx.Response], T], params: Any = None) -> Call[T]:
+    return Call("GET", path, parse, params=params, replay_safe=True)
+
+
+# ----------------------------------------------------------------------------- models
+def create_model(name: str, kind: str | None, estimator: str, params: dict | None, d: int | None) -> Call[ModelOut]:
+    body = schemas.ModelCreate(name=name, kind=kind, estimator=estimator, params=params or {}, d=d)
+    return Call("POST", "/models", _typed(ModelOut), content=_json(body.model_dump(mode="json", exclude_none=True)),
+                headers=_JSON)
+
+
+def fork_model(name: str, source: str, version: int | None) -> Call[ModelOut]:
+    body = schemas.ModelCreate(name=name, fork=schemas.ForkFrom(model=source, version=version))
+    return Call("POST", "/models", _typed(ModelOut),
+                content=_json(body.model_dump(mode="json", include={"name", "fork"}, exclude_none=True)), headers=_JSON)
+
+
+def list_models(offset: int, limit: int) -> Call[ModelList]:
+    return _get("/models", _typed(ModelList), {"offset": offset, "limit": limit})
+
+
+def get_model(name: str) -> Call[ModelOut]:
+    return _get(model_path(name), _typed(ModelOut))
+
+
+def delete_model(name: str) -> Call[None]:
+    return Call("DELETE", model_path(name), lambda r: None, replay_safe=True, missing_ok_on_retry=True)
+
+
+def _write_export(path: str | os.PathLike) -> Callable[[httpx.Response], int]:
+    def parse(r: httpx.Response) -> int:
+        target = Path(path)
+        tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.part")
+        tmp.write_bytes(r.content)
+        os.replace(tmp, target)  # never a half-written file under the final name
+        return int(r.headers.get("X-Model-Version", "-1"))
+
+    return parse
+
+
+def export_model(name: str, path: str | os.PathLike) -> Call[int]:
+    return _get(f"{model_path(name)}/state", _write_export(path))
+
+
+def import_model(name: str, path: str | os.PathLike) -> Call[ModelOut]:
+    return Call("POST", f"{model_path(name)}/state", _typed(ModelOut), content=Path(path).read_bytes(),
+                headers={"Content-Type": "application/octet-stream"})
+
+
+# ----------------------------------------------------------------------------- one model
+def learn(model: str, task_id: str, X: Any, y: Any, key: str) -> Call[tuple[UpdateOut, bool]]:
+    def parse(r: httpx.Response) -> tuple[UpdateOut, bool]:
+        return UpdateOut.model_validate_json(r.content), r.headers.get("Idempotent-Replayed") == "true"
+
+    return Call("POST", f"{_task_path(model, task_id)}/data", parse, content=_json({"X": _rows(X), "y": _values(y)}),
+                headers={**_JSON, "Idempotency-Key": key}, replay_safe=True, retry_conflict=True)
+
+
+def new_key(idempotency_key: str | None) -> str:
+    """The batch's Idempotency-Key: the one given, else a new UUID."""
+    return idempotency_key or str(uuid.uuid4())
+
+
+def predict(model: str, task_id: str, X: Any, min_version: int | None) -> Call[PredictOut]:
+    return Call("POST", f"{model_path(model)}/predict", _typed(PredictOut),
+                params={"min_version": min_version} if min_version is not None else None,
+                content=_json({"task_id": task_id, "X": _rows(X)}), headers=_JSON, replay_safe=True)
+
+
+def tasks(model: str, offset: int, limit: int) -> Call[TaskList]:
+    return _get(f"{model_path(model)}/tasks", _typed(TaskList), {"offset": offset, "limit": limit})
+
+
+def task(model: str, task_id: str) -> Call[TaskOut]:
+    return _get(_task_path(model, task_id), _typed(TaskOut))
+
+
+def add_evaluation(model: str, task_id: str, X: Any, y: Any) -> Call[EvaluationRowsOut]:
+    return Call("POST", f"{_task_path(model, task_id)}/evaluation", _typed(EvaluationRowsOut),
+                content=_json({"X": _rows(X), "y": _values(y)}), headers=_JSON)
+
+
+def evaluation(model: str, limit: int | None) -> Call[EvaluationOut]:
+    return _get(f"{model_path(model)}/evaluation", _typed(EvaluationOut), None if limit is None else {"limit": limit})
+
+
+# ----------------------------------------------------------------------------- service
+def healthz() -> Call[dict]:
+    return _get("/healthz", _parsed_json)
+
+
+def ready() -> Call[dict]:
+    return _get("/readyz", _parsed_json)
+
+
+def metrics() -> Call[str]:
+    return Call("GET", "/metrics", lambda r: r.text, headers={"Accept": "text/plain"}, replay_safe=True)
+
+
+# ----------------------------------------------------------------------------- options
+def _headers(api_key: str | None, extra: dict[str, str] | None) -> dict[str, str]:
+    from . import __version__
+
+    h = {"User-Agent": f"fcl3-client/{__version__}", "Accept": "application/json"}
+    if api_key:
+        h["Authorization"] = f"Bearer {api_key}"
+    h.update(extra or {})
+    return h
+
+
+def _timeout(timeout: float | httpx.Timeout | None) -> httpx.Timeout:
+    if isinstance(timeout, httpx.Timeout):
+        return timeout
+    return httpx.Timeout(timeout, connect=min(timeout, 10.0) if timeout else None)
+
+
+class Options:
+    """A client's settings, checked once: base URL, retries, headers (key, user agent), timeout."""
+
+    def __init__(self, url: str, api_key: str | None, timeout: float | httpx.Timeout | None,
+                 retries: int | Retries, headers: dict[str, str] | None):
+        self.url = url.rstrip("/")
+        self.retries = retries if isinstance(retries, Retries) else Retries(total=int(retries))
+        self.headers = _headers(api_key, headers)
+        self.timeout = _timeout(timeout)
