@@ -1,20 +1,30 @@
-"""Update-speed benchmark: the time of single ``learn`` calls against the number of tasks
-already learned, run from the command line::
+"""Speed benchmark: what one operation costs as a model grows, run from the command line::
 
-    python -m benchmarks.speed [--json speed.json] [--plots figs/] [--models FCL3-Rand,ELLA-Rand]
-           [--datasets school --data-dir DIR] [--seed 0] [--quiet]
+    python -m benchmarks.speed --tasks 100,1000,10000,100000 [--kind classification]
+           [--max-seconds S] [--repeats 7] [--json speed_tasks.json] [--figure speed_tasks.png]
+    python -m benchmarks.speed --quick
+    python -m benchmarks.speed [--json speed.json] [--plots figs/] [--datasets school --data-dir DIR]
 
-Streams of synthetic clustered tasks (:data:`SPEED_CONFIGS`) and, with ``--datasets``, the
-streams of real data sets (every task whole, in a seeded random order, with ``p`` = 5 and 20
-components). Wall-clock and process CPU time of every update are recorded (on a shared
-machine CPU time is the steadier of the two), and the time of the updated task's first
-prediction after it, when its empirical-Bayes task model is computed. ``FCL3-Rand:paper``
-is FCL3 with the paper's prediction rule: what the task models add is the difference. Run it with ``OPENBLAS_NUM_THREADS=1`` (recorded
-in the output): the matrices are small, and BLAS threads only add synchronisation.
+With ``--tasks`` (or ``--quick``): one model per learner (FCL3 with its defaults, FCL3 with
+the paper's rule ``FCL3-Rand:paper``, ELLA, STL) grows through the given numbers of synthetic
+clustered tasks (:class:`ClusteredTasks`, one batch each) and, at each, the median of several
+operations, each on its own ``copy()``, is timed: a new task's update, a known task's update,
+the first prediction after an update and a steady prediction; with the exported state's bytes
+per task and the global state's bytes, and the ratio of each cost at the largest number of
+tasks to its cost at the smallest (issue 20's target: at most 1.5 for FCL3's defaults).
+``--max-seconds`` bounds each learner's growth and records where it stopped.
+
+Without ``--tasks``: the time of every update along streams of synthetic clustered tasks
+(:data:`SPEED_CONFIGS`) and, with ``--datasets``, of real data sets (every task whole, in a
+seeded random order, with ``p`` = 5 and 20 components), and each updated task's first
+prediction after it. Wall-clock and CPU time are both recorded (on a shared machine CPU time
+is the steadier of the two). Run with ``OPENBLAS_NUM_THREADS=1`` (recorded in the output):
+the matrices are small, and BLAS threads only add synchronisation.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -23,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import blas_threads, matplotlib_pyplot, progress_bar, write_json
+from .common import blas_threads, machine, matplotlib_pyplot, progress_bar, write_json
 from .datasets import REAL_DATASETS, load_dataset
 from .paper import MODELS, build, check_models
 
@@ -167,22 +177,305 @@ def plot_speed(speed: dict[str, Any], out_dir: str) -> str:
     return path
 
 
+# ============================================================================ cost against the number of tasks
+#: The learners of the scaling run (``--tasks``): FCL3 with its defaults, with the paper's rule, ELLA, STL.
+SCALING_MODELS = ("FCL3-Rand", "FCL3-Rand:paper", "ELLA-Rand", "STL")
+#: The costs timed at every number of tasks, in the order of the table and the figure.
+COSTS = ("new_update_ms", "known_update_ms", "first_predict_ms", "steady_predict_ms")
+COST_LABELS = {
+    "new_update_ms": "new task's update (ms)", "known_update_ms": "known task's update (ms)",
+    "first_predict_ms": "first prediction after an update (ms)", "steady_predict_ms": "steady prediction (ms)",
+    "state_bytes_per_task": "state bytes per task", "growth_ms_per_task": "growth: ms per task learned",
+}
+#: Issue 20's target: each of these costs at the largest number of tasks is at most this
+#: multiple of its cost at the smallest, for FCL3 with its defaults.
+TARGET_MODEL, TARGET_RATIO = "FCL3-Rand", 1.5
+TARGET_COSTS = ("new_update_ms", "known_update_ms", "first_predict_ms")
+QUICK = {"tasks": (20, 60), "repeats": 3}
+
+
+class ClusteredTasks:
+    """Synthetic clustered tasks, each one generated on demand from ``(seed, task index, batch)``.
+
+    Task ``t`` belongs to environment ``t % n_environments``; its weights are the
+    environment's centre plus noise of scale 0.3, its rows standard normal, its target
+    ``X w + N(0, 1)`` (regression) or that sign as a 0/1 label (classification). Any task's
+    any batch is reproducible without storing the stream, so 100,000 tasks cost no memory here.
+    """
+
+    def __init__(self, kind: str = "regression", n_features: int = 10, n_rows: int = 15,
+                 n_environments: int = 5, seed: int = 0):
+        if kind not in ("regression", "classification"):
+            raise ValueError(f"kind must be 'regression' or 'classification', not {kind!r}")
+        self.kind, self.n_features, self.n_rows, self.seed = kind, n_features, n_rows, seed
+        self.n_environments = n_environments
+        self.centres = np.random.default_rng([seed, n_features, n_environments]).normal(size=(n_environments, n_features))
+
+    def batch(self, task: int, batch: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        w_rng = np.random.default_rng([self.seed, task])
+        w = self.centres[task % self.n_environments] + 0.3 * w_rng.normal(size=self.n_features)
+        rng = np.random.default_rng([self.seed, task, batch + 1])
+        X = rng.normal(size=(self.n_rows, self.n_features))
+        y = X @ w + rng.normal(size=self.n_rows)
+        return X, ((y > 0.0).astype(float) if self.kind == "classification" else y)
+
+
+def _median_ms(samples: list[float]) -> float:
+    return float(np.median(samples)) if samples else float("nan")
+
+
+def _timed(fn) -> tuple[float, float]:
+    """Wall-clock and this thread's CPU time of ``fn()``, in ms."""
+    t0, c0 = time.perf_counter(), time.thread_time()
+    fn()
+    return 1000.0 * (time.perf_counter() - t0), 1000.0 * (time.thread_time() - c0)
+
+
+def measure_costs(model, tasks: ClusteredTasks, n_tasks: int, repeats: int, seed: int) -> dict[str, Any]:
+    """The costs of a model holding ``n_tasks`` tasks (ids ``t0`` ...), each the median of
+    ``repeats`` operations, every one on its own :meth:`copy` so the grown model is untouched.
+
+    * ``new_update_ms``: ``learn`` of a task the model has not seen;
+    * ``known_update_ms``: ``learn`` of a second batch of a learned task;
+    * ``first_predict_ms``: ``predict`` of that task right after its update (pays whatever
+      the update left to be recomputed);
+    * ``steady_predict_ms``: the same prediction repeated.
+    """
+    rng = np.random.default_rng([seed, n_tasks])
+    samples: dict[str, list[float]] = {f"{c}{s}": [] for c in COSTS for s in ("", "_cpu")}
+
+    def add(cost: str, wall_cpu: tuple[float, float]) -> None:
+        samples[cost].append(wall_cpu[0])
+        samples[cost + "_cpu"].append(wall_cpu[1])
+
+    for i in range(repeats):
+        fresh = model.copy()
+        X, y = tasks.batch(10 ** 9 + i)  # a task index no stream reaches
+        add("new_update_ms", _timed(lambda: fresh.learn(f"new{i}", X, y)))
+        known = model.copy()
+        t = int(rng.integers(n_tasks))
+        X, y = tasks.batch(t, batch=1)
+        add("known_update_ms", _timed(lambda: known.learn(f"t{t}", X, y)))
+        add("first_predict_ms", _timed(lambda: known.predict(f"t{t}", X)))
+        add("steady_predict_ms", _timed(lambda: known.predict(f"t{t}", X)))
+    out: dict[str, Any] = {k: _median_ms(v) for k, v in samples.items()}
+    out["samples"] = samples
+    return out
+
+
+def state_bytes(model) -> dict[str, int]:
+    """The size of the exported state (:meth:`get_state`): the global arrays' bytes, and
+    the per-task arrays' bytes plus their JSON meta, summed task by task (one task's export
+    alive at a time)."""
+    glob = model.get_state(tasks=[])
+    global_bytes = int(sum(a.nbytes for a in glob.arrays.values()))
+    task_bytes = 0
+    for tid in model.task_ids:
+        ts = model.task_state(tid)
+        task_bytes += int(sum(np.asarray(a).nbytes for a in ts["arrays"].values()))
+        task_bytes += len(json.dumps(ts["meta"], default=str))
+    return {"state_bytes_global": global_bytes, "state_bytes_tasks": task_bytes}
+
+
+RATIO_KEYS = COSTS + tuple(c + "_cpu" for c in COSTS) + ("state_bytes_per_task",)
+
+
+def cost_ratios(checkpoints: list[dict[str, Any]], keys=RATIO_KEYS) -> dict[str, Any]:
+    """Each cost at the largest number of tasks measured divided by its cost at the smallest
+    (``None`` with fewer than two measured numbers of tasks)."""
+    done = [c for c in checkpoints if c.get("reached")]
+    if len(done) < 2:
+        return {"between": None, **{k: None for k in keys}}
+    lo, hi = done[0], done[-1]
+    return {"between": [lo["n_tasks"], hi["n_tasks"]],
+            **{k: (hi[k] / lo[k] if lo[k] > 0 else None) for k in keys}}
+
+
+def target_verdict(result: dict[str, Any]) -> dict[str, Any]:
+    """Issue 20's target for :data:`TARGET_MODEL`: each of :data:`TARGET_COSTS` at the largest
+    requested number of tasks at most :data:`TARGET_RATIO` times its cost at the smallest.
+    ``met`` is ``None`` when that model is not in the run or did not reach the largest number."""
+    tasks = result["settings"]["tasks"]
+    entry = result["models"].get(TARGET_MODEL)
+    verdict: dict[str, Any] = {"model": TARGET_MODEL, "max_ratio": TARGET_RATIO, "costs": list(TARGET_COSTS),
+                               "between": [tasks[0], tasks[-1]], "met": None, "met_cpu": None}
+    if entry is None or entry["ratios"]["between"] != [tasks[0], tasks[-1]]:
+        return verdict
+    for clock, suffix in (("", ""), ("_cpu", "_cpu")):
+        ratios = {k: entry["ratios"][k + suffix] for k in TARGET_COSTS}
+        verdict["ratios" + clock] = ratios
+        verdict["met" + clock] = all(r is not None and r <= TARGET_RATIO for r in ratios.values())
+    return verdict
+
+
+def scaling_benchmark(n_tasks=(100, 1000, 10000), models=None, kind: str = "regression", n_features: int = 10,
+                      n_rows: int = 15, n_environments: int = 5, repeats: int = 7, max_seconds: float | None = None,
+                      seed: int = 0, progress: bool = True) -> dict[str, Any]:
+    """Grow one model per learner through ``n_tasks`` (sorted) and measure its costs at each.
+
+    Each learner learns one batch of tasks ``t0, t1, ...`` up to the first number of tasks, is
+    measured (:func:`measure_costs`, :func:`state_bytes`), continues to the next, and so on.
+    ``max_seconds`` bounds each learner's growth time: past it the learner stops growing and
+    records where (``stopped_at``); numbers of tasks it did not reach are marked unreached.
+    """
+    n_tasks = sorted({int(n) for n in n_tasks})
+    if not n_tasks or n_tasks[0] < 1:
+        raise ValueError("--tasks needs positive numbers of tasks")
+    if repeats < 1:
+        raise ValueError("repeats must be at least 1")
+    models = list(models or SCALING_MODELS)
+    check_models([m.removesuffix(PAPER_SUFFIX) for m in models])
+    tasks = ClusteredTasks(kind, n_features, n_rows, n_environments, seed)
+    result: dict[str, Any] = {
+        "settings": {"kind": kind, "n_features": n_features, "rows_per_batch": n_rows,
+                     "n_environments": n_environments, "repeats": repeats, "tasks": n_tasks,
+                     "max_seconds": max_seconds, "seed": seed, "models": models,
+                     "memory": "bytes of the exported state (get_state): global arrays; per-task arrays "
+                               "plus JSON meta, divided by the number of tasks",
+                     "timing": "median of `repeats` operations, each on its own model.copy(); "
+                               "wall clock (ms) and thread CPU time (*_cpu)"},
+        "machine": machine(), "command": "python -m benchmarks.speed " + " ".join(sys.argv[1:]),
+        "models": {},
+    }
+    for name in models:
+        family, _ = MODELS[name.removesuffix(PAPER_SUFFIX)]
+        params = {"task_models": "paper"} if name.endswith(PAPER_SUFFIX) else {}
+        model = build(family, kind, params, seed)
+        checkpoints, grown, spent, stopped_at = [], 0, 0.0, None
+        bar = progress_bar(total=n_tasks[-1], desc=f"speed {name}", enabled=progress, unit="task")
+        for n in n_tasks:
+            seg_start, seg_tasks = time.perf_counter(), grown
+            while grown < n and stopped_at is None:
+                model.learn(f"t{grown}", *tasks.batch(grown))
+                grown += 1
+                bar.update(1)
+                if max_seconds is not None and spent + time.perf_counter() - seg_start > max_seconds and grown < n:
+                    stopped_at = grown
+            seg = time.perf_counter() - seg_start
+            spent += seg
+            point: dict[str, Any] = {"n_tasks": n, "reached": grown >= n, "growth_seconds": spent,
+                                     "segment_seconds": seg,
+                                     "growth_ms_per_task": 1000.0 * seg / max(grown - seg_tasks, 1)}
+            if point["reached"]:
+                bar.set_postfix_str(f"measuring at {n}")
+                point.update(measure_costs(model, tasks, n, repeats, seed))
+                point.update(state_bytes(model))
+                point["state_bytes_per_task"] = point["state_bytes_tasks"] / n
+                bar.set_postfix_str(f"measured at {n}")
+            checkpoints.append(point)
+            if stopped_at is not None:
+                checkpoints += [{"n_tasks": later, "reached": False} for later in n_tasks if later > n]
+                break
+        bar.close()
+        result["models"][name] = {"params": model.get_params(), "checkpoints": checkpoints,
+                                  "stopped_at": stopped_at, "ratios": cost_ratios(checkpoints)}
+    result["target"] = target_verdict(result)
+    return result
+
+
+def _fmt(v, spec: str) -> str:
+    return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
+
+
+def format_scaling(result: dict[str, Any]) -> str:
+    s = result["settings"]
+    lines = [f"{s['kind']}, d = {s['n_features']}, {s['rows_per_batch']} rows per batch, "
+             f"{s['n_environments']} environments; median of {s['repeats']} (wall ms); "
+             f"{result['machine']['cores']} cores, {result['machine']['blas_threads'] or 'BLAS threads unset'}",
+             f"{'model':<17}{'tasks':>8}{'new upd':>9}{'known upd':>10}{'1st pred':>10}{'steady':>8}"
+             f"{'B/task':>8}{'global B':>10}{'grow ms/t':>10}{'grown s':>9}"]
+    for name, e in result["models"].items():
+        for c in e["checkpoints"]:
+            if not c["reached"]:
+                lines.append(f"{name:<17}{c['n_tasks']:>8}  not reached: growth stopped at {e['stopped_at']} "
+                             f"tasks (--max-seconds {s['max_seconds']:g})")
+                continue
+            lines.append(f"{name:<17}{c['n_tasks']:>8}{c['new_update_ms']:>9.2f}{c['known_update_ms']:>10.2f}"
+                         f"{c['first_predict_ms']:>10.2f}{c['steady_predict_ms']:>8.3f}"
+                         f"{c['state_bytes_per_task']:>8.0f}{c['state_bytes_global']:>10}"
+                         f"{c['growth_ms_per_task']:>10.2f}{c['growth_seconds']:>9.1f}")
+    lines.append("ratio: cost at the largest number of tasks measured / at the smallest")
+    lines.append(f"{'model':<17}{'clock':>6}{'between':>14}{'new upd':>9}{'known upd':>10}{'1st pred':>10}"
+                 f"{'steady':>8}{'B/task':>8}")
+    for name, e in result["models"].items():
+        r = e["ratios"]
+        span = "-" if r["between"] is None else f"{r['between'][0]}-{r['between'][1]}"
+        for clock, suffix in (("wall", ""), ("cpu", "_cpu")):
+            lines.append(f"{name:<17}{clock:>6}{span:>14}" + "".join(
+                f"{_fmt(r[k + suffix], '.2f'):>{w}}" for k, w in zip(COSTS, (9, 10, 10, 8)))
+                + f"{_fmt(r['state_bytes_per_task'], '.2f'):>8}")
+    for name, e in result["models"].items():
+        if e["stopped_at"] is not None:
+            lines.append(f"{name}: growth stopped at {e['stopped_at']} tasks (--max-seconds "
+                         f"{result['settings']['max_seconds']:g}); its ratios span only the numbers it reached")
+    t = result["target"]
+    words = {True: "met", False: "NOT met", None: "not measured (model absent or largest number not reached)"}
+    lines.append(f"target ({t['model']}, {', '.join(t['costs'])} ratio <= {t['max_ratio']} between "
+                 f"{t['between'][0]} and {t['between'][1]} tasks): wall clock {words[t['met']]}, "
+                 f"CPU time {words[t['met_cpu']]}")
+    return "\n".join(lines)
+
+
+def plot_scaling(result: dict[str, Any], path: str) -> str:
+    """Each cost against the number of tasks, log-log: one panel per cost, one line per learner."""
+    plt = matplotlib_pyplot()
+    keys = COSTS + ("state_bytes_per_task", "growth_ms_per_task")
+    fig, axes = plt.subplots(2, 3, figsize=(13, 7.5))
+    for ax, key in zip(axes.flat, keys):
+        for name, e in result["models"].items():
+            pts = [(c["n_tasks"], c[key]) for c in e["checkpoints"] if c["reached"] or key == "growth_ms_per_task"]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", label=name)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("tasks learned")
+        ax.set_title(COST_LABELS[key], fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+    axes.flat[0].legend(fontsize=8)
+    s = result["settings"]
+    fig.suptitle(f"cost against tasks learned: {s['kind']}, d = {s['n_features']}, {s['rows_per_batch']} rows "
+                 f"per batch, {s['n_environments']} environments, median of {s['repeats']}", fontsize=11)
+    fig.tight_layout()
+    path = os.path.abspath(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.speed", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--json", dest="json_out", help='write {"speed": ...} here')
-    ap.add_argument("--plots", help="write speed.png to this directory")
+    ap.add_argument("--json", dest="json_out", help='write {"speed": ...} (or, with --tasks, {"scaling": ...}) here')
+    ap.add_argument("--plots", help="write speed.png to this directory (update times along a stream)")
     ap.add_argument("--datasets", "--speed-data", dest="datasets", default="",
                     help="also time the streams of these real data sets (comma-separated, from: "
                          + ", ".join(REAL_DATASETS) + "), with p = 5 and 20")
     ap.add_argument("--data-dir", help="directory of the real data sets (default: $FCL3_DATA_DIR, ../shared/data)")
     ap.add_argument("--models", help="comma-separated, default " + ",".join(DEFAULT_MODELS)
-                    + "; any of: " + ", ".join(m for m, (fam, _) in MODELS.items() if fam != "STL")
-                    + f", each optionally with {PAPER_SUFFIX!r} (the paper's prediction rule)")
+                    + " (with --tasks: " + ",".join(SCALING_MODELS) + "); any of: " + ", ".join(MODELS)
+                    + f", each optionally with {PAPER_SUFFIX!r} (the paper's prediction rule); "
+                    "STL only with --tasks")
+    scaling = ap.add_argument_group("cost against the number of tasks (--tasks or --quick)")
+    scaling.add_argument("--tasks", help="grow one model per learner through these numbers of tasks "
+                         "(comma-separated, e.g. 100,1000,10000,100000) and measure each cost at each")
+    scaling.add_argument("--quick", action="store_true",
+                         help=f"a few seconds' run: --tasks {','.join(map(str, QUICK['tasks']))} "
+                              f"--repeats {QUICK['repeats']} unless given")
+    scaling.add_argument("--kind", choices=("regression", "classification"), default="regression")
+    scaling.add_argument("--features", type=int, default=10, help="d (default 10)")
+    scaling.add_argument("--rows", type=int, default=15, help="rows per batch (default 15)")
+    scaling.add_argument("--environments", type=int, default=5, help="clusters of tasks (default 5)")
+    scaling.add_argument("--repeats", type=int, help="timed operations per cost, the median reported (default 7)")
+    scaling.add_argument("--max-seconds", type=float,
+                         help="stop a learner's growth after this many seconds and record where it stopped")
+    scaling.add_argument("--figure", help="write the log-log figure (one panel per cost) to this PNG path")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
     models = [m.strip() for m in args.models.split(",")] if args.models else None
+    if args.tasks or args.quick:
+        return _main_scaling(args, models)
     real = tuple(s.strip() for s in args.datasets.split(",") if s.strip())
     try:
         speed = speed_benchmark(models=models, seed=args.seed, progress=not args.quiet,
@@ -195,6 +488,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {plot_speed(speed, args.plots)}", file=sys.stderr)
     if args.json_out:
         print(f"wrote {write_json(args.json_out, {'speed': speed})}", file=sys.stderr)
+    return 0
+
+
+def _main_scaling(args, models) -> int:
+    try:
+        n_tasks = [int(n) for n in args.tasks.split(",") if n.strip()] if args.tasks else list(QUICK["tasks"])
+        repeats = args.repeats or (QUICK["repeats"] if args.quick else 7)
+        result = scaling_benchmark(n_tasks, models=models, kind=args.kind, n_features=args.features,
+                                   n_rows=args.rows, n_environments=args.environments, repeats=repeats,
+                                   max_seconds=args.max_seconds, seed=args.seed, progress=not args.quiet)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_scaling(result))
+    if args.figure:
+        print(f"wrote {plot_scaling(result, args.figure)}", file=sys.stderr)
+    if args.json_out:
+        print(f"wrote {write_json(args.json_out, {'scaling': result})}", file=sys.stderr)
     return 0
 
 
