@@ -27,13 +27,14 @@ import argparse
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 from typing import Any
 
 import numpy as np
 
-from .common import blas_threads, machine, matplotlib_pyplot, progress_bar, write_json
+from .common import ROOT, blas_threads, machine, matplotlib_pyplot, progress_bar, write_json
 from .datasets import REAL_DATASETS, load_dataset
 from .paper import MODELS, build, check_models
 
@@ -220,6 +221,17 @@ class ClusteredTasks:
         return X, ((y > 0.0).astype(float) if self.kind == "classification" else y)
 
 
+def engine_version() -> dict[str, Any] | None:
+    """The checkout's commit and whether ``core/`` differs from it (``None`` outside a git checkout)."""
+    try:
+        run = dict(cwd=ROOT, capture_output=True, text=True, timeout=30, check=True)
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], **run).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "core"], **run).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "core_modified": bool(dirty)}
+
+
 def _median_ms(samples: list[float]) -> float:
     return float(np.median(samples)) if samples else float("nan")
 
@@ -334,7 +346,7 @@ def scaling_benchmark(n_tasks=(100, 1000, 10000), models=None, kind: str = "regr
                                "plus JSON meta, divided by the number of tasks",
                      "timing": "median of `repeats` operations, each on its own model.copy(); "
                                "wall clock (ms) and thread CPU time (*_cpu)"},
-        "machine": machine(), "command": "python -m benchmarks.speed " + " ".join(sys.argv[1:]),
+        "machine": machine(), "engine": engine_version(), "command": "python -m benchmarks.speed " + " ".join(sys.argv[1:]),
         "models": {},
     }
     for name in models:

@@ -158,6 +158,7 @@ def test_cli_quick_writes_json_with_every_cost_and_a_figure(tmp_path):
         assert e["ratios"]["between"] == [3, 6]
         assert e["ratios"]["known_update_ms"] == e["checkpoints"][1]["known_update_ms"] / e["checkpoints"][0]["known_update_ms"]
     assert data["models"]["FCL3-Rand:paper"]["params"]["task_models"] == "paper"
+    assert len(data["engine"]["commit"]) == 40 and data["machine"]["cores"] >= 1
     assert data["target"]["model"] == "FCL3-Rand" and data["target"]["met"] in (True, False)
     assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
