@@ -59,7 +59,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):  # FastAPI's own answer, always encodable
-        return _ErrorJSON({"detail": jsonable_encoder(exc.errors())}, status_code=422)
+        # an echoed body that is not UTF-8 (a body that is not JSON at all) with U+FFFD for its bad bytes
+        errors = jsonable_encoder(exc.errors(), custom_encoder={bytes: lambda b: b.decode("utf-8", "replace")})
+        return _ErrorJSON({"detail": errors}, status_code=422)
 
     @app.exception_handler(core.InputError)
     async def _input(request: Request, exc: core.InputError):

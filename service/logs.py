@@ -9,6 +9,7 @@ passwords never reach a log line.
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import logging
 import os
@@ -31,6 +32,12 @@ def valid_request_id(value: str | None) -> str:
     return os.urandom(16).hex()  # 32 random hex digits, as uuid4().hex but without building a UUID
 
 
+@functools.lru_cache(maxsize=4)
+def _utc_second(epoch_second: int) -> str:
+    """``2026-11-26T12:00:00`` of a Unix second (cached: the lines of a second share it)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_second))
+
+
 class JsonFormatter(logging.Formatter):
     """A record as one JSON object: ``ts`` (UTC, milliseconds), ``level``, ``logger``,
     ``message`` (redacted), ``request_id``, the record's extra fields, and ``exception``
@@ -42,7 +49,7 @@ class JsonFormatter(logging.Formatter):
         self._encode = json.JSONEncoder(default=str).encode
 
     def formatTime(self, record, datefmt=None):  # noqa: N802 - logging's name
-        return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(record.created))}.{int(record.msecs):03d}Z"
+        return f"{_utc_second(int(record.created))}.{int(record.msecs):03d}Z"
 
     def format(self, record: logging.LogRecord) -> str:
         out = {"ts": self.formatTime(record), "level": record.levelname, "logger": record.name,
@@ -69,6 +76,14 @@ class _Stderr(logging.StreamHandler):
     @stream.setter
     def stream(self, _value):
         pass
+
+    def handleError(self, record):  # noqa: N802 - logging's name
+        """As logging's own (the line is lost, a report goes to stderr), except that a stderr
+        that cannot take the report either (closed) loses it too: a log line never fails a request."""
+        try:
+            super().handleError(record)
+        except (OSError, ValueError):
+            pass
 
 
 _installed: _Stderr | None = None

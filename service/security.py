@@ -74,23 +74,6 @@ class KeyRing:
         return "write" if is_write else "read" if is_read else None
 
 
-def bearer_key(authorization: str | None) -> str | None:
-    """The key of an ``Authorization: Bearer <key>`` header value, parsed as :data:`bearer`
-    parses it (``None`` when there is none)."""
-    if not authorization:
-        return None
-    scheme, _, key = authorization.partition(" ")
-    key = key.strip()
-    return key if scheme.lower() == "bearer" and key else None
-
-
-def may_read(keys: KeyRing, authorization: str | None) -> bool:
-    """Whether :func:`require_read` lets a request with this ``Authorization`` header value
-    through (the prediction routes' fast path asks this instead of running the dependency;
-    when it says no, the dependency runs and answers 401)."""
-    return not keys.enabled or keys.role(bearer_key(authorization)) is not None
-
-
 bearer = HTTPBearer(auto_error=False, description="An API key: a write key (posting data) or a read key.")
 
 UNAUTHORIZED = {"description": "Missing or unknown API key (`Authorization: Bearer <key>`)."}

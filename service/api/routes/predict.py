@@ -142,7 +142,7 @@ async def predict(request: Request) -> Response:
         _validated(_name, "path", name)
     model = hosted(request, name)
     settings = request.app.state.settings
-    if request.method == "GET":
+    if request.method != "POST":  # GET (or HEAD)
         query, body, content_type = _validated(_predict_query, "query", _query(request)), None, None
         small = sum(t.count(",") + 1 for t in query.x) <= INLINE_VALUES
     else:
@@ -170,8 +170,8 @@ _BODY = {"required": True, "content": {"application/json": {"schema": PredictReq
 
 
 
-def _routes(router: APIRouter, path: str, named: bool) -> None:
-    """GET and POST ``path`` (under ``/models/{name}`` when ``named``), both answered by :func:`predict`."""
+def _documented(router: APIRouter, path: str, named: bool) -> None:
+    """The OpenAPI operations of GET and POST ``path`` (under ``/models/{name}`` when ``named``)."""
     head = [_NAME_PARAMETER] if named else []
     responses = {**ERRORS, 404: {"description": "Unknown task, or unknown model."}} if named else ERRORS
     key = {"security": [{security.bearer.scheme_name: []}]}
@@ -185,7 +185,11 @@ def _routes(router: APIRouter, path: str, named: bool) -> None:
                          openapi_extra={**key, "parameters": head + _parameters(VersionQuery), "requestBody": _BODY})
 
 
-#: The four prediction routes, keyed inside (:func:`predict`): include it without dependencies.
+#: The prediction routes: first plain Starlette routes, which answer (no dependency to solve),
+#: then the same endpoint as FastAPI routes, which the OpenAPI document describes. The read key
+#: is checked inside :func:`predict`: include this router without dependencies.
 router = APIRouter(tags=["prediction"])
-_routes(router, "/predict", named=False)
-_routes(router, "/models/{name}/predict", named=True)
+for _path in ("/predict", "/models/{name}/predict"):
+    router.add_route(_path, predict, methods=["GET", "POST"], include_in_schema=False)
+_documented(router, "/predict", named=False)
+_documented(router, "/models/{name}/predict", named=True)
