@@ -79,7 +79,9 @@ class TaskOut(BaseModel):
     labels: str | None = None
     created_at: UtcDatetime
     updated_at: UtcDatetime
-    last_update: dict[str, Any] | None = None
+    last_update: dict[str, Any] | None = Field(None, description="The task's latest update as POST .../data answered "
+                                               "it: UpdateOut's task_id, n_samples, new_task, code, assignment, "
+                                               "outlier_probability, new_representative, n_representatives.")
     prequential: "Scores | None" = Field(None, description="Cumulative prequential score over the task's scored batches.")
     evaluation: "Scores | None" = Field(None, description="Current score on the task's evaluation rows.")
 

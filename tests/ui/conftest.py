@@ -161,7 +161,8 @@ def service(tmp_path_factory, artifacts):
     tmp = tmp_path_factory.mktemp("ui")
     env = {"SQLITE_PATH": str(tmp / "ui.db"), "MODEL_NAME": "default", "FCL3_ESTIMATOR": ESTIMATOR,
            "FCL3_PARAMS": json.dumps(PARAMS), "FCL3_KIND": "regression", "DATABASE_URL": "", "REDIS_URL": "",
-           "API_WRITE_KEYS": "", "API_READ_KEYS": "", "LOG_LEVEL": "WARNING"}
+           "API_WRITE_KEYS": "", "API_READ_KEYS": "", "LOG_LEVEL": "WARNING",
+           "MAX_BODY_BYTES": str(64 * 1024 * 1024)}  # the 1,000-task model's file is larger than the default 16 MiB
     (artifacts / "server.log").write_bytes(b"")  # this run's log only
     with Server(env, log_path=artifacts / "server.log") as server:
         with httpx.Client(base_url=server.url, timeout=60, trust_env=False) as client:

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 expect = pytest.importorskip("playwright.sync_api").expect
 
-#: The tasks table's sortable columns, in order (service/ui/static/app.js, COLUMNS).
+#: The tasks table's sortable columns, in order (service/ui/static/tasks.js, COLUMNS).
 COLUMN_KEYS = ["task", "rows", "batches", "lean", "e", "preq", "heldout", "version", "updated"]
 
 
@@ -310,8 +310,8 @@ def test_heat_map_values_contrast_with_their_cells(service, context, artifacts):
       const box = document.createElement("div");
       box.id = "contrast-sweep";
       const cols = Array.from({ length: 101 }, (_, j) => `c${j}`);
-      box.innerHTML = [VIRIDIS, BLUES].map((stops) => heatmap({ rows: ["r"], cols, cell: { w: 40, h: 18 }, showValues: true,
-        value: (i, j) => j / 100, title: () => "", scale: (v) => v, stops, label: "sweep" })).join("");
+      box.append(...[VIRIDIS, BLUES].map((stops) => heatmap({ rows: ["r"], cols, cell: { w: 40, h: 18 }, showValues: true,
+        value: (i, j) => j / 100, title: () => "", scale: (v) => v, stops, label: "sweep" })));
       document.getElementById("acc").append(box);
       return true;
     }""")

@@ -2,7 +2,8 @@
 no CDN) that reads the API with the key the user gives it; and GET /redoc, offline.
 
 * ``/ui`` is ``service/ui/static/index.html``; ``/ui/assets/<file>`` its scripts and styles
-  (plain ES modules and CSS, system fonts). The page holds no data: it calls the read routes
+  (plain ES modules and CSS, system fonts), served by Starlette's ``StaticFiles`` (GET and HEAD,
+  ETag and Last-Modified, no path outside the folder). The page holds no data: it calls the read routes
   (``/models``, ``/models/{name}/tasks``, ...) with ``Authorization: Bearer <read key>`` when
   the API asks for one, and never a write route.
 * ``/redoc`` is FastAPI's Redoc page on fastapi-offline's installed ``redoc.standalone.js``,
@@ -18,16 +19,18 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Request
 from fastapi.openapi.docs import get_redoc_html
 from fastapi.responses import FileResponse, HTMLResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.types import Scope
 
 router = APIRouter(tags=["dashboard"], include_in_schema=False)
 
 STATIC = Path(__file__).resolve().parents[2] / "ui" / "static"
 
-_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
-          ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".png": "image/png"}
+_HTML = "text/html; charset=utf-8"
+_JS = "text/javascript; charset=utf-8"
 
 #: The dashboard reaches its own origin only; styles and scripts are files (no inline code).
 UI_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -43,23 +46,23 @@ _REDOC_REMOTE = "https://cdn.redoc.ly/redoc/logo-mini.svg"
 _BLANK_IMAGE = "data:image/gif;base64,R0lGODlhAQABAIAAAAAAAP///yH5BAEAAAAALAAAAAABAAEAAAIBRAA7"
 
 
-def _assets() -> dict[str, Path]:
-    """The files the page may load, by name (nothing else under ``/ui/assets`` exists)."""
-    return {p.name: p for p in STATIC.iterdir() if p.is_file() and p.suffix in _TYPES and p.name != "index.html"}
+class _Assets(StaticFiles):
+    """The dashboard's files, each answered with the page's headers: revalidated on every load
+    (``no-cache``, so a new release is picked up), no content sniffing, and the page's CSP
+    (``index.html`` is reachable here too)."""
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        response = await super().get_response(path, scope)
+        response.headers.update({**_HEADERS, "Content-Security-Policy": UI_CSP})
+        return response
 
 
 @router.get("/ui")
 def dashboard() -> FileResponse:
-    return FileResponse(STATIC / "index.html", media_type=_TYPES[".html"],
-                        headers={**_HEADERS, "Content-Security-Policy": UI_CSP})
+    return FileResponse(STATIC / "index.html", media_type=_HTML, headers={**_HEADERS, "Content-Security-Policy": UI_CSP})
 
 
-@router.get("/ui/assets/{name}")
-def asset(name: str) -> FileResponse:
-    path = _assets().get(name)
-    if path is None:
-        raise HTTPException(404, f"no dashboard asset {name!r}")
-    return FileResponse(path, media_type=_TYPES[path.suffix], headers=_HEADERS)
+router.mount("/ui/assets", _Assets(directory=STATIC), name="ui-assets")
 
 
 @lru_cache(maxsize=1)
@@ -72,7 +75,7 @@ def _redoc_js() -> bytes:
 
 @router.get("/ui/vendor/redoc.standalone.js")
 def redoc_js() -> Response:
-    return Response(_redoc_js(), media_type=_TYPES[".js"], headers={"Cache-Control": "max-age=3600"})
+    return Response(_redoc_js(), media_type=_JS, headers={"Cache-Control": "max-age=3600"})
 
 
 @router.get("/redoc")

@@ -1,8 +1,5 @@
-// Hand-rolled SVG charts: heat-maps and line charts (no library, no network).
-
-const SVG = "http://www.w3.org/2000/svg";
-
-export const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+// SVG charts built as elements: heat-maps and line charts (no library, no network).
+import { h, svg } from "./dom.js";
 
 function lerpColor(stops, t) {
   t = Math.min(1, Math.max(0, Number.isFinite(t) ? t : 0));
@@ -14,7 +11,7 @@ function lerpColor(stops, t) {
   return `rgb(${c[0]},${c[1]},${c[2]})`;
 }
 
-const hex = (h) => [1, 3, 5].map((i) => parseInt(h.slice(i, i + 2), 16));
+const hex = (s) => [1, 3, 5].map((i) => parseInt(s.slice(i, i + 2), 16));
 /** White to dark blue: a weight of 0 is pale, 1 is dark (the paper's Z^t figure). */
 export const BLUES = ["#f3f6fb", "#c6dbef", "#6baed6", "#2171b5", "#08306b"].map(hex);
 /** Viridis (perceptually uniform, colour-blind safe). */
@@ -39,7 +36,7 @@ export function inkFor(rgb) {
 }
 
 /**
- * A heat-map as an SVG string.
+ * A heat-map (an <svg>).
  * rows/cols: label arrays; value(i, j): number or null (null: no cell drawn);
  * title(i, j, v): the tooltip; voidTitle(i, j): the tooltip of a null value (drawn dashed; omitted: nothing drawn);
  * scale(v) -> [0, 1]; cell: {w, h}.
@@ -48,17 +45,18 @@ export function heatmap({ rows, cols, value, title, scale, stops, cell, label, r
                           showValues = false, fmt = (v) => v.toFixed(2), colLabelEvery = 0, voidTitle = null, padRight = 4 }) {
   const W = rowHeader + cols.length * cell.w + padRight;
   const H = colHeader + rows.length * cell.h + 4;
-  const parts = [`<svg xmlns="${SVG}" class="heatmap" role="img" aria-label="${esc(label)}" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}">`];
+  const out = svg("svg", { class: "heatmap", role: "img", "aria-label": label, width: W, height: H, viewBox: `0 0 ${W} ${H}` });
+  const parts = [];
   rows.forEach((r, i) => {
     const y = colHeader + i * cell.h + cell.h / 2;
-    parts.push(`<text class="rowlabel" x="${rowHeader - 6}" y="${y}" text-anchor="end" dominant-baseline="middle">${esc(r)}</text>`);
+    parts.push(svg("text", { class: "rowlabel", x: rowHeader - 6, y, "text-anchor": "end", "dominant-baseline": "middle" }, r));
   });
   if (colHeader > 0) {
     const every = colLabelEvery || 1;
     cols.forEach((c, j) => {
       if (j % every) return;
       const x = rowHeader + j * cell.w + cell.w / 2;
-      parts.push(`<text class="collabel" transform="translate(${x},${colHeader - 6}) rotate(-55)" text-anchor="start">${esc(c)}</text>`);
+      parts.push(svg("text", { class: "collabel", transform: `translate(${x},${colHeader - 6}) rotate(-55)`, "text-anchor": "start" }, c));
     });
   }
   for (let i = 0; i < rows.length; i++) {
@@ -66,26 +64,29 @@ export function heatmap({ rows, cols, value, title, scale, stops, cell, label, r
       const v = value(i, j);
       const x = rowHeader + j * cell.w, y = colHeader + i * cell.h;
       if (v === null && voidTitle) { // a cell that has no value (yet): dashed outline
-        parts.push(`<rect class="void" x="${x}" y="${y}" width="${cell.w}" height="${cell.h}"><title>${esc(voidTitle(i, j))}</title></rect>`);
+        parts.push(svg("rect", { class: "void", x, y, width: cell.w, height: cell.h }, svg("title", {}, voidTitle(i, j))));
         continue;
       }
-      if (v === null || v === undefined || !Number.isFinite(v)) continue;
+      if (typeof v !== "number" || !Number.isFinite(v)) continue;
       const fill = lerpColor(stops, scale(v));
-      parts.push(`<rect class="cell" x="${x}" y="${y}" width="${cell.w}" height="${cell.h}" fill="${fill}" data-row="${i}" data-col="${j}"><title>${esc(title(i, j, v))}</title></rect>`);
+      parts.push(svg("rect", { class: "cell", x, y, width: cell.w, height: cell.h, fill, "data-row": i, "data-col": j },
+        svg("title", {}, title(i, j, v))));
       if (showValues && cell.w >= 34 && cell.h >= 16) {
-        parts.push(`<text class="cellvalue" x="${x + cell.w / 2}" y="${y + cell.h / 2}" text-anchor="middle" dominant-baseline="middle" fill="${inkFor(fill)}">${esc(fmt(v))}</text>`);
+        parts.push(svg("text", { class: "cellvalue", x: x + cell.w / 2, y: y + cell.h / 2, "text-anchor": "middle",
+          "dominant-baseline": "middle", fill: inkFor(fill) }, fmt(v)));
       }
     }
   }
-  parts.push("</svg>");
-  return parts.join("");
+  out.append(...parts);
+  return out;
 }
 
-/** A colour legend as HTML: a gradient bar (SVG) with its end labels. */
+/** A colour legend: a gradient bar with its end labels. */
 export function legend(stops, lo, hi, caption) {
   const n = 24;
-  const rects = Array.from({ length: n }, (_, i) => `<rect x="${i * 8}" y="0" width="8.5" height="12" fill="${lerpColor(stops, i / (n - 1))}"/>`).join("");
-  return `<div class="legend"><span>${esc(lo)}</span><svg xmlns="${SVG}" width="${n * 8}" height="12" aria-hidden="true">${rects}</svg><span>${esc(hi)}</span>${caption ? `<span class="muted">${esc(caption)}</span>` : ""}</div>`;
+  const bar = svg("svg", { width: n * 8, height: 12, "aria-hidden": "true" },
+    Array.from({ length: n }, (_, i) => svg("rect", { x: i * 8, y: 0, width: 8.5, height: 12, fill: lerpColor(stops, i / (n - 1)) })));
+  return h("div", { class: "legend" }, h("span", {}, lo), bar, h("span", {}, hi), caption ? h("span", { class: "muted" }, caption) : null);
 }
 
 function niceTicks(lo, hi, n = 5) {
@@ -100,11 +101,12 @@ function niceTicks(lo, hi, n = 5) {
 }
 
 /**
- * A line chart as an SVG string. series: [{name, cls, points: [[x, y], ...]}].
+ * A line chart (an <svg>, or null without a point). series: [{name, cls, points: [[x, y], ...]}].
  */
 export function lineChart({ series, xLabel, yLabel, label, width = 640, height = 260 }) {
-  const pts = series.flatMap((s) => s.points).filter(([x, y]) => Number.isFinite(x) && Number.isFinite(y));
-  if (!pts.length) return "";
+  const finite = ([x, y]) => Number.isFinite(x) && Number.isFinite(y);
+  const pts = series.flatMap((s) => s.points).filter(finite);
+  if (!pts.length) return null;
   const m = { l: 56, r: 12, t: 12, b: 40 };
   const xs = pts.map((p) => p[0]), ys = pts.map((p) => p[1]);
   const xt = niceTicks(Math.min(...xs), Math.max(...xs), 6), yt = niceTicks(Math.min(...ys), Math.max(...ys), 5);
@@ -112,19 +114,25 @@ export function lineChart({ series, xLabel, yLabel, label, width = 640, height =
   const X = (x) => m.l + ((x - x0) / (x1 - x0 || 1)) * (width - m.l - m.r);
   const Y = (y) => height - m.b - ((y - y0) / (y1 - y0 || 1)) * (height - m.t - m.b);
   const fmt = (v) => (Math.abs(v) >= 1000 ? v.toExponential(1) : +v.toPrecision(4)).toString();
-  const parts = [`<svg xmlns="${SVG}" class="linechart" role="img" aria-label="${esc(label)}" viewBox="0 0 ${width} ${height}" preserveAspectRatio="xMinYMin meet">`];
-  yt.forEach((v) => parts.push(`<line class="grid" x1="${m.l}" x2="${width - m.r}" y1="${Y(v)}" y2="${Y(v)}"/><text class="tick" x="${m.l - 6}" y="${Y(v)}" text-anchor="end" dominant-baseline="middle">${fmt(v)}</text>`));
-  xt.forEach((v) => parts.push(`<text class="tick" x="${X(v)}" y="${height - m.b + 16}" text-anchor="middle">${fmt(v)}</text>`));
-  parts.push(`<line class="axis" x1="${m.l}" x2="${width - m.r}" y1="${height - m.b}" y2="${height - m.b}"/>`);
-  parts.push(`<text class="axislabel" x="${(m.l + width - m.r) / 2}" y="${height - 4}" text-anchor="middle">${esc(xLabel)}</text>`);
-  parts.push(`<text class="axislabel" transform="translate(12,${(m.t + height - m.b) / 2}) rotate(-90)" text-anchor="middle">${esc(yLabel)}</text>`);
+  const out = svg("svg", { class: "linechart", role: "img", "aria-label": label, viewBox: `0 0 ${width} ${height}`,
+    preserveAspectRatio: "xMinYMin meet" });
+  yt.forEach((v) => out.append(svg("line", { class: "grid", x1: m.l, x2: width - m.r, y1: Y(v), y2: Y(v) }),
+    svg("text", { class: "tick", x: m.l - 6, y: Y(v), "text-anchor": "end", "dominant-baseline": "middle" }, fmt(v))));
+  xt.forEach((v) => out.append(svg("text", { class: "tick", x: X(v), y: height - m.b + 16, "text-anchor": "middle" }, fmt(v))));
+  out.append(
+    svg("line", { class: "axis", x1: m.l, x2: width - m.r, y1: height - m.b, y2: height - m.b }),
+    svg("text", { class: "axislabel", x: (m.l + width - m.r) / 2, y: height - 4, "text-anchor": "middle" }, xLabel),
+    svg("text", { class: "axislabel", transform: `translate(12,${(m.t + height - m.b) / 2}) rotate(-90)`, "text-anchor": "middle" }, yLabel));
   for (const s of series) {
-    const p = s.points.filter(([x, y]) => Number.isFinite(x) && Number.isFinite(y));
+    const p = s.points.filter(finite);
     if (!p.length) continue;
     const d = p.map(([x, y], i) => `${i ? "L" : "M"}${X(x).toFixed(1)},${Y(y).toFixed(1)}`).join("");
-    parts.push(`<path class="series ${esc(s.cls)}" d="${d}"><title>${esc(s.name)}</title></path>`);
-    if (p.length <= 60) p.forEach(([x, y]) => parts.push(`<circle class="dot ${esc(s.cls)}" cx="${X(x)}" cy="${Y(y)}" r="2.5"><title>${esc(`${s.name}: ${fmt(y)} at ${xLabel} ${x}`)}</title></circle>`));
+    out.append(svg("path", { class: `series ${s.cls}`, d }, svg("title", {}, s.name)));
+    if (p.length <= 60) {
+      for (const [x, y] of p) {
+        out.append(svg("circle", { class: `dot ${s.cls}`, cx: X(x), cy: Y(y), r: 2.5 }, svg("title", {}, `${s.name}: ${fmt(y)} at ${xLabel} ${x}`)));
+      }
+    }
   }
-  parts.push("</svg>");
-  return parts.join("");
+  return out;
 }
