@@ -1,13 +1,15 @@
 """GET/POST /predict and /models/{name}/predict: predictions for a learned task (never waits
 for the update lock).
 
-One endpoint, :func:`predict`, answers the four routes. It takes only the ``Request``, so
-that FastAPI solves no dependency for it: the read key is checked by the project's own
-security dependency called directly (:func:`service.security.require_read`), and the input is
-validated by pydantic in one pass — the query as :class:`PredictQuery`, the POST body as
-:class:`fcl3.schemas.PredictRequest` (``validate_json`` on the bytes). Errors are FastAPI's:
-401, and 422 with ``loc`` under ``path``, ``query`` or ``body``. The OpenAPI operations are
-generated from the same pydantic schemas (``openapi_extra``).
+One endpoint, :func:`predict`, answers the four routes, mounted as plain Starlette routes
+(first in :data:`router`): it takes only the ``Request``, so FastAPI has no dependency to
+solve for it (that alone cost about a fifth of a one-row prediction). The read key is checked
+by the project's own security dependency called directly
+(:func:`service.security.require_read`), and the input is validated by pydantic in one pass:
+the query as :class:`PredictQuery`, the POST body as :class:`fcl3.schemas.PredictRequest`
+(``validate_json`` on the bytes). Errors are FastAPI's: 401, and 422 with ``loc`` under
+``path``, ``query`` or ``body``. The same endpoint is also added as FastAPI routes after them,
+which the OpenAPI document describes from the same pydantic schemas (``openapi_extra``).
 
 A prediction of a few rows from the cached model costs tens of microseconds, about what a
 hop to the thread pool costs. So a request is answered on the event loop when the cached
@@ -25,6 +27,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
 
 from fcl3.schemas import PredictOut, PredictRequest
@@ -86,9 +89,11 @@ def _query(request: Request) -> dict[str, Any]:
     """The query parameters :class:`PredictQuery` knows, as the framework parsed them (the last
     of a repeated ``task_id`` or ``min_version``, every ``x``)."""
     params = request.query_params
-    out: dict[str, Any] = {k: params[k] for k in ("task_id", "min_version") if k in params}
-    if "x" in params:
-        out["x"] = params.getlist("x")
+    out: dict[str, Any] = {}
+    for key in ("task_id", "min_version", "x"):
+        values = params.getlist(key)
+        if values:
+            out[key] = values if key == "x" else values[-1]
     return out
 
 
@@ -130,8 +135,10 @@ def _answer(model, settings, query: PredictQuery | VersionQuery, body: bytes | N
         check_size(settings, len(req.X), map(len, req.X))
         task_id, X = req.task_id, req.X
     preds, probs, version = usecases.predict(model, task_id, X, query.min_version, snap)
-    out = PredictOut.model_construct(task_id=task_id, predictions=preds, probabilities=probs, version=version)
-    return Response(out.model_dump_json(exclude_none=True), media_type="application/json")
+    out = {"task_id": task_id, "predictions": preds, "probabilities": probs, "version": version}
+    if probs is None:
+        del out["probabilities"]
+    return Response(to_json(out), media_type="application/json")  # PredictOut's JSON, without building one
 
 
 async def predict(request: Request) -> Response:
@@ -167,7 +174,6 @@ def _parameters(model: type[BaseModel], where: str = "query") -> list[dict[str, 
 _NAME_PARAMETER = {"name": "name", "in": "path", "required": True, "schema": _name.json_schema(),
                    "description": "Model name: 1-100 characters of [A-Za-z0-9._-]."}
 _BODY = {"required": True, "content": {"application/json": {"schema": PredictRequest.model_json_schema()}}}
-
 
 
 def _documented(router: APIRouter, path: str, named: bool) -> None:
