@@ -74,7 +74,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
 
-    from service import usecases
+    from service import lifecycle, usecases
     from service.config import Settings
     from service.db import make_bulk_engine, make_engine, upgrade_schema
     from service.locks import LocalLocks
@@ -93,12 +93,16 @@ def main(argv=None) -> dict:
     bulk = make_bulk_engine(settings, engine)
     upgrade_schema(engine)
     locks = LocalLocks(30, 5)
-    registry = usecases.ModelRegistry(engine, bulk, locks, "bench-default", settings.model_settings(), 10)
+    from service.evaluation import EvaluationSettings
+    from service.registry import ModelRegistry, Shared
+
+    registry = ModelRegistry(engine, bulk, locks, "bench-default", settings.model_settings(), 10,
+                             shared=Shared(evaluation=EvaluationSettings.of(settings)))
     models = {}
     for name in ("evaluated", "control"):
         m = registry.get(name)
-        usecases.create_model(m, {"estimator": "FCL3", "kind": "regression", "params": {}, "d": None})
-        models[name] = usecases.configure_evaluation(m, settings)
+        lifecycle.create_model(m, {"estimator": "FCL3", "kind": "regression", "params": {}, "d": None})
+        models[name] = registry.get(name)
     matrix_ms = []
     ev = models["evaluated"].evaluation
     row = ev.matrix_row
@@ -138,7 +142,7 @@ def main(argv=None) -> dict:
                         eval_post_ms.append((time.perf_counter() - t0) * 1000)
                     waited.clear()
                     t0 = time.perf_counter()
-                    p, _ = usecases._learn(m, task, X, y)
+                    p, _ = usecases.learn_batch(m, task, X, y)
                     total = time.perf_counter() - t0 - sum(waited)  # the update, not the backlog wait
                     rec[name][phase].append({"total": total * 1000, "backlog_wait": sum(waited) * 1000 if name == "evaluated" else 0.0, "engine": p.engine_seconds * 1000,
                                              "prequential": p.prequential_seconds * 1000,

@@ -6,15 +6,17 @@ Wire format (what :mod:`fcl3.client` parses), one event per blank-line-terminate
     event: update          <- update | evaluation | reset
     data: {"version": 42, "task_id": "a", "new_task": false, ...}   <- one JSON object
 
-plus ``: keep-alive`` comment lines every ``EVENTS_HEARTBEAT`` seconds of silence. Bodies are
+plus ``: keep-alive`` comment lines every ``EVENTS_HEARTBEAT`` seconds. The wire format, the
+keep-alive comments and the end of the streams when the server exits are ``sse-starlette``'s
+(:class:`sse_starlette.EventSourceResponse`): :func:`stream` yields its events. Bodies are
 :class:`fcl3.schemas.UpdateEvent`, ``EvaluationEvent`` and ``ResetEvent``.
 
 Where events come from: every committed update appends a row to ``evaluation_log`` in its own
-transaction (:meth:`service.evaluation.ModelEvaluation.on_commit`), so the stream is read from
+transaction (:meth:`service.evaluation.ModelEvaluation.in_commit`), so the stream is read from
 the database, and any worker or replica serves every update of the model. A stream wakes up
 when something may have changed: a commit of its own process (:meth:`Hub.wake`), a
 PostgreSQL notification of another process (the version watch's ``LISTEN`` thread, which
-exists anyway, calls :meth:`Hub.wake`), a change of SQLite's ``PRAGMA data_version`` (checked
+exists anyway, calls :meth:`Hub.changed`, subscribed by the app), a change of SQLite's ``PRAGMA data_version`` (checked
 twice a second, in process), or a fallback read every ``poll`` seconds. With nobody listening
 there is no stream, no query and no thread: a wake-up is a dictionary look-up.
 
@@ -24,23 +26,23 @@ hold them: a fork, an import or a database upgraded from before the log; or the 
 version of this model: deleted and created again), it gets ``event: reset`` with the current
 version, and the stream goes on from there.
 
-Shutdown: uvicorn waits for open responses before it runs the app's shutdown, so a stream also
-ends by itself within a second of the server being told to exit (seen through uvicorn's signal
-handler, the approach of sse-starlette), and when the watch closes (:meth:`Hub.close`).
+Shutdown: uvicorn waits for open responses before it runs the app's shutdown; sse-starlette
+sees the server told to exit and sets the stream's shutdown event, on which :func:`stream`
+ends its body within a second (a stream also ends when the watch closes: :meth:`Hub.close`).
 """
 from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import threading
 import time
 from typing import Any, AsyncIterator
 
 from sqlalchemy import Engine, func, select
+from sse_starlette import ServerSentEvent
 
-from .evaluation import figures_of, log_t, sets_t, state_t
-from .reads import models_t
+from .evaluation_store import log_t, models_t, sets_t, state_t
+from .scores import figures_of
 
 #: Log rows read per query while catching up.
 PAGE = 500
@@ -82,6 +84,14 @@ class Hub:
             except RuntimeError:  # that loop is closed: its stream is gone
                 pass
 
+    def changed(self, name: str | None) -> None:
+        """A version watch's subscriber (:meth:`service.watch.NoWatch.subscribe`): wake the
+        streams of ``name``; ``None`` (the watch closed) ends them all."""
+        if name is None:
+            self.close()
+        else:
+            self.wake(name)
+
     def close(self) -> None:
         """End every stream (at shutdown)."""
         self.closed = True
@@ -91,23 +101,14 @@ class Hub:
             self.wake(name)
 
 
-def server_exiting() -> bool:
-    """Whether the uvicorn server of this process was told to exit (its signal handler is a
-    bound method of the server; sse-starlette reads it the same way)."""
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
-            handler = signal.getsignal(sig)
-        except (ValueError, OSError):  # pragma: no cover - not on this platform
-            continue
-        server = getattr(handler, "__self__", None)
-        if server is not None and getattr(server, "should_exit", False):
-            return True
-    return False
+def sse(event: str, data: dict[str, Any], id: int | None = None) -> ServerSentEvent:
+    return ServerSentEvent(data=json.dumps(data, separators=(',', ':'), allow_nan=False), event=event, id=None if id is None else str(id),
+                          sep="\n")
 
 
-def sse(event: str, data: dict[str, Any], id: int | None = None) -> str:
-    head = f"id: {id}\n" if id is not None else ""
-    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'), allow_nan=False)}\n\n"
+def keep_alive() -> ServerSentEvent:
+    """The comment sent every ``EVENTS_HEARTBEAT`` seconds (sse-starlette's ping)."""
+    return ServerSentEvent(comment="keep-alive", sep="\n")
 
 
 class Feed:
@@ -143,10 +144,11 @@ class Feed:
         return {"version": version, "reason": reason, "task_id": task, "n_tasks": int(n or 0), **figures_of(summary)}
 
 
-async def stream(feed: Feed, hub: Hub, watch, last_event_id: str | None, heartbeat: float,
-                 max_seconds: float | None = None) -> AsyncIterator[str]:
+async def stream(feed: Feed, hub: Hub, watch, last_event_id: str | None, max_seconds: float | None = None,
+                 shutdown=None) -> AsyncIterator[ServerSentEvent]:
     """The events of ``feed``'s model from ``last_event_id`` (or from now), until the client
-    leaves, ``max_seconds`` pass, the model is deleted or the server shuts down."""
+    leaves, ``max_seconds`` pass, the model is deleted or the server shuts down (``shutdown``:
+    the event sse-starlette sets then; the stream ends within a second, its body complete)."""
     from starlette.concurrency import run_in_threadpool
 
     start = time.monotonic()
@@ -170,7 +172,7 @@ async def stream(feed: Feed, hub: Hub, watch, last_event_id: str | None, heartbe
         sqlite = getattr(watch, "poll", 0) and type(watch).__name__ == "SqliteWatch"
         token = watch.token(feed.name) if watch is not None else None
         check = True  # read the log now
-        quiet_since = fallback_at = time.monotonic()
+        fallback_at = time.monotonic()
         while True:
             if check:
                 fallback_at = time.monotonic()
@@ -184,15 +186,12 @@ async def stream(feed: Feed, hub: Hub, watch, last_event_id: str | None, heartbe
                                         "stored as events (a fork, an import, or a model created again): re-read "
                                         "its state"})
                     last, revision = current, rev
-                    quiet_since = time.monotonic()
                     continue
                 for r in rows:
                     yield sse("update", r.event, id=r.version)
                     if r.evaluation:
                         yield sse("evaluation", r.evaluation)
                     last = r.version
-                if rows:
-                    quiet_since = time.monotonic()
                 if len(rows) == PAGE:
                     continue  # more to catch up on
                 if rev != revision:
@@ -200,15 +199,11 @@ async def stream(feed: Feed, hub: Hub, watch, last_event_id: str | None, heartbe
                         if now != before:
                             yield sse("evaluation", await run_in_threadpool(feed.evaluation_event, last, reason))
                     revision = rev
-                    quiet_since = time.monotonic()
                 check = False
-            if hub.closed or server_exiting():
+            if hub.closed or (shutdown is not None and shutdown.is_set()):
                 return
             if max_seconds is not None and time.monotonic() - start >= max_seconds:
                 return
-            if time.monotonic() - quiet_since >= heartbeat:
-                yield ": keep-alive\n\n"
-                quiet_since = time.monotonic()
             try:
                 await asyncio.wait_for(wake.wait(), timeout=0.5 if sqlite else 1.0)
                 check = True

@@ -40,7 +40,7 @@ from sqlalchemy.exc import IntegrityError
 import core
 
 from .tables import IdempotencyKeyRow
-from .writes import StaleWrite
+from .writes import Commit, StaleWrite
 
 keys_t = IdempotencyKeyRow.__table__
 
@@ -76,6 +76,11 @@ class Claim:
     key: str
     owner: str
     request_hash: str
+
+    def in_commit(self, conn, commit: Commit) -> None:
+        """As a participant of the update's commit: store its answer under the key
+        (:meth:`IdempotencyKeys.record`)."""
+        IdempotencyKeys.record(conn, self, commit.version, commit.answer, commit.at)
 
 
 def check_key(key: str) -> str:

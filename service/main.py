@@ -15,11 +15,14 @@ from fastapi_offline import FastAPIOffline
 from sqlalchemy import exc as sa_exc
 
 from . import logs, usecases
-from .api.routes import data, health, model, models, predict, prometheus, tasks, ui
+from .api.routes import data, default_model, health, models, predict, prometheus, tasks, ui
 from .config import Settings, get_settings
 from .db import make_bulk_engine, make_engine, upgrade_schema
 from .errors import first_line, install_error_handlers
+from .evaluation import EvaluationSettings
+from .events import Hub
 from .idempotency import IdempotencyKeys
+from .registry import ModelRegistry, Shared
 from .locks import make_locks
 from .memory import limit_malloc_arenas
 from .watch import make_watch
@@ -48,13 +51,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         bulk_engine = make_bulk_engine(settings, engine)
         locks = make_locks(settings)
         watch = make_watch(engine, settings.VERSION_POLL, settings.DB_CONNECT_TIMEOUT)
+        events = Hub()  # the event streams of GET .../events, woken by the watch
+        watch.subscribe(events.changed)
+        shared = Shared(events=events, evaluation=EvaluationSettings.of(settings))
         app.state.watch = watch
+        app.state.events = events
         app.state.settings = settings
         app.state.engine = engine
         app.state.locks = locks
         idem = IdempotencyKeys(engine, settings.IDEMPOTENCY_TTL, settings.LOCK_TTL, settings.IDEMPOTENCY_PURGE_EVERY)
-        app.state.models = usecases.ModelRegistry(engine, bulk_engine, locks, settings.MODEL_NAME,
-                                                  settings.model_settings(), settings.MODEL_CACHE_SIZE, idem, watch)
+        app.state.models = ModelRegistry(engine, bulk_engine, locks, settings.MODEL_NAME, settings.model_settings(),
+                                         settings.MODEL_CACHE_SIZE, idem, watch, shared)
         app.state.model = app.state.models.default
         if settings.auto_create_schema:
             upgrade_schema(engine)  # serialised across the processes of one machine (file lock)
@@ -65,7 +72,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             # Start anyway: /readyz says what is missing, requests answer 503 until it is back.
             log.warning("model %r not ready at start-up: %s", settings.MODEL_NAME, first_line(exc))
         yield
-        watch.close()
+        watch.close()  # ends the event streams (its subscriber, the hub)
+        shared.close()  # the accuracy matrix's queued rows stay due
         locks.close()
         engine.dispose()
         if bulk_engine is not engine:
@@ -99,7 +107,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(data.router, dependencies=[Depends(require_write)], responses=write_errors)
     app.include_router(data.router, dependencies=[Depends(require_write), Depends(model_name)],
                        **{**named, "responses": {**write_errors, **named["responses"]}})
-    app.include_router(model.router, dependencies=[Depends(require_read)], responses=auth_errors)
+    app.include_router(default_model.router, dependencies=[Depends(require_read)], responses=auth_errors)
     app.include_router(models.write_router, dependencies=[Depends(require_write)], responses=write_errors)
     app.include_router(models.read_router, dependencies=[Depends(require_read)], responses=auth_errors)
     app.include_router(prometheus.router)  # /metrics: open

@@ -100,6 +100,12 @@ class ModelReader:
         """The snapshot this process serves now (None before the first read)."""
         return self._cache
 
+    def drop(self) -> None:
+        """Keep nothing of the model (after its deletion)."""
+        with self._cache_lock:
+            self._cache = None
+            self._seen = None
+
     def stored_version(self) -> int | None:
         with self._autocommit.connect() as conn:
             return conn.execute(select(models_t.c.version).where(models_t.c.name == self.name)).scalar()

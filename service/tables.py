@@ -217,3 +217,16 @@ class EvaluationLogRow(Base):
     evaluation: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), nullable=True)  # EvaluationEvent body; null: no sets
     matrix: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), nullable=True)  # task id -> [metric, baseline]; new task only
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
+
+
+class EvaluationDueRow(Base):
+    """An accuracy-matrix row still due: written by the commit of a new task's version, deleted
+    when the row is stored (``evaluation_log.matrix``). A row whose process died first is
+    computed by the model's next update (:meth:`service.evaluation.ModelEvaluation.on_commit`)."""
+
+    __tablename__ = "evaluation_due"
+
+    model_name: Mapped[str] = mapped_column(ForeignKey("models.name", ondelete="CASCADE"), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    task_id: Mapped[str] = mapped_column(String(200), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)

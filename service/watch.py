@@ -19,9 +19,10 @@ next request run the ``SELECT version`` again, as every request did before.
   While the listener is not connected (start-up, a database restart), the token is ``None``:
   every request checks the version, as before.
 
-Each watch also carries the process's event :class:`service.events.Hub` (``events``): the
-streams of ``GET .../events`` it wakes up (on PostgreSQL, from the notifications it already
-receives), and ends when it closes at shutdown.
+A watch offers :meth:`subscribe`: a callback called with a model's name whenever the watch
+learns that the model changed (on PostgreSQL, from the notifications it already receives),
+and with ``None`` when the watch closes. The app subscribes its event hub
+(:class:`service.events.Hub`), so the watch never imports a feature.
 
 ``min_version`` (the version a write returned) makes a prediction refresh first when the
 cached version is lower: see :meth:`service.reads.ModelReader.snapshot`.
@@ -35,12 +36,24 @@ from collections import defaultdict
 from typing import Hashable
 
 from sqlalchemy import Connection, Engine, text
+from typing import Callable
+
+#: A subscriber: called with a model's name (it may have changed), or None (the watch closed).
+Subscriber = Callable[[str | None], None]
 
 
-def Hub():  # noqa: N802 - service.events imports this module: import it when a watch is made
-    from .events import Hub
+class _Subscribers:
+    def __init__(self):
+        self._callbacks: list[Subscriber] = []
 
-    return Hub()
+    def subscribe(self, callback: Subscriber) -> None:
+        """Call ``callback(name)`` whenever the watch learns that the model ``name`` changed,
+        and ``callback(None)`` when it closes."""
+        self._callbacks.append(callback)
+
+    def _changed(self, name: str | None) -> None:
+        for callback in list(self._callbacks):
+            callback(name)
 
 log = logging.getLogger("service.watch")
 
@@ -55,27 +68,24 @@ def notify(conn: Connection, name: str) -> None:
         conn.execute(text("SELECT pg_notify(:c, :n)"), {"c": CHANNEL, "n": name})
 
 
-class NoWatch:
+class NoWatch(_Subscribers):
     """No watch: every request checks the stored version (the token is always ``None``)."""
 
     poll = 0.0
-
-    def __init__(self):
-        self.events = Hub()
 
     def token(self, name: str) -> Hashable | None:
         return None
 
     def close(self) -> None:
-        self.events.close()
+        self._changed(None)
 
 
-class SqliteWatch:
+class SqliteWatch(_Subscribers):
     """``PRAGMA data_version`` of a dedicated connection to the SQLite file ``path``."""
 
     def __init__(self, path: str, poll: float = 1.0):
+        super().__init__()
         self.poll = poll
-        self.events = Hub()
         self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
         self._lock = threading.Lock()
 
@@ -87,18 +97,18 @@ class SqliteWatch:
             return None
 
     def close(self) -> None:
-        self.events.close()
+        self._changed(None)
         with self._lock:
             self._conn.close()
 
 
-class PostgresWatch:
+class PostgresWatch(_Subscribers):
     """A thread ``LISTEN``ing on :data:`CHANNEL`; the token of a model is (connection epoch,
     notifications received for it). ``None`` while not listening."""
 
     def __init__(self, dsn: str, poll: float = 1.0, connect_timeout: int = 3):
+        super().__init__()
         self.poll = poll
-        self.events = Hub()
         self._dsn, self._timeout = dsn, connect_timeout
         self._counts: defaultdict[str, int] = defaultdict(int)
         self._epoch = 0
@@ -138,7 +148,7 @@ class PostgresWatch:
                 while not self._stop.is_set():
                     for n in conn.notifies(timeout=0.5):
                         self._counts[n.payload] += 1
-                        self.events.wake(n.payload)  # the event streams of that model, if any
+                        self._changed(n.payload)
             except Exception as exc:  # noqa: BLE001 - reconnect; meanwhile every request checks
                 if self._listening:
                     log.warning("version watch lost its connection (%s); reconnecting", type(exc).__name__)
@@ -152,7 +162,7 @@ class PostgresWatch:
             self._stop.wait(0.5)
 
     def close(self) -> None:
-        self.events.close()
+        self._changed(None)
         self._stop.set()
         self._thread.join(timeout=5)
 

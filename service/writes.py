@@ -11,8 +11,9 @@ the update lock around :meth:`ModelWriter.prepare` and :meth:`ModelWriter.commit
           UPDATE models SET version = v+1, ... WHERE name = :m AND version = v
           -- 0 rows: someone committed since we read (our lock had expired) -> StaleWrite
           UPSERT tasks (only task_id);  INSERT batches (version v+1)
-          [evaluation: sets to rescore chosen, prequential sums, log row  -- service.evaluation]
-          [UPDATE idempotency_keys SET response  -- with an Idempotency-Key: service.idempotency]
+          participants' part, e.g.:          -- CommitParticipant.in_commit(conn, commit)
+            evaluation: sets to rescore chosen, prequential sums, log row  (service.evaluation)
+            UPDATE idempotency_keys SET response  (with an Idempotency-Key: service.idempotency)
           pg_notify('fcl3_models', :m)      -- PostgreSQL: the other processes' version watch
         COMMIT                              # only now is the batch acknowledged
     [evaluation sets rescored, lock released]  # then the answer
@@ -22,26 +23,22 @@ The lock only saves wasted work; the version compare-and-set is the guard (see
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
-
-import time
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 import core
 
-from . import evaluation as _evaluation
 from .learners import make_learner
 from .reads import ModelReader, Snapshot, batches_t, models_t, tasks_t
 from .responses import result_json
+from .scores import prequential as score_prequential, scores
 from .watch import notify
-
-if TYPE_CHECKING:
-    from .idempotency import Claim
 
 
 class StaleWrite(Exception):
@@ -88,15 +85,40 @@ class Prepared:
     prequential: dict[str, Any] | None = None
     engine_seconds: float = 0.0  # time in the engine's learn()
     prequential_seconds: float = 0.0  # time scoring the batch before it is learned
-    #: What the commit's evaluation hook did (service.evaluation.ModelEvaluation.on_commit), once committed
-    evaluated: dict[str, Any] | None = None
+    #: What the commit did to the evaluation (service.evaluation.Evaluated), once committed
+    evaluated: Any = None
     evaluation_seconds: float = 0.0  # time of the commit's evaluation hook (in its transaction)
     rescore_seconds: float = 0.0  # time rescoring evaluation sets after the commit, off the lock
     lock_held_seconds: float = 0.0  # from the update lock acquired to its release, once committed
 
 
+@dataclass(frozen=True)
+class Commit:
+    """An update being committed: what its participants see inside its transaction."""
+
+    prepared: Prepared
+    version: int  # the new model version
+    at: datetime
+    answer: dict[str, Any]  # the body of the update's 200 (fcl3.schemas.UpdateOut)
+
+
+class CommitParticipant(Protocol):
+    """A feature that writes its part of an update in the update's own transaction (the
+    evaluation, an ``Idempotency-Key``'s answer). Raising rolls the whole commit back."""
+
+    def in_commit(self, conn: Connection, commit: Commit) -> None: ...
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def learner_summary(learner: core.LifelongLearner) -> dict[str, Any]:
+    """A model row's summary from a learner alone (a new, imported or forked model)."""
+    reps = getattr(learner, "representatives", None)
+    if reps is None or callable(reps):
+        reps = getattr(learner, "representatives_", None) or []
+    return {"representatives": [str(r) for r in reps], "n_representatives": len(reps)}
 
 
 # The commit's statements, built once: the SET clause comes from the parameters given to
@@ -111,7 +133,7 @@ _INSERT_TASK = insert(tasks_t)
 _INSERT_BATCH = insert(batches_t)
 
 
-def _representatives(learner: core.LifelongLearner, previous: list[str], result: core.UpdateResult) -> list[str]:
+def representatives(learner: core.LifelongLearner, previous: list[str], result: core.UpdateResult) -> list[str]:
     """Representative task ids, from the learner if it says, else from the update results."""
     reps = getattr(learner, "representatives", None)
     if reps is not None and not callable(reps):
@@ -120,14 +142,6 @@ def _representatives(learner: core.LifelongLearner, previous: list[str], result:
     if result.new_representative and result.task_id not in reps:
         reps.append(result.task_id)
     return reps
-
-
-def _learner_summary(learner: core.LifelongLearner) -> dict[str, Any]:
-    """A model row's summary from a learner alone (a new, imported or forked model)."""
-    reps = getattr(learner, "representatives", None)
-    if reps is None or callable(reps):
-        reps = getattr(learner, "representatives_", None) or []
-    return {"representatives": [str(r) for r in reps], "n_representatives": len(reps)}
 
 
 class ModelWriter:
@@ -158,7 +172,7 @@ class ModelWriter:
         learner = new.learner
         state = learner.get_state()
         now = _now()
-        summary = new.summary if new.summary is not None else _learner_summary(learner)
+        summary = new.summary if new.summary is not None else learner_summary(learner)
         infos = new.tasks or {}
         try:
             with self.reader.bulk.begin() as conn:
@@ -185,16 +199,15 @@ class ModelWriter:
         except IntegrityError:
             raise ModelExists(self.name) from None  # created by someone else meanwhile
 
-    def delete(self) -> bool:
+    def delete(self, also: Sequence[Callable[[Connection, str], None]] = ()) -> bool:
         """Remove the model (one transaction); whether it existed. Its tasks, batches and
         evaluation go with it through their foreign keys (``ON DELETE CASCADE``; SQLite
         enforces them with ``PRAGMA foreign_keys=ON``, :func:`service.db.make_engine`); its
-        idempotency keys, which have no foreign key, are deleted here. A writer of this model
-        that commits later finds no row and is refused (stale)."""
-        from .idempotency import IdempotencyKeys
-
+        rows of no foreign key go by ``also`` (each called with the transaction and the name). A
+        writer of this model that commits later finds no row and is refused (stale)."""
         with self.reader.bulk.begin() as conn:
-            IdempotencyKeys.delete_model(conn, self.name)
+            for part in also:
+                part(conn, self.name)
             gone = conn.execute(delete(models_t).where(models_t.c.name == self.name)).rowcount
             if gone:
                 notify(conn, self.name)
@@ -213,32 +226,27 @@ class ModelWriter:
         engine_seconds = time.perf_counter() - t0
         # Test, then train: the served snapshot (not touched by learning its copy) scores the batch.
         t1 = time.perf_counter()
-        prequential = None if result.new_task else _evaluation.prequential(snap.learner, task_id, X, y)
+        prequential = None if result.new_task else score_prequential(snap.learner, task_id, X, y)
         prequential_seconds = time.perf_counter() - t1
         state = learner.get_state(tasks=[task_id])  # global part + the one task touched: what commit writes
         summary = dict(snap.info.get("summary") or {})
-        summary["representatives"] = _representatives(learner, summary.get("representatives", []), result)
+        summary["representatives"] = representatives(learner, summary.get("representatives", []), result)
         summary["n_representatives"] = int(result.n_representatives)
         return Prepared(base_version=snap.version, task_id=task_id, result=result, learner=learner, state=state,
                         X=np.asarray(X, dtype=float), y=np.asarray(y, dtype=float), summary=summary,
                         info=snap.info, prequential=prequential, engine_seconds=engine_seconds,
                         prequential_seconds=prequential_seconds)
 
-    def commit(self, p: Prepared, claim: Claim | None = None, evaluation=None) -> int:
+    def commit(self, p: Prepared, participants: Sequence[CommitParticipant] = ()) -> int:
         """Write the update in one transaction, guarded by the version compare-and-set;
-        returns the new version, which this process then serves. With ``claim`` (an
-        ``Idempotency-Key`` this request holds), the answer is stored under the key in the
-        same transaction (:class:`service.idempotency.KeyTakenOver` if the claim is no longer
-        this request's: nothing is written). With ``evaluation`` (the model's
-        :class:`service.evaluation.ModelEvaluation`), the evaluation is updated in the same
-        transaction (``p.evaluated``: what it did)."""
-        from .idempotency import IdempotencyKeys
-
+        returns the new version, which this process then serves. Each of ``participants``
+        writes its part in the same transaction, after the update's rows (one that raises rolls
+        the whole commit back)."""
         new_version = p.base_version + 1
         task = p.state.tasks[p.task_id]
         now = _now()
         last = result_json(p.result)
-        answer = {**last, "version": new_version, "prequential": _evaluation.scores(p.learner.kind, p.prequential)}
+        answer = {**last, "version": new_version, "prequential": scores(p.learner.kind, p.prequential)}
         with self.reader.bulk.begin() as conn:
             res = conn.execute(_UPDATE_MODEL, {
                 "w_name": self.name, "w_version": p.base_version, "version": new_version, "params": p.state.params,
@@ -262,12 +270,9 @@ class ModelWriter:
             conn.execute(_INSERT_BATCH, {
                 "model_name": self.name, "task_id": p.task_id, "version": new_version,
                 "n_samples": int(p.X.shape[0]), "X": p.X, "y": p.y, "created_at": now})
-            if evaluation is not None:
-                t0 = time.perf_counter()
-                p.evaluated = evaluation.on_commit(conn, p, new_version)
-                p.evaluation_seconds = time.perf_counter() - t0
-            if claim is not None:
-                IdempotencyKeys.record(conn, claim, new_version, answer, now)
+            commit = Commit(p, new_version, now, answer)
+            for part in participants:
+                part.in_commit(conn, commit)
             notify(conn, self.name)
         info = {**p.info, "version": new_version, "params": p.state.params, "meta": p.state.meta,
                 "format_version": p.state.format_version, "summary": p.summary, "updated_at": now}

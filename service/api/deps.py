@@ -10,7 +10,7 @@ from fastapi import Depends, HTTPException, Path, Request
 
 from ..config import Settings
 from ..reads import ModelReader
-from ..usecases import HostedModel, ModelRegistry
+from ..registry import HostedModel, ModelRegistry
 
 #: A model name: 1-100 characters of [A-Za-z0-9._-] (safe in a URL path, a file name, a Redis key).
 NAME_PATTERN = r"^[A-Za-z0-9._-]{1,100}$"

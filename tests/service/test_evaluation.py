@@ -211,7 +211,7 @@ def test_evaluation_rows_are_bounded_by_a_reservoir(make_client):
                                                                 "y": y[15 * i:15 * (i + 1)].tolist()})
         assert r.status_code == 200
     assert (r.json()["n_rows"], r.json()["n_received"], r.json()["score"]["n"]) == (20, 45, 20)
-    from service.evaluation import reservoir
+    from service.scores import reservoir
 
     kept, ky = None, None
     for i in range(3):  # the same draws from the same posts; every kept row is one that was sent
@@ -220,7 +220,7 @@ def test_evaluation_rows_are_bounded_by_a_reservoir(make_client):
 
 
 def test_reservoir_is_uniform():
-    from service.evaluation import reservoir
+    from service.scores import reservoir
 
     hits = np.zeros(100)
     for seed in range(400):
@@ -299,20 +299,20 @@ def test_accuracy_matrix_and_transfer_follow_their_definitions(make_client, kind
 
 
 def test_transfer_of_a_hand_made_matrix():
-    from service.evaluation import transfer
+    from service.scores import MatrixRow, transfer
 
     tasks = ["a", "b", "c"]
-    rows = [{"task_id": "a", "scores": {"a": 0.6}, "baseline": {"a": 0.5}},
-            {"task_id": "b", "scores": {"a": 0.8, "b": 0.7}, "baseline": {"a": 0.5, "b": 0.6}},
-            {"task_id": "c", "scores": {"a": 0.7, "b": 0.75, "c": 0.9}, "baseline": {"a": 0.5, "b": 0.6, "c": 0.7}}]
+    rows = [MatrixRow("a", {"a": 0.6}, {"a": 0.5}),
+            MatrixRow("b", {"a": 0.8, "b": 0.7}, {"a": 0.5, "b": 0.6}),
+            MatrixRow("c", {"a": 0.7, "b": 0.75, "c": 0.9}, {"a": 0.5, "b": 0.6, "c": 0.7})]
     # BWT: a 0.7-0.6, b 0.75-0.7 -> 0.075; forgetting: a max(0.6,0.8)-0.7 = 0.1, b 0.7-0.75 = -0.05 -> 0.025
     # FWT: b 0.7-0.6, c 0.9-0.7 -> 0.15
     want = {"backward_transfer": 0.075, "forgetting": 0.025, "forward_transfer": 0.15}
-    got = transfer(tasks, rows, True)
+    got = transfer(tasks, rows, True).as_dict()
     for k, v in want.items():
         assert got[k] == pytest.approx(v)
     # lower is better (rmse): the signs flip so that positive stays good
-    low = transfer(tasks, rows, False)
+    low = transfer(tasks, rows, False).as_dict()
     assert low["backward_transfer"] == pytest.approx(-0.075) and low["forward_transfer"] == pytest.approx(-0.15)
     assert low["forgetting"] == pytest.approx(np.mean([0.7 - 0.6, 0.75 - 0.7]))
 
@@ -560,9 +560,10 @@ def test_a_matrix_row_lost_with_its_process_is_computed_by_the_next_update(make_
     for k, v in want.items():
         assert ev[k] == pytest.approx(v, rel=1e-7), k
     # nothing is left due
-    evaluation = c2.app.state.models.get(name).evaluation
-    with evaluation.engine.connect() as conn:
-        assert "due" not in evaluation._state(conn)["matrix"]
+    from service import evaluation_store
+
+    with c2.app.state.engine.connect() as conn:
+        assert evaluation_store.due(conn, name) == []
 
 
 def test_background_rows_give_way_to_updates_for_a_bounded_time():
@@ -570,7 +571,7 @@ def test_background_rows_give_way_to_updates_for_a_bounded_time():
     waits past its bound (a steady stream of updates cannot stop the rows)."""
     import threading
 
-    from service.evaluation import Foreground
+    from service.evaluation_worker import Foreground
 
     gate = Foreground()
     gate.give_way(most=30)  # nothing running: no wait (a hang here fails by the suite's timeout)
@@ -589,19 +590,18 @@ def test_background_rows_give_way_to_updates_for_a_bounded_time():
 
 
 def test_updates_are_foreground_and_matrix_rows_give_way_per_set(make_client, monkeypatch):
-    from service import evaluation
-
     c = make_client()
     name = new_model(c)
     batches, held = stream(4, n_tasks=3, n_batches=1)
     for t, (Xh, yh) in held.items():
         c.post(f"/models/{name}/tasks/{t}/evaluation", json={"X": Xh.tolist(), "y": yh.tolist()}).raise_for_status()
     model = c.app.state.models.get(name)
+    foreground = model.shared.foreground
     running, gave_way = [], []
     commit = model.writer.commit
-    monkeypatch.setattr(model.writer, "commit", lambda *a, **k: (running.append(evaluation.FOREGROUND._running),
+    monkeypatch.setattr(model.writer, "commit", lambda *a, **k: (running.append(foreground.running),
                                                                  commit(*a, **k))[1])
-    monkeypatch.setattr(evaluation.FOREGROUND, "give_way", lambda most=0.02: gave_way.append(most))
+    monkeypatch.setattr(foreground, "give_way", lambda most=0.02: gave_way.append(most))
     sets_per_row = []
     row = model.evaluation.matrix_row
     monkeypatch.setattr(model.evaluation, "matrix_row", lambda job: (sets_per_row.append(len(job.sets)), row(job))[1])
@@ -609,6 +609,6 @@ def test_updates_are_foreground_and_matrix_rows_give_way_per_set(make_client, mo
         c.post(f"/models/{name}/tasks/{task}/data", json={"X": X.tolist(), "y": y.tolist()}).raise_for_status()
     settle(c, name)
     assert running == [1, 1, 1]  # every commit runs as the process's foreground
-    assert evaluation.FOREGROUND._running == 0
+    assert foreground.running == 0
     assert len(sets_per_row) >= 2 and min(sets_per_row) > 0
     assert len(gave_way) == sum(sets_per_row)  # each row gives way before each of its sets

@@ -213,9 +213,9 @@ def test_a_live_stream_dropped_midway_and_resumed_gets_every_update_once_in_orde
     assert kinds == [k for v in range(1, n + 1) for k in (("update", v, None), ("evaluation", v, "update"))], kinds
     # a stream with nobody at the other end is gone: nothing is held for it
     deadline = time.monotonic() + 5
-    while c.app.state.watch.events.listeners(name) and time.monotonic() < deadline:
+    while c.app.state.events.listeners(name) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert c.app.state.watch.events.listeners(name) == 0
+    assert c.app.state.events.listeners(name) == 0
 
 
 def test_nobody_listening_costs_no_event_work(make_client, monkeypatch):
@@ -226,7 +226,7 @@ def test_nobody_listening_costs_no_event_work(make_client, monkeypatch):
 
     c = make_client()
     name = new_model(c)
-    hub = c.app.state.watch.events
+    hub = c.app.state.events
     reads = {"position": 0, "after": 0, "evaluation_event": 0}
     for method in reads:
         original = getattr(events_mod.Feed, method)

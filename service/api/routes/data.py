@@ -39,7 +39,6 @@ def post_batch(model: ModelDep, settings: SettingsDep, batch: Batch, response: R
     if idempotency_key is not None:
         check_key(idempotency_key)
     check_size(settings, len(batch.X), map(len, batch.X))
-    usecases.configure_evaluation(model, settings)
     if idempotency_key is None:
         return UpdateOut(**usecases.learn_answer(model, task_id, batch.X, batch.y))
     body, replayed = usecases.learn_once(model, task_id, batch.X, batch.y, idempotency_key)
@@ -61,6 +60,5 @@ def post_evaluation_rows(model: ModelDep, settings: SettingsDep, rows: Evaluatio
     oldest (each score carries the version it is of: ``scored_version``). An update that learns
     a new task also scores every learned set, in the background, for the accuracy matrix."""
     check_size(settings, len(rows.X), map(len, rows.X))
-    usecases.configure_evaluation(model, settings)
     out = usecases.add_evaluation_rows(model, task_id, rows.X, rows.y)
     return EvaluationRowsOut(**out)

@@ -10,12 +10,12 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from ... import usecases
+from ... import lifecycle
 from ...reads import list_models
 from ...responses import model_out
 from fcl3.schemas import ModelCreate, ModelList, ModelOut
 from ..deps import ModelName, RegistryDep, hosted
-from .model import with_prequential
+from .default_model import with_prequential
 from .tasks import MAX_OFFSET
 
 write_router = APIRouter(tags=["models"])
@@ -42,9 +42,9 @@ def create_model(registry: RegistryDep, body: ModelCreate) -> ModelOut:
     the new model is the parent as it was at version N, rebuilt by replaying its batches 1..N."""
     model = registry.get(body.name)
     if body.fork is not None:
-        usecases.fork_model(model, registry.get(body.fork.model), body.fork.version)
+        lifecycle.fork_model(model, registry.get(body.fork.model), body.fork.version)
     else:
-        usecases.create_model(model, body.model_settings())
+        lifecycle.create_model(model, body.model_settings())
     return model_out(model.reader.model_info())
 
 
@@ -61,14 +61,13 @@ def get_model(request: Request, name: ModelName) -> ModelOut:
     """Kind, estimator, d, p, hyper-parameters, version, tasks, batches, representatives, times,
     and the model-wide prequential scores (overall and over the recent window)."""
     model = hosted(request, name)
-    usecases.configure_evaluation(model, request.app.state.settings)
     return with_prequential(model, model_out(model.reader.model_info()))
 
 
 @write_router.delete("/models/{name}", status_code=204, response_class=Response, responses={**UNKNOWN, **BUSY})
 def delete_model(request: Request, registry: RegistryDep, name: ModelName) -> Response:
     """Delete the model with its tasks and batches; the name is then unknown (404) everywhere."""
-    usecases.delete_model(hosted(request, name), registry)
+    lifecycle.delete_model(hosted(request, name), registry)
     return Response(status_code=204)
 
 
@@ -78,7 +77,7 @@ def delete_model(request: Request, registry: RegistryDep, name: ModelName) -> Re
     **UNKNOWN, **BUSY})
 def export_model(request: Request, name: ModelName) -> NpzResponse:
     """Export the model (its served version) as one ``.npz`` file."""
-    data, version = usecases.export_model(hosted(request, name))
+    data, version = lifecycle.export_model(hosted(request, name))
     return NpzResponse(data, headers={"Content-Disposition": f'attachment; filename="{name}.npz"',
                                       "X-Model-Version": str(version)})
 
@@ -94,6 +93,6 @@ async def import_model(request: Request, name: ModelName) -> JSONResponse:
     predictions equal the exported model's. Nothing is stored unless the whole file loads."""
     model = hosted(request, name)
     data = await request.body()  # at most MAX_BODY_BYTES (BodyLimit)
-    await run_in_threadpool(usecases.import_model, model, data)
+    await run_in_threadpool(lifecycle.import_model, model, data)
     out = await run_in_threadpool(model.reader.model_info)
     return JSONResponse(model_out(out).model_dump(mode="json"), status_code=201)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import anyio
+
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import StreamingResponse
+from sse_starlette import EventSourceResponse
 
 from ... import usecases
-from ...events import Feed, stream
+from ...events import Feed, keep_alive, stream
 from ...responses import task_out
 from fcl3.schemas import EvaluationOut, TaskList, TaskOut
 from ..deps import ModelDep, SettingsDep
@@ -50,7 +52,7 @@ def get_evaluation(model: ModelDep, limit: int = Query(1000, ge=0, le=100000, de
     return EvaluationOut(**usecases.evaluation_report(model, limit))
 
 
-@router.get("/events", response_class=StreamingResponse, responses={
+@router.get("/events", response_class=EventSourceResponse, responses={
     200: {"description": "Server-Sent Events: `id: <version>` + `event: update`, `event: evaluation`, "
           "`event: reset`; `data:` one JSON object (UpdateEvent, EvaluationEvent, ResetEvent).",
           "content": {"text/event-stream": {"schema": {"type": "string"}}}},
@@ -60,17 +62,14 @@ async def get_events(request: Request, model: ModelDep, settings: SettingsDep,
                                               "The last update version received: the stream replays what "
                                               "followed it, or sends `event: reset`.")] = None,
                      max_seconds: float | None = Query(None, gt=0, description="Close the stream after this "
-                                                       "many seconds (default: never).")) -> StreamingResponse:
+                                                       "many seconds (default: never).")) -> EventSourceResponse:
     """One event per committed update of the model and one per change of its evaluation, live
     (from any worker or replica); reconnect with ``Last-Event-ID`` to get what was missed."""
     info = await run_in_threadpool(model.reader.model_info)  # unknown model: 404 before the stream
     watch = getattr(request.app.state, "watch", None)
-    hub = getattr(watch, "events", None)
-    if hub is None:
-        from ...events import Hub
-
-        hub = Hub()
+    hub = model.shared.events
     feed = Feed(model.reader.engine, model.name, info["kind"])
-    return StreamingResponse(stream(feed, hub, watch, last_event_id, settings.EVENTS_HEARTBEAT, max_seconds),
-                             media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    shutdown = anyio.Event()  # set by sse-starlette when the server is told to exit
+    return EventSourceResponse(stream(feed, hub, watch, last_event_id, max_seconds, shutdown),
+                               ping=settings.EVENTS_HEARTBEAT, ping_message_factory=keep_alive, sep="\n",
+                               shutdown_event=shutdown, shutdown_grace_period=3.0)

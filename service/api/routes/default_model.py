@@ -1,23 +1,23 @@
-"""GET /model: what the model is and what it is doing."""
+"""GET /model: the default model (MODEL_NAME), what it is and what it is doing (any model by name: :mod:`.models`)."""
 from __future__ import annotations
 
 from fastapi import APIRouter
 
 from ... import usecases
+from ...registry import HostedModel
 from ...responses import model_out
 from fcl3.schemas import ModelOut
-from ..deps import ModelDep, SettingsDep
+from ..deps import ModelDep
 
 router = APIRouter(tags=["model"])
 
 
 @router.get("/model", response_model=ModelOut)
-def get_model(model: ModelDep, settings: SettingsDep) -> ModelOut:
+def get_model(model: ModelDep) -> ModelOut:
     """Kind, d, p, hyper-parameters, version and representatives of the hosted model, and its
     model-wide prequential scores."""
-    usecases.configure_evaluation(model, settings)
     return with_prequential(model, model_out(model.reader.model_info()))
 
 
-def with_prequential(model: usecases.HostedModel, out: ModelOut) -> ModelOut:
+def with_prequential(model: HostedModel, out: ModelOut) -> ModelOut:
     return ModelOut.model_validate({**out.model_dump(), "prequential": usecases.model_prequential(model, out.kind)})

@@ -1,0 +1,150 @@
+"""A model's lifecycle: create, delete, export, import and fork (``/models``), with the log
+line of each. Every new model is written in one transaction (:meth:`service.writes.ModelWriter.create`)."""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+import core
+
+from . import metrics, state_files
+from .idempotency import IdempotencyKeys
+from .learners import ModelConfigError, make_learner
+from .reads import ModelMissing
+from .registry import HostedModel, ModelRegistry
+from .responses import result_json
+from .writes import NewModel, learner_summary, representatives
+
+# "service.store": the logger name is part of each of its log lines (their "logger" field).
+log = logging.getLogger("service.store")
+
+
+def check_settings(model_settings: dict[str, Any]) -> core.LifelongLearner:
+    """An unfitted learner for a new model's settings; :class:`core.InputError` (422) when the
+    estimator, kind or hyper-parameters are refused."""
+    try:
+        return make_learner(model_settings)
+    except ModelConfigError as exc:
+        raise core.InputError(str(exc).replace("FCL3_PARAMS", "params").replace("FCL3_ESTIMATOR", "estimator")) from None
+
+
+def create_model(model: HostedModel, model_settings: dict[str, Any]) -> None:
+    """Create ``model`` (version 0) with ``model_settings``; :class:`ModelExists` if taken."""
+    learner = check_settings(model_settings)
+    model.writer.create(NewModel(learner, model_settings))
+    log.info("created model %r (%s, %s)", model.name, model_settings["estimator"], model_settings["kind"],
+             extra={"event": "model_created", "model": model.name})
+
+
+def delete_model(model: HostedModel, registry: ModelRegistry) -> None:
+    """Delete ``model`` with its tasks and batches, under its update lock (so that no update
+    of it is half-way); :class:`ModelMissing` if it does not exist."""
+    with model.locks.hold(model.name):
+        existed = model.writer.delete(also=[IdempotencyKeys.delete_model])
+    registry.forget(model.name)
+    metrics.forget_model(model.name)
+    model.reader.drop()
+    if not existed:
+        raise ModelMissing(model.name)
+    log.info("deleted model %r", model.name, extra={"event": "model_deleted", "model": model.name})
+
+
+def export_model(model: HostedModel) -> tuple[bytes, int]:
+    """The served version of ``model`` as ``.npz`` bytes (:mod:`service.state_files`) and that version."""
+    snap = model.reader.snapshot(check=True)
+    tasks = {r["task_id"]: {"version": int(r["version"]), "n_batches": int(r["n_batches"]),
+                            "last_update": r["last_update"]}
+             for r in model.reader.list_tasks(0, 2**62) if r["version"] <= snap.version}
+    service = {"model": model.name, "version": snap.version, "kind": snap.info["kind"],
+               "settings": snap.info.get("settings"), "summary": snap.info.get("summary") or {}, "tasks": tasks}
+    return state_files.to_npz(snap.learner.get_state(), service), snap.version
+
+
+def import_model(model: HostedModel, data: bytes) -> None:
+    """Create ``model`` from the bytes of an exported ``.npz`` file. Everything is checked
+    before anything is stored: a bad file is :class:`core.InputError` (422) with the reason."""
+    try:
+        state, service = state_files.read_npz(data)
+    except state_files.StateFileError as exc:
+        raise core.InputError(f"bad model file: {exc}") from None
+    try:
+        learner = core.load_state(state)
+        learner.check_params()
+        learner.get_state()  # every part exports again
+        if learner.is_fitted:  # every task predicts, finitely: the arrays fit together
+            zero = np.zeros((1, int(learner.n_features_in_)))
+            for task_id in learner.task_ids:
+                p = np.asarray(learner.predict(task_id, zero), dtype=float)
+                if p.shape != (1,) or not np.all(np.isfinite(p)):
+                    raise ValueError(f"task {task_id!r} does not predict a finite value")
+    except Exception as exc:  # noqa: BLE001 - whatever the engine refuses is a bad file
+        raise core.InputError(f"bad model file: the engine cannot load its state: {type(exc).__name__}: {exc}") from None
+    params = learner.get_params()
+    settings = service.get("settings") if isinstance(service.get("settings"), dict) else None
+    if not settings or settings.get("estimator") != state.estimator:
+        settings = {"estimator": state.estimator, "kind": learner.kind,
+                    "params": {k: v for k, v in params.items() if k != "kind"}, "d": None}
+    version = service.get("version")
+    version = version if isinstance(version, int) and not isinstance(version, bool) and version >= 0 else int(learner.is_fitted)
+    tasks = service.get("tasks") if isinstance(service.get("tasks"), dict) else {}
+    tasks = {t: _task_counters(tasks.get(t), version) for t in learner.task_ids}
+    summary = service.get("summary") if isinstance(service.get("summary"), dict) else None
+    model.writer.create(NewModel(learner, settings, version=version, summary=summary or learner_summary(learner),
+                                 tasks=tasks, origin={"import": {"model": service.get("model"), "version": version}}))
+    log.info("imported model %r at version %d", model.name, version,
+             extra={"event": "model_imported", "model": model.name, "version": version})
+
+
+def _task_counters(info: Any, version: int) -> dict[str, Any]:
+    info = info if isinstance(info, dict) else {}
+    v, n = info.get("version"), info.get("n_batches")
+    ok = lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 0  # noqa: E731
+    return {"version": v if ok(v) and v <= version else version, "n_batches": n if ok(n) else 0,
+            "last_update": info.get("last_update") if isinstance(info.get("last_update"), dict) else {}}
+
+
+class ForkRefused(Exception):
+    """A fork that cannot be made as asked (answered 409 with the reason)."""
+
+
+def fork_model(model: HostedModel, parent: HostedModel, version: int | None) -> int:
+    """Create ``model`` as ``parent`` was at ``version`` (default: its stored version), rebuilt
+    by replaying ``parent``'s stored batches ``1..version`` with ``parent``'s settings; the
+    batches are copied too. Returns the version. :class:`ForkRefused` when ``version`` is past
+    ``parent``'s, or some of its batches ``1..version`` are gone (an imported model has none)."""
+    current = parent.reader.require()
+    if version is None:
+        version = current
+    if version > current:
+        raise ForkRefused(f"model {parent.name!r} is at version {current}: it has no version {version} to fork")
+    info = parent.reader.model_info()
+    batches = [b for b in parent.reader.batches() if b["version"] <= version]
+    have = [b["version"] for b in batches]
+    if have != list(range(1, version + 1)):
+        missing = sorted(set(range(1, version + 1)) - set(have))
+        raise ForkRefused(f"model {parent.name!r} cannot be rebuilt at version {version}: its stored batches "
+                          f"{_ranges(missing)} are missing (an imported model keeps no batches: to copy it at its "
+                          "current version, export it and import the file under the new name)")
+    settings = info["settings"]
+    learner = make_learner(settings)
+    summary: dict[str, Any] = learner_summary(learner)
+    tasks: dict[str, dict[str, Any]] = {}
+    for b in batches:
+        r = learner.learn(b["task_id"], b["X"], b["y"])
+        summary = {"representatives": representatives(learner, summary.get("representatives", []), r),
+                   "n_representatives": int(r.n_representatives)}
+        t = tasks.setdefault(b["task_id"], {"n_batches": 0})
+        t.update(version=b["version"], n_batches=t["n_batches"] + 1, last_update=result_json(r))
+    model.writer.create(NewModel(learner, settings, version=version, summary=summary, tasks=tasks, batches=batches,
+                                 origin={"fork": {"model": parent.name, "version": version}}))
+    log.info("forked model %r from %r at version %d", model.name, parent.name, version,
+             extra={"event": "model_forked", "model": model.name, "version": version})
+    return version
+
+
+def _ranges(v: list[int]) -> str:
+    if not v:
+        return ""
+    return f"{v[0]}..{v[-1]}" if len(v) > 1 else str(v[0])

@@ -1,0 +1,235 @@
+"""The online evaluation's metrics: pure functions of a learner, rows and sums (no I/O).
+
+* Sums of one scored batch (:func:`batch_sums`): squared and absolute errors (regression),
+  log-losses and hits (classification), of the model and of the task's own single-task model
+  (the *baseline*); cumulative figures over any set of batches are sums of sums (:func:`add_sums`).
+* Scores (:func:`scores`): the API's figures of sums (:class:`fcl3.schemas.RegressionScores`,
+  ``ClassificationScores``).
+* The transfer figures of an accuracy matrix (:func:`transfer`), from their definitions.
+* The evaluation sets' reservoir (:func:`reservoir`): the engine's Algorithm R
+  (:meth:`core.state.TaskRows.merged`) with a seed of the task id and the rows seen.
+
+Scores equal what ``/predict`` answers for the same version: both go through the learner's
+``decision_function`` (``predict`` and ``predict_proba`` are functions of it).
+"""
+from __future__ import annotations
+
+import logging
+import zlib
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+import core
+from core.losses import sigmoid
+from core.metrics import auc as auc_score
+from core.preprocessing import as_matrix, as_targets
+from core.state import TaskRows
+
+log = logging.getLogger("service.evaluation")
+
+#: probabilities are clipped to [EPS, 1 - EPS] in the log-loss (as scikit-learn's log_loss does)
+EPS = float(np.finfo(float).eps)
+
+
+# ----------------------------------------------------------------------------- scores
+def _outputs(learner: core.LifelongLearner, task_id: str, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The model's and the baseline's outputs for checked rows ``X`` of a learned task:
+    regression values, or decision scores (classification)."""
+    score = learner.decision_function(task_id, X)  # InputError if it overflows
+    record = learner.tasks_[task_id]
+    with np.errstate(over="ignore", invalid="ignore"):
+        base = learner.scaler_.design(X) @ record.w
+    if not np.all(np.isfinite(base)):
+        raise core.InputError("the baseline's prediction overflowed")
+    if learner.kind == "regression":
+        return learner.scaler_.untarget(score), learner.scaler_.untarget(base)
+    return score, base
+
+
+def batch_sums(kind: str, y: np.ndarray, out: np.ndarray, base: np.ndarray) -> dict[str, Any]:
+    """Sums of one scored batch. Regression: squared and absolute errors (``se``, ``ae``) of the
+    model and of the baseline (``b_se``, ``b_ae``). Classification (``out``, ``base``: decision
+    scores): log-losses (``ll``, ``b_ll``) and right labels (``hit``, ``b_hit``)."""
+    y = np.asarray(y, dtype=float)
+    n = int(y.size)
+    if kind == "regression":
+        e, b = y - out, y - base
+        return {"n": n, "se": float(e @ e), "ae": float(np.abs(e).sum()),
+                "b_se": float(b @ b), "b_ae": float(np.abs(b).sum())}
+    pos = y == 1.0
+
+    def ll(score):
+        p = np.clip(sigmoid(score), EPS, 1.0 - EPS)
+        return float(-(np.log(p[pos]).sum() + np.log1p(-p[~pos]).sum()))
+
+    return {"n": n, "ll": ll(out), "hit": int(np.sum((out >= 0.0) == pos)),
+            "b_ll": ll(base), "b_hit": int(np.sum((base >= 0.0) == pos))}
+
+
+def _auc(y: np.ndarray, out: np.ndarray, base: np.ndarray) -> dict[str, float]:
+    a, b = auc_score((y == 1.0).astype(float), out), auc_score((y == 1.0).astype(float), base)
+    return {} if not (np.isfinite(a) and np.isfinite(b)) else {"auc": a, "b_auc": b}
+
+
+def add_sums(a: dict | None, b: dict | None) -> dict | None:
+    """Sums of two sets of batches (``auc`` is not additive and is dropped)."""
+    if a is None or b is None:
+        return b if a is None else a
+    return {k: a[k] + b[k] for k in a if k not in ("auc", "b_auc")}
+
+
+def scores(kind: str, sums: dict | None) -> dict[str, Any] | None:
+    """The Scores JSON (:class:`fcl3.schemas.RegressionScores` or ``ClassificationScores``) of sums."""
+    if not sums or not sums.get("n"):
+        return None
+    n = sums["n"]
+    if kind == "regression":
+        return {"n": n, "rmse": float(np.sqrt(sums["se"] / n)), "mae": sums["ae"] / n,
+                "baseline_rmse": float(np.sqrt(sums["b_se"] / n)), "baseline_mae": sums["b_ae"] / n}
+    out = {"n": n, "log_loss": sums["ll"] / n, "accuracy": sums["hit"] / n,
+           "baseline_log_loss": sums["b_ll"] / n, "baseline_accuracy": sums["b_hit"] / n}
+    if "auc" in sums:
+        out.update(auc=sums["auc"], baseline_auc=sums["b_auc"])
+    return out
+
+
+def score_rows(learner: core.LifelongLearner, task_id: str, X: np.ndarray, y: np.ndarray) -> dict | None:
+    """Sums (with AUC when both labels occur) of the learner on checked rows of ``task_id``;
+    ``None`` when the task is not learned or cannot be scored (overflow, another width, a
+    numerical failure: scoring never fails an update)."""
+    if task_id not in getattr(learner, "tasks_", {}) or X.shape[1] != learner.n_features_in_:
+        return None
+    try:
+        out, base = _outputs(learner, task_id, X)
+    except core.InputError:
+        return None
+    except (ArithmeticError, np.linalg.LinAlgError, ValueError) as exc:
+        log.warning("task %r could not be scored: %s", task_id, type(exc).__name__)
+        return None
+    sums = batch_sums(learner.kind, y, out, base)
+    if learner.kind == "classification":
+        sums.update(_auc(y, out, base))
+    return sums
+
+
+def prequential(learner: core.LifelongLearner, task_id: str, X, y) -> dict | None:
+    """The batch's prequential sums against ``learner`` as it stood before the batch (the
+    served snapshot); ``None`` for a task it has not learned (a new task's first batch)."""
+    if task_id not in getattr(learner, "tasks_", {}):
+        return None
+    Xm = as_matrix(X, learner.n_features_in_)
+    return score_rows(learner, task_id, Xm, as_targets(y, Xm.shape[0], learner.kind))
+
+
+#: The accuracy matrix's metric per kind, and its direction.
+MATRIX_METRIC = {"regression": ("rmse", False), "classification": ("accuracy", True)}
+
+
+def matrix_entry(kind: str, s: dict | None) -> tuple[float | None, float | None]:
+    """(model, baseline) value of the matrix metric from a Scores JSON."""
+    if not s:
+        return None, None
+    name = MATRIX_METRIC[kind][0]
+    return s.get(name), s.get("baseline_" + name)
+
+
+# ----------------------------------------------------------------------------- transfer figures
+@dataclass(frozen=True)
+class MatrixRow:
+    """One row of the accuracy matrix: the task learned new at its version, and every learned
+    task's value of the matrix metric (model, and its own single-task model)."""
+
+    task_id: str
+    scores: dict[str, float | None]
+    baseline: dict[str, float | None]
+
+    @classmethod
+    def stored(cls, task_id: str, entries: dict[str, list]) -> "MatrixRow":
+        """From an ``evaluation_log.matrix`` value (task id -> [metric, baseline])."""
+        return cls(task_id, {t: v[0] for t, v in entries.items()}, {t: v[1] for t, v in entries.items()})
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """BWT, forgetting and FWT of an accuracy matrix (None: no pair to average)."""
+
+    backward_transfer: float | None = None
+    forgetting: float | None = None
+    forward_transfer: float | None = None
+
+    def as_dict(self) -> dict[str, float | None]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def of(cls, stored: dict | None) -> "Transfer":
+        """The figures kept in ``evaluation_state.matrix``."""
+        return cls(**{f.name: (stored or {}).get(f.name) for f in fields(cls)})
+
+
+def transfer(tasks: list[str], rows: list[MatrixRow], higher_is_better: bool) -> Transfer:
+    """BWT, forgetting and FWT of an accuracy matrix, from their definitions.
+
+    ``s = +1`` when higher is better, ``-1`` otherwise, so BWT and FWT are positive when good
+    and forgetting is positive when a task got worse. With ``T`` rows, ``i_j`` the row where
+    task ``j`` was first learned and ``R[l][j]`` its value (pairs with a missing value are left
+    out; a figure with no pair is ``None``):
+
+    * BWT = mean over ``j`` with ``i_j < T-1`` of ``s (R[T-1][j] - R[i_j][j])`` (GEM);
+    * forgetting = mean over ``j`` valued in the last row and some earlier row ``l < T-1`` of
+      ``max_l s R[l][j] - s R[T-1][j]`` (Chaudhry et al. 2018);
+    * FWT = mean over ``j`` with ``i_j >= 1`` of ``s (R[i_j][j] - B[i_j][j])``: the task
+      right after it was learned, against its own single-task model ``B`` at that version.
+    """
+    s = 1.0 if higher_is_better else -1.0
+    T = len(rows)
+    bwt, fgt, fwt = [], [], []
+    if T == 0:
+        return Transfer()
+    first: dict[str, int] = {}
+    for i, r in enumerate(rows):
+        first.setdefault(r.task_id, i)
+    last = rows[-1].scores
+    for j in tasks:
+        i = first.get(j)
+        final = last.get(j)
+        if i is not None:
+            diag = rows[i].scores.get(j)
+            if i < T - 1 and diag is not None and final is not None:
+                bwt.append(s * (final - diag))
+            base = rows[i].baseline.get(j)
+            if i >= 1 and diag is not None and base is not None:
+                fwt.append(s * (diag - base))
+        earlier = [s * rows[l].scores[j] for l in range(T - 1) if rows[l].scores.get(j) is not None]
+        if final is not None and earlier:
+            fgt.append(max(earlier) - s * final)
+
+    def mean(v):
+        return float(np.mean(v)) if v else None
+
+    return Transfer(mean(bwt), mean(fgt), mean(fwt))
+
+
+def figures_of(matrix_state: dict | None) -> dict[str, float | None]:
+    """The transfer figures kept in ``evaluation_state.matrix``, as the API's fields."""
+    return Transfer.of(matrix_state).as_dict()
+
+
+def reservoir(X_kept: np.ndarray | None, y_kept: np.ndarray | None, n_seen: int, X: np.ndarray, y: np.ndarray,
+              cap: int, task_id: str) -> tuple[np.ndarray, np.ndarray]:
+    """The kept rows after ``X, y`` arrive: all of them up to ``cap``, then a uniform sample of
+    every row received (the engine's Algorithm R, :meth:`core.state.TaskRows.merged`), drawn
+    from a seed of the task id and the rows seen, so the same posts give the same rows."""
+    if X_kept is None:
+        X_kept, y_kept = X[:0], y[:0]
+    rng = np.random.default_rng([zlib.crc32(task_id.encode()), n_seen])
+    kept = TaskRows(X_kept, y_kept, n_seen).merged(TaskRows(X, y, X.shape[0]), cap, rng)
+    return kept.X, kept.y
+
+
+def _plain(sums: dict | None) -> dict | None:
+    """Sums without the per-batch AUC (not additive)."""
+    if sums is None:
+        return None
+    return {k: v for k, v in sums.items() if k not in ("auc", "b_auc")}
