@@ -1,11 +1,11 @@
-"""The client of one FCL3 service, written once: :class:`AsyncClient` here, and ``Client`` in
-``fcl3/_sync/client.py``, generated from this file by ``python -m fcl3._unasync`` (every
-method the same, synchronous). What is sent, how answers are read and which retries are safe
-live in :mod:`fcl3._calls` and :mod:`fcl3.retries`; this file only sends."""
+"""The client of one FCL3 service, written once as ``AsyncClient`` in ``fcl3/_async/client.py``;
+``Client`` in ``fcl3/_sync/client.py`` is generated from it by ``python -m fcl3._unasync``
+(every method the same, synchronous). What is sent, how answers are read and which retries
+are safe live in :mod:`fcl3._calls` and :mod:`fcl3.retries`; this file only sends."""
 from __future__ import annotations
 
 import asyncio
-import os
+from os import PathLike
 from typing import Any, AsyncIterator, TypeVar
 
 import httpx
@@ -112,11 +112,11 @@ class AsyncClient:
         """Delete the model with its tasks and batches (404 if unknown)."""
         await self._run(calls.delete_model(name))
 
-    async def export_model(self, name: str, path: str | os.PathLike) -> int:
+    async def export_model(self, name: str, path: str | PathLike) -> int:
         """Write the model as one ``.npz`` file to ``path``; returns the version exported."""
         return await self._run(calls.export_model(name, path))
 
-    async def import_model(self, name: str, path: str | os.PathLike) -> ModelOut:
+    async def import_model(self, name: str, path: str | PathLike) -> ModelOut:
         """Create the model ``name`` from a file written by :meth:`export_model`."""
         return await self._run(calls.import_model(name, path))
 

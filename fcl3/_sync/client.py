@@ -1,13 +1,13 @@
 # Generated from fcl3/_async/client.py by `python -m fcl3._unasync`: do not edit.
 # Change the async source and run the script again (tests/client/test_unasync.py checks it).
-"""The client of one FCL3 service, written once: :class:`AsyncClient` here, and ``Client`` in
-``fcl3/_sync/client.py``, generated from this file by ``python -m fcl3._unasync`` (every
-method the same, synchronous). What is sent, how answers are read and which retries are safe
-live in :mod:`fcl3._calls` and :mod:`fcl3.retries`; this file only sends."""
+"""The client of one FCL3 service, written once as ``AsyncClient`` in ``fcl3/_async/client.py``;
+``Client`` in ``fcl3/_sync/client.py`` is generated from it by ``python -m fcl3._unasync``
+(every method the same, synchronous). What is sent, how answers are read and which retries
+are safe live in :mod:`fcl3._calls` and :mod:`fcl3.retries`; this file only sends."""
 from __future__ import annotations
 
 import time
-import os
+from os import PathLike
 from typing import Any, Iterator, TypeVar
 
 import httpx
@@ -114,11 +114,11 @@ class Client:
         """Delete the model with its tasks and batches (404 if unknown)."""
         self._run(calls.delete_model(name))
 
-    def export_model(self, name: str, path: str | os.PathLike) -> int:
+    def export_model(self, name: str, path: str | PathLike) -> int:
         """Write the model as one ``.npz`` file to ``path``; returns the version exported."""
         return self._run(calls.export_model(name, path))
 
-    def import_model(self, name: str, path: str | os.PathLike) -> ModelOut:
+    def import_model(self, name: str, path: str | PathLike) -> ModelOut:
         """Create the model ``name`` from a file written by :meth:`export_model`."""
         return self._run(calls.import_model(name, path))
 
