@@ -1,10 +1,10 @@
 """Alembic environment (sync). URL: the `sqlalchemy.url` option if set (tests), else the
 service's Settings (DATABASE_URL, or the SQLite default). A connection passed in
-``config.attributes["connection"]`` is used as is (the service's embedded start-up)."""
+``config.attributes["connection"]`` is used as is (the service's embedded start-up).
+Installed as ``fcl3_migrations.env``; run by Alembic, never imported by the service."""
 from __future__ import annotations
 
 import logging
-from logging.config import fileConfig
 
 from alembic import context
 from sqlalchemy import create_engine, pool
@@ -13,8 +13,8 @@ from service.config import Settings
 from service.tables import Base
 
 config = context.config
-if config.config_file_name is not None and config.attributes.get("connection") is None:
-    fileConfig(config.config_file_name, disable_existing_loggers=False)
+if config.attributes.get("connection") is None:  # the alembic command: its progress on stderr
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)-5.5s [%(name)s] %(message)s")
 
 target_metadata = Base.metadata
 

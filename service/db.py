@@ -1,7 +1,10 @@
-"""Engine, sessions and schema creation (sync SQLAlchemy 2.x)."""
+"""Engines (sync SQLAlchemy 2.x) and the schema's migrations (Alembic, from the installed
+package ``fcl3_migrations``); ``python -m service.db upgrade`` runs them on DATABASE_URL."""
 from __future__ import annotations
 
+import importlib.util
 import logging
+import sys
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event, inspect
@@ -10,9 +13,19 @@ from .config import Settings
 
 log = logging.getLogger("service.db")
 
-ROOT = Path(__file__).resolve().parents[1]
-ALEMBIC_INI = ROOT / "alembic.ini"
-MIGRATIONS = ROOT / "migrations"
+#: The repository's migrations folder (a checkout whose install predates fcl3_migrations).
+CHECKOUT_MIGRATIONS = Path(__file__).resolve().parents[1] / "migrations"
+
+
+def migrations_dir() -> Path:
+    """The Alembic scripts: the installed package ``fcl3_migrations`` (the repository's
+    ``migrations/`` folder, installed under that name), else a checkout's ``migrations/``."""
+    spec = importlib.util.find_spec("fcl3_migrations")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(next(iter(spec.submodule_search_locations)))
+    if (CHECKOUT_MIGRATIONS / "env.py").exists():
+        return CHECKOUT_MIGRATIONS
+    raise RuntimeError("the service's migrations are not installed (package fcl3_migrations): reinstall fcl3")
 
 
 def make_engine(settings: Settings, pool_size: int | None = None, pre_ping: bool = False) -> Engine:
@@ -63,10 +76,12 @@ def make_bulk_engine(settings: Settings, engine: Engine) -> Engine:
 
 
 def alembic_config(url: str | None = None):
+    """The Alembic configuration of the installed migrations (``url``: else DATABASE_URL)."""
     from alembic.config import Config
 
-    cfg = Config(str(ALEMBIC_INI))
-    cfg.set_main_option("script_location", str(MIGRATIONS))
+    where = migrations_dir()
+    cfg = Config(str(where / "alembic.ini"))
+    cfg.set_main_option("script_location", str(where))
     if url:
         cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
@@ -93,19 +108,29 @@ def upgrade_schema(engine: Engine, wait: float = 120.0) -> None:
 def _upgrade_schema(engine: Engine) -> None:
     from alembic import command
 
-    if ALEMBIC_INI.exists() and MIGRATIONS.exists():
-        with engine.begin() as conn:
-            cfg = alembic_config()
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
-    else:  # installed without the migrations folder: create the tables directly
-        from .tables import Base
-
-        log.warning("migrations folder not found; creating tables with metadata.create_all")
-        Base.metadata.create_all(engine)
+    with engine.begin() as conn:
+        cfg = alembic_config()
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
 
 
 def schema_present(engine: Engine) -> bool:
     with engine.connect() as conn:
         names = set(inspect(conn).get_table_names())
     return {"models", "tasks", "batches"} <= names
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m service.db upgrade``: ``alembic upgrade head`` on DATABASE_URL (or the SQLite default)."""
+    args = sys.argv[1:] if argv is None else argv
+    if args != ["upgrade"]:
+        print("usage: python -m service.db upgrade", file=sys.stderr)
+        return 2
+    from alembic import command
+
+    command.upgrade(alembic_config(Settings().database_url), "head")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

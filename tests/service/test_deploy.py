@@ -59,7 +59,7 @@ def test_start_order_waits_for_health_and_for_the_migration(services):
 
 def test_migrate_runs_alembic_once_with_the_api_image_and_settings(services):
     migrate, api = services["migrate"], services["api"]
-    assert migrate["command"] == ["alembic", "upgrade", "head"]
+    assert migrate["command"] == ["python", "-m", "service.db", "upgrade"]  # alembic upgrade head, installed
     assert migrate["restart"] == "no"
     assert migrate["image"] == api["image"] and migrate["build"] == api["build"]
     assert migrate["environment"] == api["environment"]
@@ -82,12 +82,13 @@ def test_api_image_is_built_from_docker_dockerfile(services):
     assert cmd[:2] == ["uvicorn", "service.main:app"]
     import tomllib
 
-    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
-    packages = [p.rstrip("*") for p in find["include"]]  # every package `pip install .` must find
-    assert {"core", "service", "fcl3"} <= set(packages)
-    for path in ("pyproject.toml", "alembic.ini", "migrations", *packages):
+    tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    packages = {tool["package-dir"].get(p, p.split(".")[0]) for p in tool["packages"]}  # what `pip install .` reads
+    assert {"core", "service", "fcl3", "migrations"} <= packages
+    for path in ("pyproject.toml", *packages):
         assert re.search(rf"^COPY .*\b{re.escape(path)}\b", text, re.M), path
     assert text.index("COPY fcl3") < text.index("RUN pip install .")  # the app imports its schemas
+    assert text.index("COPY migrations") < text.index("RUN pip install .")  # installed as fcl3_migrations
 
 
 def test_api_replicas_can_scale(services):
@@ -139,7 +140,8 @@ def test_compose_commands_work_here(compose, request, tmp_path):
     proc = None
     try:
         migrate = compose["services"]["migrate"]["command"]
-        r = subprocess.run([sys.executable, "-m", *migrate], cwd=ROOT, env=full_env, capture_output=True,
+        assert migrate[0] == "python"
+        r = subprocess.run([sys.executable, *migrate[1:]], cwd=ROOT, env=full_env, capture_output=True,
                            text=True, timeout=120)
         assert r.returncode == 0, r.stderr
 
