@@ -1,23 +1,18 @@
-"""Online evaluation of a stored model: what an update does to it in its commit, the evaluation
-sets rescored after the commit, the accuracy matrix's rows in the background, and the posts of
-evaluation rows (definitions and references in docs/design.md, "Online evaluation").
+"""Online evaluation of a stored model: its part in an update's commit, the evaluation sets
+rescored after it, the accuracy matrix's rows in the background, the posts of evaluation rows
+(definitions: docs/design.md, "Online evaluation"). Metrics: :mod:`service.scores`; SQL:
+:mod:`service.evaluation_store`; background: :mod:`service.evaluation_worker`; reads:
+:mod:`service.evaluation_reads`.
 
-The metrics are :mod:`service.scores` (pure), the SQL :mod:`service.evaluation_store`, the
-background thread :mod:`service.evaluation_worker`, the reads :mod:`service.evaluation_reads`.
-
-* **Prequential** (test-then-train, :func:`service.scores.prequential`): the commit folds the
-  batch's sums into the task's and the model's.
 * **Evaluation sets**: every committed update rescores the task it learned and the
   ``EVALUATION_RESCORE`` other sets whose scores are oldest, chosen in its own transaction
-  (:meth:`ModelEvaluation.in_commit`) and scored just after the commit, with the update lock
-  released, before it answers (:meth:`ModelEvaluation.rescore_sets`: each score is stored
-  unless a later version's is; an update of the same process meanwhile passes over the sets
-  being rescored).
+  (:meth:`ModelEvaluation.in_commit`) and scored after the commit, off the update lock, before
+  it answers (:meth:`ModelEvaluation.rescore_sets`; a later version's score is never replaced).
 * **Accuracy matrix**: an update that learns a new task makes that version's row due (a row of
-  ``evaluation_due``, in its commit) and queues it (:class:`MatrixJob`) on the process's
-  :class:`service.evaluation_worker.MatrixWorker`; the row deletes its due row when stored.
-  A row whose process died first is computed by the model's next update, on whichever process
-  takes it, with the snapshot that update starts from: the learner of that very version.
+  ``evaluation_due``, in its commit) and queues it on the process's
+  :class:`service.evaluation_worker.MatrixWorker`; the stored row deletes its due row. A row
+  whose process died first is computed by the model's next update, with the snapshot that
+  update starts from: the learner of that very version.
 * **Log**: one ``evaluation_log`` row per committed update (the event stream replays it).
 """
 from __future__ import annotations
