@@ -1,15 +1,16 @@
 """The FCL3 streaming microservice: a FastAPI app around the :mod:`core` engine.
 
-``service.main:app`` is the ASGI app. Layout follows FastAPI's full-stack template:
-``main.py`` (assembles the app), ``config.py`` (one pydantic-settings ``Settings``),
-``db.py`` (engines and schema), ``models.py`` (SQLAlchemy tables), ``learners.py`` (the
-configured learner), ``reads.py`` (cached reads of the model), ``writes.py`` (create,
-prepare, guarded commit), ``idempotency.py`` (``Idempotency-Key`` claims and answers), ``evaluation.py`` (prequential
-scores, evaluation sets, the accuracy matrix), ``events.py`` (Server-Sent Events of a model's
-updates), ``watch.py`` (when the stored model changed),
-``usecases.py`` (start, learn, predict: where the model's metrics and log lines are
-recorded), ``locks.py`` (Redis, per-machine file or in-process update lock),
-``responses.py`` (results and rows -> API bodies, the schemas of :mod:`fcl3.schemas`), ``middleware.py``, ``errors.py``,
-``security.py``, ``logs.py``, ``metrics.py``, ``memory.py``, ``api/deps.py`` and
-``api/routes/*`` (one router per resource; ``ui.py`` the dashboard, its files in ``ui/static``).
+``service.main:app`` is the ASGI app. Layout follows FastAPI's full-stack template, one module
+per job: ``main.py`` (assembles the app and holds what the models share in its state),
+``config.py`` (one pydantic-settings ``Settings``), ``db.py`` (engines, migrations),
+``tables.py`` (SQLAlchemy tables), ``learners.py`` (the configured learner), ``registry.py``
+(the models a process serves), ``usecases.py`` (learn, predict, evaluation rows: where updates
+are observed), ``lifecycle.py`` (create, delete, export, import, fork), ``reads.py`` (cached
+reads of a model), ``writes.py`` (create, prepare, the guarded commit and its participants),
+``idempotency.py`` (``Idempotency-Key``), ``scores.py`` / ``evaluation.py`` /
+``evaluation_store.py`` / ``evaluation_reads.py`` / ``evaluation_worker.py`` (the online
+evaluation: metrics, its part in a commit, SQL, reads, background worker), ``watch.py`` (when
+the stored model changed), ``events.py`` (Server-Sent Events), ``locks.py``, ``state_files.py``,
+``responses.py``, ``middleware.py``, ``errors.py``, ``security.py``, ``logs.py``, ``metrics.py``,
+``memory.py``, ``api/deps.py`` and ``api/routes/*`` (one router per resource).
 """
