@@ -72,18 +72,22 @@ def split_for(dataset: str | Dataset | Split, seed: int, quick: bool = False) ->
 
 
 def run_learner(dataset: str | Dataset | Split, seed: int, make_learner: Factory, first_row_only: bool = False,
-                quick: bool = False) -> dict[str, Any]:
+                quick: bool = False, on_batch: Callable[[], Any] | None = None) -> dict[str, Any]:
     """Stream one seed's training batches into ``make_learner(kind, seed)`` and score the test
     halves; ``first_row_only`` cuts the stream's very first batch to one row (the rest follows
-    as another batch). A learner that raises gets ``error=inf`` and the exception text."""
+    as another batch); ``on_batch()`` is called after each of the split's batches. A learner
+    that raises gets ``error=inf`` and the exception text."""
     split = split_for(dataset, seed, quick)
     try:
         model = make_learner(split.kind, split.seed)
-        t0 = time.perf_counter()
+        t0, (t, b) = time.perf_counter(), split.order[0]
+        cut = first_row_only and len(split.batches[t][b]) > 1
         n = 0
         for task_id, X, y in split.stream(first_row_only=first_row_only):
             model.learn(task_id, X, y)
             n += 1
+            if on_batch is not None and not (cut and n == 1):  # the cut row and its rest are one batch
+                on_batch()
         learn_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         scores, y_tests = [], []
@@ -125,10 +129,12 @@ def run_suite(datasets=None, seeds=(0, 1, 2), make_learner: Factory | None = Non
                    "classification": "1 - mean per-task AUC (tasks whose test half has both classes)"},
         "machine": machine(), "datasets": {},
     }
-    bar = progress_bar(total=len(names) * len(seeds), desc="multilevel", enabled=progress, unit="split")
+    sets = {name: dataset_for(name, quick) for name in names}
+    total = sum(2 * len(ds.task_ids) for ds in sets.values()) * len(seeds) * (2 if first_batch else 1)
+    bar = progress_bar(total=total, desc="multilevel", enabled=progress, unit="batch")
     for name in names:
         spec = SPECS[name]
-        ds = dataset_for(name, quick)
+        ds = sets[name]
         entry: dict[str, Any] = {
             "kind": ds.kind, "package": spec.package, "item": spec.item, "group": list(spec.group),
             "target": spec.target, "covariates": ds.columns, "slope": spec.slope, "min_rows": spec.min_rows,
@@ -136,22 +142,22 @@ def run_suite(datasets=None, seeds=(0, 1, 2), make_learner: Factory | None = Non
             "rows_per_task": ds.n_rows / len(ds.task_ids), "seeds": {},
         }
         for seed in seeds:
-            bar.set_postfix_str(f"{name} seed {seed}")
+            bar.set_postfix_str(f"{name} seed {seed} baselines")
             split = make_split(ds, seed)
             base = baselines(split, cache if cache else None)
-            run = run_learner(split, seed, make)
+            bar.set_postfix_str(f"{name} seed {seed}")
+            run = run_learner(split, seed, make, on_batch=lambda: bar.update(1))
             errs = {b: base[b]["error"] for b in BASELINES}
             best = min(errs.values())
             s_entry = {"learner": run, "baselines": base, "best_baseline": min(errs, key=errs.get),
                        "ratio": {**{b: _ratio(run["error"], errs[b]) for b in BASELINES},
                                  "best": _ratio(run["error"], best)}}
             if first_batch:
-                cut = run_learner(split, seed, make, first_row_only=True)
+                cut = run_learner(split, seed, make, first_row_only=True, on_batch=lambda: bar.update(1))
                 s_entry["first_batch"] = {"first_row_only": cut, "usual": run["error"],
                                           "first_row_batch_rows": int(len(split.batches[split.order[0][0]][0])),
                                           "ratio": _ratio(cut["error"], run["error"])}
             entry["seeds"][str(seed)] = s_entry
-            bar.update(1)
         per = [entry["seeds"][str(s)] for s in seeds]
         entry["error"] = {"learner": float(np.mean([p["learner"]["error"] for p in per])),
                           **{b: float(np.mean([p["baselines"][b]["error"] for p in per])) for b in BASELINES}}
@@ -240,7 +246,8 @@ def plot_ratios(result: dict[str, Any], path: str) -> str:
     ax.set_yscale("log")
     lo, hi = min(vals_all), max(vals_all)
     ax.set_ylim(lo / 1.1, hi * 1.1)
-    ticks = [t for t in (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.5, 1.75, 2.0, 2.5, 3.0) if lo / 1.1 <= t <= hi * 1.1]
+    grid = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0)
+    ticks = [t for t in grid if lo / 1.1 <= t <= hi * 1.1]
     ax.set_yticks(ticks)
     ax.set_yticklabels([f"{t:g}" for t in ticks])
     ax.minorticks_off()

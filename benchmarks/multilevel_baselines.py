@@ -148,7 +148,8 @@ def mixed_regression(split: Split) -> dict[str, Any]:
         scores.append(ym + ys * (D @ fe + D[:, cols] @ np.asarray(blups[t], dtype=float)))
     beta = np.zeros(X.shape[1])
     beta[keep] = ys * fe[1:] / scale[keep]
-    return {**error_of(split.kind, y_tests, scores), "fixed_effects": beta, "random_effects": notes[-1]["random_effects"],
+    return {**error_of(split.kind, y_tests, scores), "fixed_effects": beta,
+            "random_effects": notes[-1]["random_effects"],
             "cov_re": np.asarray(res.cov_re) * ys ** 2, "fallback": len(notes) > 1, "attempts": notes}
 
 

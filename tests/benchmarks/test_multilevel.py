@@ -222,6 +222,10 @@ def test_run_learner_scores_the_test_halves_and_reports_failures():
     want = np.sqrt(np.mean(np.concatenate([(sp.testing(t)[1] - model.predict(tid, sp.testing(t)[0])) ** 2
                                            for t, tid in enumerate(ds.task_ids)])))
     assert out["error"] == pytest.approx(want) and out["n_updates"] == 20
+    ticks = []
+    cut = ml.run_learner(ds, 0, lambda kind, seed: STL(kind=kind), first_row_only=True,
+                         on_batch=lambda: ticks.append(1))
+    assert cut["n_updates"] == 21 and len(ticks) == 20
     assert rmse(np.zeros(2), np.ones(2)) == 1.0
 
     def broken(kind, seed):
