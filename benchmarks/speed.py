@@ -392,9 +392,9 @@ def _fmt(v, spec: str) -> str:
 def format_scaling(result: dict[str, Any]) -> str:
     s = result["settings"]
     lines = [f"{s['kind']}, d = {s['n_features']}, {s['rows_per_batch']} rows per batch, "
-             f"{s['n_environments']} environments; median of {s['repeats']} (wall ms); "
+             f"{s['n_environments']} environments; ms, median of {s['repeats']}, wall clock and thread CPU time; "
              f"{result['machine']['cores']} cores, {result['machine']['blas_threads'] or 'BLAS threads unset'}",
-             f"{'model':<17}{'tasks':>8}{'new upd':>9}{'known upd':>10}{'1st pred':>10}{'steady':>8}"
+             f"{'model':<17}{'tasks':>8}{'clock':>6}{'new upd':>9}{'known upd':>10}{'1st pred':>10}{'steady':>8}"
              f"{'B/task':>8}{'global B':>10}{'grow ms/t':>10}{'grown s':>9}"]
     for name, e in result["models"].items():
         for c in e["checkpoints"]:
@@ -402,10 +402,11 @@ def format_scaling(result: dict[str, Any]) -> str:
                 lines.append(f"{name:<17}{c['n_tasks']:>8}  not reached: growth stopped at {e['stopped_at']} "
                              f"tasks (--max-seconds {s['max_seconds']:g})")
                 continue
-            lines.append(f"{name:<17}{c['n_tasks']:>8}{c['new_update_ms']:>9.2f}{c['known_update_ms']:>10.2f}"
-                         f"{c['first_predict_ms']:>10.2f}{c['steady_predict_ms']:>8.3f}"
-                         f"{c['state_bytes_per_task']:>8.0f}{c['state_bytes_global']:>10}"
-                         f"{c['growth_ms_per_task']:>10.2f}{c['growth_seconds']:>9.1f}")
+            for clock, suffix in (("wall", ""), ("cpu", "_cpu")):
+                costs = "".join(f"{c[k + suffix]:>{w}.{p}f}" for k, w, p in zip(COSTS, (9, 10, 10, 8), (2, 2, 2, 3)))
+                rest = (f"{c['state_bytes_per_task']:>8.0f}{c['state_bytes_global']:>10}"
+                        f"{c['growth_ms_per_task']:>10.2f}{c['growth_seconds']:>9.1f}" if clock == "wall" else "")
+                lines.append(f"{name:<17}{c['n_tasks']:>8}{clock:>6}{costs}{rest}")
     lines.append("ratio: cost at the largest number of tasks measured / at the smallest")
     lines.append(f"{'model':<17}{'clock':>6}{'between':>14}{'new upd':>9}{'known upd':>10}{'1st pred':>10}"
                  f"{'steady':>8}{'B/task':>8}")
@@ -435,7 +436,7 @@ def plot_scaling(result: dict[str, Any], path: str) -> str:
     fig, axes = plt.subplots(2, 3, figsize=(13, 7.5))
     for ax, key in zip(axes.flat, keys):
         for name, e in result["models"].items():
-            pts = [(c["n_tasks"], c[key]) for c in e["checkpoints"] if c["reached"] or key == "growth_ms_per_task"]
+            pts = [(c["n_tasks"], c[key]) for c in e["checkpoints"] if key in c]
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=name)
         ax.set_xscale("log")
@@ -514,10 +515,10 @@ def _main_scaling(args, models) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(format_scaling(result))
-    if args.figure:
-        print(f"wrote {plot_scaling(result, args.figure)}", file=sys.stderr)
     if args.json_out:
         print(f"wrote {write_json(args.json_out, {'scaling': result})}", file=sys.stderr)
+    if args.figure:
+        print(f"wrote {plot_scaling(result, args.figure)}", file=sys.stderr)
     return 0
 
 

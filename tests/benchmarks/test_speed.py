@@ -129,7 +129,7 @@ def test_state_bytes_add_up_the_exported_state():
                                              + len(json.dumps(ts["meta"], default=str)) for ts in state.tasks.values())
 
 
-def test_growth_stops_at_max_seconds_and_says_where():
+def test_growth_stops_at_max_seconds_and_says_where(tmp_path):
     result = speed.scaling_benchmark((1, 10 ** 6), models=["FCL3-Rand"], n_features=3, n_rows=5, repeats=1,
                                      max_seconds=0.3, progress=False)
     e = result["models"]["FCL3-Rand"]
@@ -138,6 +138,7 @@ def test_growth_stops_at_max_seconds_and_says_where():
     assert e["checkpoints"][0]["reached"] and not e["checkpoints"][-1]["reached"]
     assert result["target"]["met"] is None
     assert "growth stopped at" in speed.format_scaling(result)
+    assert os.path.exists(speed.plot_scaling(result, str(tmp_path / "stopped.png")))
 
 
 def test_cli_quick_writes_json_with_every_cost_and_a_figure(tmp_path):
