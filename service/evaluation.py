@@ -32,8 +32,8 @@ from core.preprocessing import as_matrix, as_targets, label_convention
 
 from . import evaluation_store as store
 from .evaluation_worker import Foreground, MatrixWorker
-from .scores import MATRIX_METRIC, MatrixRow, Transfer, _plain, add_sums, figures_of, matrix_entry, reservoir, \
-    score_rows, scores, transfer
+from .scores import MATRIX_METRIC, MatrixRow, Transfer, add_sums, figures_of, matrix_entry, reservoir, score_rows, \
+    scores, stored, to_json, transfer
 from .watch import notify
 
 if TYPE_CHECKING:
@@ -180,35 +180,34 @@ class ModelEvaluation:
             if job is not None:  # a row whose process died: computed first
                 new.also.append(job)
             job = new
-        overall = add_sums(state["overall"] if state else None, _plain(p.prequential))
+        batch = p.prequential
+        overall = add_sums(stored(kind, state["overall"]) if state else None, batch)
         evaluation = None
         if sets:
             evaluation = {"version": new_version, "reason": "update", "task_id": p.task_id, "n_tasks": len(sets),
                           **figures_of(summary)}
-        values = {"version": new_version, "overall": overall, "matrix": summary, "updated_at": commit.at}
+        values = {"version": new_version, "overall": to_json(overall), "matrix": summary, "updated_at": commit.at}
         if state:  # the scores are not rewritten here: rescore_sets stores them
             conn.execute(store.UPDATE_STATE, {"w_model": self.name, **values})
         else:
             conn.execute(store.INSERT_STATE, {"model_name": self.name, "revision": 0, "scores": {}, **values})
-        if p.prequential is not None:
-            batch = _plain(p.prequential)
+        if batch is not None:
             if not state:  # the model's first update: its sums were not read with the state
                 task_sums = store.task_sums(conn, self.name, p.task_id)
             if task_sums is not None:  # (sums are never stored as JSON null: None is no row)
-                conn.execute(store.UPDATE_TASK_SUMS, {"w_model": self.name, "w_task": p.task_id,
-                                                      "updated_at": commit.at, "sums": add_sums(task_sums, batch)})
+                conn.execute(store.UPDATE_TASK_SUMS, {"w_model": self.name, "w_task": p.task_id, "updated_at": commit.at,
+                                                      "sums": to_json(add_sums(stored(kind, task_sums), batch))})
             else:
                 conn.execute(store.INSERT_TASK_SUMS, {"model_name": self.name, "task_id": p.task_id, "n_batches": 1,
-                                                      "sums": batch, "updated_at": commit.at})
+                                                      "sums": batch.plain().to_json(), "updated_at": commit.at})
         event = {"version": new_version, "task_id": p.task_id, "new_task": bool(result.new_task),
                  "new_representative": bool(result.new_representative),
-                 "n_representatives": int(result.n_representatives), "prequential": scores(kind, p.prequential)}
+                 "n_representatives": int(result.n_representatives), "prequential": scores(batch)}
         conn.execute(store.INSERT_LOG, {"model_name": self.name, "version": new_version, "task_id": p.task_id,
-                                        "new_task": bool(result.new_task), "event": event, "batch": p.prequential,
-                                        "overall": overall, "evaluation": evaluation, "matrix": None,
+                                        "new_task": bool(result.new_task), "event": event, "batch": to_json(batch),
+                                        "overall": to_json(overall), "evaluation": evaluation, "matrix": None,
                                         "created_at": commit.at})
-        p.evaluated = Evaluated(event, evaluation, scores(kind, overall), Transfer.of(summary), len(chosen), job,
-                                rescore)
+        p.evaluated = Evaluated(event, evaluation, scores(overall), Transfer.of(summary), len(chosen), job, rescore)
         p.evaluation_seconds = time.perf_counter() - t0
 
     def _recover(self, conn: Connection, p, created: Any, sets: dict[str, EvaluationSet]) -> MatrixJob | None:
@@ -259,7 +258,7 @@ class ModelEvaluation:
             for t, e in job.sets.items():
                 s = score_rows(job.learner, t, e.X, e.y)
                 if s is not None:
-                    scored[t] = scores(kind, s)
+                    scored[t] = scores(s)
             if not scored:
                 return 0
             with self.bulk.begin() as conn:
@@ -332,7 +331,7 @@ class ModelEvaluation:
             self.foreground.give_way()
             s = score_rows(learner, t, e.X, e.y)
             if s is not None:
-                scored[t] = scores(kind, s)
+                scored[t] = scores(s)
                 entries[t] = list(matrix_entry(kind, scored[t]))
         with self.bulk.begin() as conn:
             created = store.created_at(conn, self.name)
@@ -388,7 +387,7 @@ class ModelEvaluation:
             current = dict(state["scores"]) if state else {}
             sums = score_rows(learner, task_id, Xk, yk) if learner.is_fitted else None
             if sums is not None:
-                current[task_id] = {"version": snap.version, "scores": scores(kind, sums)}
+                current[task_id] = {"version": snap.version, "scores": scores(sums)}
             if state:
                 store.write_state(conn, self.name, revision=revision, scores=current, updated_at=now)
             else:
@@ -397,4 +396,4 @@ class ModelEvaluation:
             n_tasks = store.count_sets(conn, self.name)
             notify(conn, self.name)
         return {"task_id": task_id, "n_rows": int(Xk.shape[0]), "n_received": n_received, "version": snap.version,
-                "score": scores(kind, sums), "n_tasks": n_tasks, "revision": revision}
+                "score": scores(sums), "n_tasks": n_tasks, "revision": revision}

@@ -8,7 +8,7 @@ import numpy as np
 from sqlalchemy import Engine
 
 from . import evaluation_store as store
-from .scores import MATRIX_METRIC, MatrixRow, _plain, add_sums, scores, transfer
+from .scores import MATRIX_METRIC, MatrixRow, add_sums, scores, stored, transfer
 
 
 def _reads(engine: Engine) -> Engine:
@@ -21,7 +21,7 @@ def task_figures(engine: Engine, name: str, task_id: str, kind: str) -> tuple[di
         sums = store.task_sums(conn, name, task_id)
         current = store.current_scores(conn, name)
     ev = (current or {}).get(task_id)
-    return scores(kind, sums), (ev or {}).get("scores")
+    return scores(stored(kind, sums)), (ev or {}).get("scores")
 
 
 def model_figures(engine: Engine, name: str, kind: str, window: int) -> dict[str, Any]:
@@ -31,8 +31,8 @@ def model_figures(engine: Engine, name: str, kind: str, window: int) -> dict[str
         recent = None
         if window > 0:
             for b in store.recent_batches(conn, name, window):
-                recent = add_sums(recent, _plain(b))
-    return {"overall": scores(kind, overall), "recent": scores(kind, recent), "window": window}
+                recent = add_sums(recent, stored(kind, b))
+    return {"overall": scores(stored(kind, overall)), "recent": scores(recent), "window": window}
 
 
 def report(engine: Engine, name: str, kind: str, version: int, task_order: list[str],
@@ -59,7 +59,7 @@ def report(engine: Engine, name: str, kind: str, version: int, task_order: list[
                     "baseline": [rows[i].baseline.get(t) for t in names]} for i, r in enumerate(mrows)]
     figures = transfer(names, rows, higher)
     points = [{"version": r.version, "task_id": r.task_id, "new_task": bool(r.new_task),
-               "batch": scores(kind, r.batch), "overall": scores(kind, r.overall)} for r in reversed(series)]
+               "batch": scores(stored(kind, r.batch)), "overall": scores(stored(kind, r.overall))} for r in reversed(series)]
     return {"model": name, "version": int(state["version"]) if state else version, "kind": kind,
             "metric": metric, "tasks": tasks,
             "accuracy_matrix": {"metric": metric, "higher_is_better": higher, "tasks": names, "rows": matrix_rows},

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -48,54 +48,115 @@ def _outputs(learner: core.LifelongLearner, task_id: str, X: np.ndarray) -> tupl
     return score, base
 
 
-def batch_sums(kind: str, y: np.ndarray, out: np.ndarray, base: np.ndarray) -> dict[str, Any]:
-    """Sums of one scored batch. Regression: squared and absolute errors (``se``, ``ae``) of the
-    model and of the baseline (``b_se``, ``b_ae``). Classification (``out``, ``base``: decision
-    scores): log-losses (``ll``, ``b_ll``) and right labels (``hit``, ``b_hit``)."""
+@dataclass(frozen=True)
+class RegressionSums:
+    """Sums over scored rows: squared and absolute errors of the model and of the baseline."""
+
+    n: int
+    se: float
+    ae: float
+    b_se: float
+    b_ae: float
+
+    def __add__(self, other: "RegressionSums") -> "RegressionSums":
+        return RegressionSums(self.n + other.n, self.se + other.se, self.ae + other.ae, self.b_se + other.b_se,
+                              self.b_ae + other.b_ae)
+
+    def plain(self) -> "RegressionSums":
+        return self
+
+    def scores(self) -> dict[str, Any]:
+        """The Scores JSON (:class:`fcl3.schemas.RegressionScores`)."""
+        n = self.n
+        return {"n": n, "rmse": float(np.sqrt(self.se / n)), "mae": self.ae / n,
+                "baseline_rmse": float(np.sqrt(self.b_se / n)), "baseline_mae": self.b_ae / n}
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ClassificationSums:
+    """Sums over scored rows: log-losses and right labels of the model and of the baseline;
+    one batch's AUCs when both labels occur (not additive: a sum of batches has none)."""
+
+    n: int
+    ll: float
+    hit: int
+    b_ll: float
+    b_hit: int
+    auc: float | None = None
+    b_auc: float | None = None
+
+    def __add__(self, other: "ClassificationSums") -> "ClassificationSums":
+        return ClassificationSums(self.n + other.n, self.ll + other.ll, self.hit + other.hit, self.b_ll + other.b_ll,
+                                  self.b_hit + other.b_hit)
+
+    def plain(self) -> "ClassificationSums":
+        """Without the batch's AUCs."""
+        return replace(self, auc=None, b_auc=None)
+
+    def scores(self) -> dict[str, Any]:
+        """The Scores JSON (:class:`fcl3.schemas.ClassificationScores`)."""
+        n = self.n
+        out = {"n": n, "log_loss": self.ll / n, "accuracy": self.hit / n,
+               "baseline_log_loss": self.b_ll / n, "baseline_accuracy": self.b_hit / n}
+        if self.auc is not None:
+            out.update(auc=self.auc, baseline_auc=self.b_auc)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+Sums = RegressionSums | ClassificationSums
+
+
+def stored(kind: str, data: dict | None) -> Sums | None:
+    """Sums from their stored JSON (:meth:`RegressionSums.to_json`, ...); None stays None."""
+    if data is None:
+        return None
+    return RegressionSums(**data) if kind == "regression" else ClassificationSums(**data)
+
+
+def to_json(sums: Sums | None) -> dict | None:
+    return None if sums is None else sums.to_json()
+
+
+def batch_sums(kind: str, y: np.ndarray, out: np.ndarray, base: np.ndarray) -> Sums:
+    """Sums of one scored batch (``out``, ``base``: the model's and the baseline's regression
+    values, or decision scores for classification)."""
     y = np.asarray(y, dtype=float)
     n = int(y.size)
     if kind == "regression":
         e, b = y - out, y - base
-        return {"n": n, "se": float(e @ e), "ae": float(np.abs(e).sum()),
-                "b_se": float(b @ b), "b_ae": float(np.abs(b).sum())}
+        return RegressionSums(n, float(e @ e), float(np.abs(e).sum()), float(b @ b), float(np.abs(b).sum()))
     pos = y == 1.0
 
     def ll(score):
         p = np.clip(sigmoid(score), EPS, 1.0 - EPS)
         return float(-(np.log(p[pos]).sum() + np.log1p(-p[~pos]).sum()))
 
-    return {"n": n, "ll": ll(out), "hit": int(np.sum((out >= 0.0) == pos)),
-            "b_ll": ll(base), "b_hit": int(np.sum((base >= 0.0) == pos))}
+    a, b = auc_score(pos.astype(float), out), auc_score(pos.astype(float), base)
+    aucs = (float(a), float(b)) if np.isfinite(a) and np.isfinite(b) else (None, None)
+    return ClassificationSums(n, ll(out), int(np.sum((out >= 0.0) == pos)), ll(base),
+                              int(np.sum((base >= 0.0) == pos)), *aucs)
 
 
-def _auc(y: np.ndarray, out: np.ndarray, base: np.ndarray) -> dict[str, float]:
-    a, b = auc_score((y == 1.0).astype(float), out), auc_score((y == 1.0).astype(float), base)
-    return {} if not (np.isfinite(a) and np.isfinite(b)) else {"auc": a, "b_auc": b}
-
-
-def add_sums(a: dict | None, b: dict | None) -> dict | None:
-    """Sums of two sets of batches (``auc`` is not additive and is dropped)."""
+def add_sums(a: Sums | None, b: Sums | None) -> Sums | None:
+    """Sums of two sets of batches (without AUCs: they are not additive)."""
     if a is None or b is None:
-        return b if a is None else a
-    return {k: a[k] + b[k] for k in a if k not in ("auc", "b_auc")}
+        return None if a is None and b is None else (b if a is None else a).plain()
+    return a + b
 
 
-def scores(kind: str, sums: dict | None) -> dict[str, Any] | None:
-    """The Scores JSON (:class:`fcl3.schemas.RegressionScores` or ``ClassificationScores``) of sums."""
-    if not sums or not sums.get("n"):
-        return None
-    n = sums["n"]
-    if kind == "regression":
-        return {"n": n, "rmse": float(np.sqrt(sums["se"] / n)), "mae": sums["ae"] / n,
-                "baseline_rmse": float(np.sqrt(sums["b_se"] / n)), "baseline_mae": sums["b_ae"] / n}
-    out = {"n": n, "log_loss": sums["ll"] / n, "accuracy": sums["hit"] / n,
-           "baseline_log_loss": sums["b_ll"] / n, "baseline_accuracy": sums["b_hit"] / n}
-    if "auc" in sums:
-        out.update(auc=sums["auc"], baseline_auc=sums["b_auc"])
-    return out
+def scores(sums: Sums | None) -> dict[str, Any] | None:
+    """The Scores JSON (:class:`fcl3.schemas.RegressionScores` or ``ClassificationScores``) of
+    sums; None without sums or rows."""
+    return None if sums is None or not sums.n else sums.scores()
 
 
-def score_rows(learner: core.LifelongLearner, task_id: str, X: np.ndarray, y: np.ndarray) -> dict | None:
+def score_rows(learner: core.LifelongLearner, task_id: str, X: np.ndarray, y: np.ndarray) -> Sums | None:
     """Sums (with AUC when both labels occur) of the learner on checked rows of ``task_id``;
     ``None`` when the task is not learned or cannot be scored (overflow, another width, a
     numerical failure: scoring never fails an update)."""
@@ -108,13 +169,10 @@ def score_rows(learner: core.LifelongLearner, task_id: str, X: np.ndarray, y: np
     except (ArithmeticError, np.linalg.LinAlgError, ValueError) as exc:
         log.warning("task %r could not be scored: %s", task_id, type(exc).__name__)
         return None
-    sums = batch_sums(learner.kind, y, out, base)
-    if learner.kind == "classification":
-        sums.update(_auc(y, out, base))
-    return sums
+    return batch_sums(learner.kind, y, out, base)
 
 
-def prequential(learner: core.LifelongLearner, task_id: str, X, y) -> dict | None:
+def prequential(learner: core.LifelongLearner, task_id: str, X, y) -> Sums | None:
     """The batch's prequential sums against ``learner`` as it stood before the batch (the
     served snapshot); ``None`` for a task it has not learned (a new task's first batch)."""
     if task_id not in getattr(learner, "tasks_", {}):
@@ -226,10 +284,3 @@ def reservoir(X_kept: np.ndarray | None, y_kept: np.ndarray | None, n_seen: int,
     rng = np.random.default_rng([zlib.crc32(task_id.encode()), n_seen])
     kept = TaskRows(X_kept, y_kept, n_seen).merged(TaskRows(X, y, X.shape[0]), cap, rng)
     return kept.X, kept.y
-
-
-def _plain(sums: dict | None) -> dict | None:
-    """Sums without the per-batch AUC (not additive)."""
-    if sums is None:
-        return None
-    return {k: v for k, v in sums.items() if k not in ("auc", "b_auc")}

@@ -60,7 +60,7 @@ def learn_answer(model: HostedModel, task_id: str, X, y) -> dict[str, Any]:
 
 def _answer(prepared, version: int) -> dict[str, Any]:
     return {**result_json(prepared.result), "version": version,
-            "prequential": scores(prepared.learner.kind, prepared.prequential)}
+            "prequential": scores(prepared.prequential)}
 
 
 def learn_batch(model: HostedModel, task_id: str, X, y, claim: Claim | None = None):

@@ -37,7 +37,7 @@ import core
 from .learners import make_learner
 from .reads import ModelReader, Snapshot, batches_t, models_t, tasks_t
 from .responses import result_json
-from .scores import prequential as score_prequential, scores
+from .scores import Sums, prequential as score_prequential, scores
 from .watch import notify
 
 
@@ -81,8 +81,8 @@ class Prepared:
     y: np.ndarray
     summary: dict[str, Any]  # the model row's summary after this update
     info: dict[str, Any]  # the model row (without arrays) this update was computed from
-    #: The batch's prequential sums against the snapshot before it (service.evaluation); None: new task
-    prequential: dict[str, Any] | None = None
+    #: The batch's prequential sums against the snapshot before it (service.scores); None: new task
+    prequential: Sums | None = None
     engine_seconds: float = 0.0  # time in the engine's learn()
     prequential_seconds: float = 0.0  # time scoring the batch before it is learned
     #: What the commit did to the evaluation (service.evaluation.Evaluated), once committed
@@ -246,7 +246,7 @@ class ModelWriter:
         task = p.state.tasks[p.task_id]
         now = _now()
         last = result_json(p.result)
-        answer = {**last, "version": new_version, "prequential": scores(p.learner.kind, p.prequential)}
+        answer = {**last, "version": new_version, "prequential": scores(p.prequential)}
         with self.reader.bulk.begin() as conn:
             res = conn.execute(_UPDATE_MODEL, {
                 "w_name": self.name, "w_version": p.base_version, "version": new_version, "params": p.state.params,
