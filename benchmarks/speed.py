@@ -435,16 +435,19 @@ def plot_scaling(result: dict[str, Any], path: str) -> str:
     keys = COSTS + ("state_bytes_per_task", "growth_ms_per_task")
     fig, axes = plt.subplots(2, 3, figsize=(13, 7.5))
     for ax, key in zip(axes.flat, keys):
-        for name, e in result["models"].items():
+        for i, (name, e) in enumerate(result["models"].items()):
             pts = [(c["n_tasks"], c[key]) for c in e["checkpoints"] if key in c]
             if pts:
-                ax.plot(*zip(*pts), marker="o", label=name)
+                ax.plot(*zip(*pts), marker="o", color=f"C{i}")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("tasks learned")
         ax.set_title(COST_LABELS[key], fontsize=10)
         ax.grid(alpha=0.3, which="both")
-    axes.flat[0].legend(fontsize=8)
+    handles = [plt.Line2D([], [], marker="o", color=f"C{i}") for i in range(len(result["models"]))]
+    labels = [name if e["stopped_at"] is None else f"{name} (growth stopped at {e['stopped_at']} tasks)"
+              for name, e in result["models"].items()]
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, bbox_to_anchor=(0.5, -0.03))
     s = result["settings"]
     fig.suptitle(f"cost against tasks learned: {s['kind']}, d = {s['n_features']}, {s['rows_per_batch']} rows "
                  f"per batch, {s['n_environments']} environments, median of {s['repeats']}", fontsize=11)
