@@ -25,13 +25,15 @@ from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, RIDGE, Family, Library,
                        posterior_fit)
 from .exceptions import InputError, UnknownTaskError
 from .losses import KINDS, curvature_scale, fit_single_task, fit_squared_from_moments, sigmoid
-from .population import PopulationSums, TaskTerms, gaussian_terms, logistic_terms
+from .population import (REFIT_GROWTH, Population, fit_population, logistic_mode, pooled_intercept,
+                         posterior_mean, task_noises)
 from .preprocessing import Scaler, as_matrix, as_targets, label_convention
 from .state import ModelState, SquaredLossMoments, TaskData, TaskRecord, TaskRows, check_format
 
 
 #: ``task_models`` values: every task's own empirical-Bayes model, or the paper's rule.
 TASK_MODELS = ("empirical_bayes", "paper")
+
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,7 @@ class LifelongLearner:
         except BaseException:
             self._restore(snapshot)
             raise
-        self._task_models = {}  # the task models follow the new library
+        self._forget_derived()  # the task models follow the new library
         return result
 
     def _check_finite(self, task_id: str) -> None:
@@ -258,7 +260,22 @@ class LifelongLearner:
                 setattr(self, a, snapshot[a])
             elif hasattr(self, a):
                 delattr(self, a)
-        self._task_models = {}
+        self._forget_derived()
+
+    def _forget_derived(self) -> None:
+        """Drop what is computed from the learned state on demand: each task's model
+        (``_task_models``, keyed by task id) and the stream-level values (``_stream_cache``:
+        the family, the priors over ``omega``, the environments), kept apart so that any
+        string is a task id."""
+        self._task_models: dict[str, np.ndarray] = {}
+        self._stream_cache: dict[str, Any] = {}
+
+    def _stream_value(self, name: str, compute) -> Any:
+        """A stream-level value, computed once per update."""
+        cache = self.__dict__.setdefault("_stream_cache", {})
+        if name not in cache:
+            cache[name] = compute()
+        return cache[name]
 
     def copy(self) -> "LifelongLearner":
         """A copy that can learn without touching this one, in O(number of tasks) time.
@@ -270,7 +287,7 @@ class LifelongLearner:
         clone = copy.copy(self)
         if hasattr(self, "tasks_"):
             clone.tasks_ = dict(self.tasks_)
-        clone._task_models = {}
+        clone._forget_derived()
         return clone
 
     # ----------------------------------------------------------------- empirical-Bayes task models
@@ -287,7 +304,7 @@ class LifelongLearner:
         try:
             library = self._library(task_id, exclude)
             if library is not None and self._keeps_population:
-                library = dataclasses.replace(library, population=self._population_without(exclude))
+                library = dataclasses.replace(library, population=self._population().slopes())
         except (np.linalg.LinAlgError, ArithmeticError):
             return None
         if library is not None and not (np.all(np.isfinite(library.centres))
@@ -312,7 +329,7 @@ class LifelongLearner:
         evidence = None
         if data is not None:
             try:
-                curves = family_curves(self.kind, data, library, self._families)
+                curves = family_curves(self.kind, data, self._with_task_noise(library, record), self._families)
             except (np.linalg.LinAlgError, ArithmeticError):  # values of extreme magnitude
                 curves = {}
             evidence = {name: [float(v) for v in c.log_evidence] for name, c in curves.items()
@@ -327,12 +344,10 @@ class LifelongLearner:
 
     def _stream_priors(self) -> tuple[str, dict[str, np.ndarray]]:
         """The stream's family and every family's prior over ``omega`` (cached per update)."""
-        cache = self.__dict__.setdefault("_task_models", {})
-        if "family" not in cache:
+        def compute():
             evidence = [r.meta.get("evidence") for r in getattr(self, "tasks_", {}).values()]
-            cache["family"], cache["omega_priors"] = choose_family([e for e in evidence if e], self._families,
-                                                                   self._n_omega)
-        return cache["family"], cache["omega_priors"]
+            return choose_family([e for e in evidence if e], self._families, self._n_omega)
+        return self._stream_value("priors", compute)
 
     def task_family(self) -> str:
         """The prior family every task is predicted with (``"paper"`` when ``task_models`` is)."""
@@ -357,17 +372,52 @@ class LifelongLearner:
             return self._theta(task_id)
         name, priors = self._stream_priors()
         family = next(f for f in self._families if f.name == name)
+        if family.centred_on_population and int(getattr(self, "population_tasks_", 0)):
+            theta = self._mixed_model_prediction(record)
+            if np.all(np.isfinite(theta)):
+                return theta
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            library = None if family is RIDGE else self._safe_library(task_id, record)
+            library = None if family is RIDGE else self._with_task_noise(self._safe_library(task_id, record), record)
             try:
                 curve = family_curves(self.kind, data, library, (family,)).get(name)
                 if curve is None:  # the library cannot define the family for this task
                     name = RIDGE.name
                     curve = family_curves(self.kind, data, None, (RIDGE,))[name]
                 fit = posterior_fit(curve, priors.get(name))
+                theta = self._with_pooled_intercept(record, fit.theta) if self._keeps_population else fit.theta
             except (np.linalg.LinAlgError, ArithmeticError):
                 return self._theta(task_id)
-        return fit.theta if np.all(np.isfinite(fit.theta)) else self._theta(task_id)
+        return theta if np.all(np.isfinite(theta)) else self._theta(task_id)
+
+    def _mixed_model_prediction(self, record: TaskRecord) -> np.ndarray:
+        """The task's posterior mean (squared loss) or mode (logistic loss) of its slopes and
+        intercept under the population: the prediction of the fitted mixed model (its BLUP)."""
+        pop = self._population()
+        if self.kind == "regression":
+            noise = self._task_noise(record, pop)
+            return posterior_mean(record.data.gram / noise, record.data.moment / noise, pop)
+        X, y = self._evidence_data(record)
+        return logistic_mode(X, y, pop.mean, np.linalg.inv(pop.cov))[0]
+
+    def _with_pooled_intercept(self, record: TaskRecord, theta: np.ndarray) -> np.ndarray:
+        """``theta`` with its intercept (the task's own, flat-prior estimate given the slopes)
+        pooled with the population's (:func:`core.population.pooled_intercept`): its precision
+        is ``n / sigma_t^2`` for squared loss and the Hessian's intercept entry for logistic
+        loss."""
+        if not int(getattr(self, "population_tasks_", 0)):
+            return theta
+        pop = self._population()
+        data = self._evidence_data(record)
+        if self.kind == "regression":
+            n, gram, moment, yy = data
+            precision = n / self._task_noise(record, pop)
+        else:
+            X, _ = data
+            p = sigmoid(X @ theta)
+            precision = float(np.sum(p * (1.0 - p)))
+        out = theta.copy()
+        out[-1] = pooled_intercept(float(theta[-1]), precision, pop, theta[:-1])
+        return out
 
     # ----------------------------------------------------------------- the population of slopes
     @property
@@ -376,67 +426,57 @@ class LifelongLearner:
                                                              for f in self._families)
 
     @property
-    def _n_slopes(self) -> int:
-        return int(self.n_features_in_)
+    def _n_params(self) -> int:
+        """Slopes and intercept: the size of a task model in the scaled space."""
+        return int(self.n_features_in_) + 1
 
-    def _population_sums(self) -> PopulationSums:
-        arr = getattr(self, "population_sums_", None)
-        if arr is None or arr.size == 0:
-            return PopulationSums.empty(self._n_slopes)
-        return PopulationSums.from_array(arr, self._n_slopes)
+    def _population(self) -> Population:
+        """The stream's population as last fitted (:mod:`core.population`)."""
+        arr = getattr(self, "population_", None)
+        if arr is None or arr.size <= 1:
+            return Population.initial(self._n_params)
+        return Population.from_array(arr)
 
-    def _task_terms(self, record: TaskRecord | None) -> TaskTerms | None:
-        arr = None if record is None else record.arrays.get("population_terms")
-        return None if arr is None else TaskTerms.from_array(arr, self._n_slopes)
+    def _noise_terms(self, record: TaskRecord) -> tuple[float, float]:
+        """A regression task's residual sum of squares at its single-task fit and its degrees
+        of freedom (``n`` less the parameters), for :func:`core.population.task_noises`."""
+        data = record.data
+        w = record.w
+        rss = float(data.yy - 2.0 * w @ data.moment + w @ data.gram @ w)
+        return (rss if np.isfinite(rss) else 0.0), float(data.n - w.size)
 
-    def _population_without(self, record: TaskRecord | None):
-        """The population fitted to the stream without ``record``'s terms (the M-step)."""
-        sums = self._population_sums()
-        terms = self._task_terms(record)
-        if terms is not None:
-            sums = sums.plus(terms, -1.0)
-        return sums.population()
-
-    def _population_terms(self, record: TaskRecord, sums: PopulationSums) -> TaskTerms | None:
-        """The E-step of one task under the population of ``sums`` (``None``: no statistics)."""
-        data = self._evidence_data(record)
-        if data is None:
-            return None
-        pop = sums.population()
-        terms = gaussian_terms(*data, pop) if self.kind == "regression" else logistic_terms(*data, pop)
-        return terms if np.all(np.isfinite(terms.second)) and np.isfinite(terms.rss) else None
-
-    def _population_curve(self, record: TaskRecord, sums: PopulationSums) -> dict[str, list[float]]:
-        """The task's evidence curve of every population family against ``sums``'s population."""
-        data = self._evidence_data(record)
-        fams = tuple(f for f in self._families if f.centred_on_population)
-        if data is None or not fams:
-            return {}
-        library = Library(None, np.empty((0, self._n_slopes)), np.empty(0), sums.population())
-        try:
-            curves = family_curves(self.kind, data, library, fams)
-        except (np.linalg.LinAlgError, ArithmeticError):
-            return {}
-        return {name: [float(v) for v in c.log_evidence] for name, c in curves.items()
-                if np.all(np.isfinite(c.log_evidence))}
+    def _task_noise(self, record: TaskRecord, pop: Population) -> float:
+        """A regression task's noise variance, shrunk toward the stream's typical one."""
+        rss, dof = self._noise_terms(record)
+        return float(task_noises(np.array([rss]), np.array([dof]), pop.noise)[0][0])
 
     def _update_population(self, task_id: str, previous: TaskRecord | None) -> None:
-        """Incremental EM: the learned task's terms replace its earlier ones in the sums, as
-        its E-step under the population of the other tasks. Other tasks keep the terms of
-        their own last update (an update changes one task), so a stream's early tasks hold
-        terms fitted against an early population until they are learned again."""
-        sums = self._population_sums()
-        old = self._task_terms(previous)
-        if old is not None:
-            sums = sums.plus(old, -1.0)
-        record = self.tasks_[task_id]
-        arrays = {k: v for k, v in record.arrays.items() if k != "population_terms"}
-        terms = self._population_terms(record, sums)
-        if terms is not None:
-            arrays["population_terms"] = terms.to_array()
-            sums = sums.plus(terms)
-        record.arrays = arrays
-        self.population_sums_ = sums.to_array()
+        """Refit the population over every task once their number has grown by
+        :data:`core.population.REFIT_GROWTH` since the last fit (warm-started from it)."""
+        fitted = int(getattr(self, "population_tasks_", 0))
+        if fitted and len(self.tasks_) < REFIT_GROWTH * fitted:
+            return
+        records = [r for r in self.tasks_.values() if self._evidence_data(r) is not None]
+        if not records:
+            return
+        typical = 1.0
+        if self.kind == "regression":
+            rss, dof = np.array([self._noise_terms(r) for r in records]).T
+            noises, typical = task_noises(rss, dof)
+            tasks = [(r.data.gram / v, r.data.moment / v) for r, v in zip(records, noises)]
+        else:
+            tasks = [(2.0 * r.n_samples * r.omega, 2.0 * r.n_samples * r.omega @ r.w) for r in records]
+        pop = fit_population(tasks, self._population() if fitted else None, typical)
+        if np.all(np.isfinite(pop.to_array())):
+            self.population_ = pop.to_array()
+            self.population_tasks_ = len(self.tasks_)
+
+    def _with_task_noise(self, library: Library | None, record: TaskRecord) -> Library | None:
+        """``library`` with its population's noise set to the task's own (regression)."""
+        if library is None or library.population is None or self.kind != "regression":
+            return library
+        pop = library.population
+        return dataclasses.replace(library, population=dataclasses.replace(pop, noise=self._task_noise(record, pop)))
 
     # ----------------------------------------------------------------- prediction
     def _theta(self, task_id: str) -> np.ndarray:
@@ -524,10 +564,12 @@ class LifelongLearner:
             value = state.arrays[name] if name in state.arrays or attr not in defaults else defaults[attr]
             setattr(self, attr, np.array(value, copy=True))
         for attr in self._meta_attrs:
-            setattr(self, attr, copy.deepcopy(state.meta[attr.rstrip("_")]))
+            name = attr.rstrip("_")
+            value = state.meta[name] if name in state.meta or attr not in defaults else defaults[attr]
+            setattr(self, attr, copy.deepcopy(value))
 
-    def _state_defaults(self) -> dict[str, np.ndarray]:
-        """Values of global arrays that a state of an earlier format lacks (none here)."""
+    def _state_defaults(self) -> dict[str, Any]:
+        """Values of global arrays and meta that a state of an earlier format lacks (none here)."""
         return {}
 
     def with_state(self, state: ModelState) -> "LifelongLearner":

@@ -82,7 +82,7 @@ from .base import LifelongLearner, TaskRecord, UpdateResult
 from .evidence import POPULATION, RIDGE, Family, Library
 from .exceptions import InputError
 from .losses import half_hessian
-from .population import PopulationSums
+from .population import Population
 from .solvers import (admm_assignment, fista_quadratic_l1, kronecker_sum_pcg, plus_kron_terms,
                       solve_ridge_ball, solve_rows_in_ball)
 
@@ -153,8 +153,8 @@ class FCL3(LifelongLearner):
         ``theta_t = D s_t``, the paper's model.
     """
 
-    _state_attrs = ("D_", "L_", "A_", "b_", "M_", "C_", "S_", "population_sums_")
-    _meta_attrs = ("representatives_", "n_learned_", "n_seeded_columns_")
+    _state_attrs = ("D_", "L_", "A_", "b_", "M_", "C_", "S_", "population_")
+    _meta_attrs = ("representatives_", "n_learned_", "n_seeded_columns_", "population_tasks_")
     _families = (RIDGE, POPULATION, Family("mixture", rho=0.0, centred_on_representatives=True),
                  Family("mixture_span", rho=10.0, centred_on_representatives=True),
                  Family("mixture_population", centred_on_representatives=True, population_shape=True))
@@ -224,15 +224,16 @@ class FCL3(LifelongLearner):
         self.M_ = np.zeros((p, d))
         self.C_ = np.zeros((d, d))
         self.S_ = np.zeros((0, p))
-        self.population_sums_ = PopulationSums.empty(n_features).to_array()
+        self.population_ = Population.initial(n_features + 1).to_array()
+        self.population_tasks_ = 0
         self.representatives_: list[str] = []
         self.n_learned_ = 0
         self.n_seeded_columns_ = 0
 
-    def _state_defaults(self) -> dict[str, np.ndarray]:
-        """A state from before the population (format 3) starts it empty: its tasks join it
-        as they are learned again."""
-        return {"population_sums_": PopulationSums.empty(self._n_slopes).to_array()}
+    def _state_defaults(self) -> dict:
+        """A state from before the population (format 3) starts from the initial one; the next
+        update fits it to every task."""
+        return {"population_": Population.initial(self._n_params).to_array(), "population_tasks_": 0}
 
     # ------------------------------------------------------------------ pieces
     def _quadratic(self, w: np.ndarray, omega: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -543,8 +544,7 @@ class FCL3(LifelongLearner):
     def _environment_stats(self) -> dict[str, tuple[int, np.ndarray, np.ndarray]]:
         """For every representative: how many tasks lean on it most (itself not counted) and
         the sums of :meth:`_pooling_terms` over it and those tasks (cached per update)."""
-        cache = self.__dict__.setdefault("_task_models", {})
-        if "environments" not in cache:
+        def compute() -> dict[str, tuple[int, np.ndarray, np.ndarray]]:
             stats: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}
             for tid, record in self.tasks_.items():
                 env = tid if tid in self.representatives_ else self._environment_of(record)
@@ -553,8 +553,8 @@ class FCL3(LifelongLearner):
                 W, Ww = self._pooling_terms(record)
                 count, weight, weighted = stats.get(env, (-1, 0.0, 0.0))
                 stats[env] = (count + 1, weight + W, weighted + Ww)
-            cache["environments"] = stats
-        return cache["environments"]
+            return stats
+        return self._stream_value("environments", compute)
 
     @property
     def representatives(self) -> list[str]:

@@ -1,26 +1,35 @@
-"""The stream's population of task slopes: a Gaussian hierarchical model fitted by EM.
+"""The stream's population of task models: a Gaussian hierarchical model fitted by EM.
 
-Every task's slopes ``beta_t`` (scaled space, the intercept excluded) are taken as draws
-from one population ``N(m, Sigma)``; a regression task's rows are ``y = b_t + X beta_t + e``
-with noise ``e ~ N(0, sigma^2)`` shared by the tasks, and its intercept ``b_t`` is integrated
-out under a flat prior (the task's centred statistics). This is the linear mixed model a
-statistician fits to grouped data (random slopes per group; Laird & Ware 1982), and its
-estimates are the type-II maximum likelihood of that model.
+Every task's parameters ``theta_t = (beta_t, b_t)`` (slopes and intercept, scaled space, bias
+last) are taken as draws from one population ``N(m, Sigma)``; a regression task's rows are
+``y = X theta_t + e`` with noise ``e ~ N(0, sigma_t^2)``. This is the linear
+mixed model a statistician fits to grouped data, with a random intercept and random slopes
+per group (Laird & Ware 1982; statsmodels' ``MixedLM``), here with a noise variance per task. The learners use it twice: the
+slopes' marginal ``N(m_beta, Sigma_beta)`` is a prior family for the slopes
+(:data:`core.evidence.POPULATION`), and the intercept's conditional prior given the slopes
+pools each task's intercept with the others' (:func:`pooled_intercept`), as the mixed
+model's predicted random intercepts do.
 
-It is fitted by EM on the tasks' sufficient statistics (Dempster, Laird & Rubin 1977;
-Laird, Lange & Stram 1987): the E-step gives each task's posterior ``N(mu_t, C_t)`` of
-``beta_t`` under the current ``(m, Sigma, sigma^2)``, and the M-step sets ``m`` to the mean of
-the ``mu_t``, ``Sigma`` to the mean of ``C_t + (mu_t - m)(mu_t - m)'`` and ``sigma^2`` to the
-expected residual sum of squares per degree of freedom. Logistic tasks use the Laplace
-approximation for the E-step (the posterior mode and the inverse Hessian) and have no
-``sigma^2``.
+It is fitted by EM over every task at once (:func:`fit_population`; Dempster, Laird & Rubin
+1977; Laird, Lange & Stram 1987), each task entering as a Gaussian *pseudo-observation* of its
+parameters in information form ``(J_t, h_t)``: for squared loss exactly, ``J_t = X'X /
+sigma^2`` and ``h_t = X'y / sigma^2`` from the task's sufficient statistics; for logistic loss
+the Laplace approximation at the task's own fit ``w_t``, ``J_t = 2 n Omega_t`` (the Hessian of
+its summed loss) and ``h_t = J_t w_t``. The E-step gives each task's posterior
+``N(mu_t, C_t)`` with ``C_t = (J_t + Sigma^-1)^-1``; the M-step sets ``m`` to the mean of the
+``mu_t`` and ``Sigma`` to the mean of ``C_t + (mu_t - m)(mu_t - m)'``. Each regression task
+keeps its own noise variance ``sigma_t^2`` (:func:`task_noises`): unlike the textbook mixed
+model, tasks may have targets on scales that differ by orders of magnitude. Every task's E-step is one batched linear-algebra
+call, and EM runs to convergence: incremental EM, which refits only the task an update
+touches, stays far from the fixed point where variance components are small (EM converges
+slowly near the boundary; on real school data the slopes' variances stayed tenfold too large).
 
-The M-step reads only sums over tasks (:class:`PopulationSums`), and a task's terms in them
-are stored with the task, so a learner keeps the fit *incrementally* (Neal & Hinton 1998):
-an update replaces the terms of the task it learns (and refreshes a few others), at a cost
-that does not grow with the number of tasks. ``Sigma`` has a weak inverse-Wishart prior
-(``PRIOR_WEIGHT`` pseudo-tasks with covariance ``PRIOR_SCALE * I`` in the scaled space), so
-that the fit of a stream of one or two tasks is defined and ``Sigma`` stays invertible.
+A learner refits the population when its number of tasks has grown by :data:`REFIT_GROWTH`
+since the last fit, warm-started from it: a geometric schedule, so refits cost a bounded
+amount per update on average however many tasks there are. ``Sigma`` has a weak
+inverse-Wishart prior (``PRIOR_WEIGHT`` pseudo-tasks with covariance ``PRIOR_SCALE * I`` in the
+scaled space) so that the fit of a stream of one or two tasks is defined and ``Sigma`` stays
+invertible.
 """
 from __future__ import annotations
 
@@ -30,17 +39,24 @@ import numpy as np
 
 from .losses import sigmoid
 
-#: Pseudo-tasks of the inverse-Wishart prior on ``Sigma`` and its scale (slopes of
-#: standardised features for a standardised target are of order 1).
+#: Pseudo-tasks of the inverse-Wishart prior on ``Sigma``, and its scale.
 PRIOR_WEIGHT = 1.0
-PRIOR_SCALE = 1.0
+PRIOR_SCALE = 1e-2
+#: Degrees of freedom of the stream's typical noise added to a task's own (:func:`task_noises`).
+NOISE_PSEUDO_DOF = 10.0
+#: The population is refitted when the stream's tasks have grown by this factor since the last fit.
+REFIT_GROWTH = 1.25
+#: EM stops when no parameter moves by more than ``EM_TOL`` (relative), or after ``EM_MAX_ITER``.
+EM_TOL = 1e-6
+EM_MAX_ITER = 300
 #: Weight of the bias penalty in logistic fits (a flat prior on the intercept, kept regular).
 _BIAS_PRECISION = 1e-8
 
 
 @dataclass(frozen=True)
 class Population:
-    """The population of slopes ``N(mean, cov)`` and the noise variance (regression)."""
+    """The population ``N(mean, cov)`` of task parameters (or of slopes alone, see
+    :meth:`slopes`) and the noise variance (regression)."""
 
     mean: np.ndarray
     cov: np.ndarray
@@ -48,104 +64,131 @@ class Population:
 
     @classmethod
     def initial(cls, d: int) -> "Population":
-        """The population before any task: the prior's centre and scale."""
-        return cls(np.zeros(d), PRIOR_SCALE * np.eye(d), 1.0)
-
-
-@dataclass(frozen=True)
-class TaskTerms:
-    """One task's terms in :class:`PopulationSums`: its posterior mean ``mu`` and second
-    moment ``second = C + mu mu'`` of the slopes, its expected residual sum of squares and
-    degrees of freedom (zero for logistic tasks)."""
-
-    mu: np.ndarray
-    second: np.ndarray
-    rss: float = 0.0
-    dof: float = 0.0
+        """Where EM starts on a new stream: standardised slopes and intercepts of order 1."""
+        return cls(np.zeros(d), np.eye(d), 1.0)
 
     def to_array(self) -> np.ndarray:
-        return np.concatenate([self.mu, self.second.reshape(-1), [self.rss, self.dof]])
+        return np.concatenate([self.mean, self.cov.reshape(-1), [self.noise]])
 
     @classmethod
-    def from_array(cls, a: np.ndarray, d: int) -> "TaskTerms":
-        return cls(a[:d].copy(), a[d:d + d * d].reshape(d, d).copy(), float(a[-2]), float(a[-1]))
+    def from_array(cls, a: np.ndarray) -> "Population":
+        d = int(round((np.sqrt(1.0 + 4.0 * (a.size - 1)) - 1.0) / 2.0))
+        return cls(a[:d].copy(), a[d:d + d * d].reshape(d, d).copy(), float(a[-1]))
+
+    def slopes(self) -> "Population":
+        """The slopes' marginal (every coordinate but the last, the intercept)."""
+        return Population(self.mean[:-1], self.cov[:-1, :-1], self.noise)
+
+    def intercept_given(self, slopes: np.ndarray) -> tuple[float, float]:
+        """Mean and variance of the intercept's conditional prior given the slopes."""
+        gain = np.linalg.solve(self.cov[:-1, :-1], self.cov[:-1, -1])
+        mean = float(self.mean[-1] + gain @ (slopes - self.mean[:-1]))
+        return mean, max(float(self.cov[-1, -1] - gain @ self.cov[:-1, -1]), 1e-12)
 
 
-@dataclass(frozen=True)
-class PopulationSums:
-    """Sums over tasks of their :class:`TaskTerms` and the number of tasks summed."""
-
-    count: float
-    mu: np.ndarray
-    second: np.ndarray
-    rss: float
-    dof: float
-
-    @classmethod
-    def empty(cls, d: int) -> "PopulationSums":
-        return cls(0.0, np.zeros(d), np.zeros((d, d)), 0.0, 0.0)
-
-    def plus(self, terms: TaskTerms, sign: float = 1.0) -> "PopulationSums":
-        return PopulationSums(self.count + sign, self.mu + sign * terms.mu, self.second + sign * terms.second,
-                              self.rss + sign * terms.rss, self.dof + sign * terms.dof)
-
-    def to_array(self) -> np.ndarray:
-        return np.concatenate([[self.count], self.mu, self.second.reshape(-1), [self.rss, self.dof]])
-
-    @classmethod
-    def from_array(cls, a: np.ndarray, d: int) -> "PopulationSums":
-        return cls(float(a[0]), a[1:1 + d].copy(), a[1 + d:1 + d + d * d].reshape(d, d).copy(),
-                   float(a[-2]), float(a[-1]))
-
-    def population(self, prior_weight: float = PRIOR_WEIGHT) -> Population:
-        """The M-step: the population these sums make (with ``prior_weight`` pseudo-tasks of
-        the prior on ``Sigma``; ``0`` is maximum likelihood)."""
-        d = self.mu.size
-        if self.count < 0.5:
-            return Population.initial(d)
-        m = self.mu / self.count
-        scatter = self.second - self.count * np.outer(m, m)
-        cov = (scatter + prior_weight * PRIOR_SCALE * np.eye(d)) / (self.count + prior_weight)
-        cov = 0.5 * (cov + cov.T)
-        noise = self.rss / self.dof if self.dof > 0.5 else 1.0
-        return Population(m, cov, max(noise, 1e-12))
+def fit_population(tasks: list, start: Population | None = None, noise: float = 1.0,
+                   prior_weight: float = PRIOR_WEIGHT, tol: float = EM_TOL, max_iter: int = EM_MAX_ITER) -> Population:
+    """EM over every task's pseudo-observation ``(J, h)`` to convergence, from ``start``
+    (:meth:`Population.initial` when ``None``), accelerated by SQUAREM (Varadhan & Roland
+    2008: an extrapolation from two EM steps, kept when it is a valid population). ``noise``
+    is stored with the result: the stream's typical noise variance (:func:`task_noises`)."""
+    J, h = (np.array(c, dtype=float) for c in zip(*tasks))
+    d = h.shape[1]
+    x = (Population.initial(d) if start is None else start).to_array()[:-1]
+    step = lambda v: _em_step(v, J, h, prior_weight)
+    for _ in range(max_iter // 3):
+        x1 = step(x)
+        x2 = step(x1)
+        r, v = x1 - x, x2 - 2.0 * x1 + x
+        nv = float(np.linalg.norm(v))
+        new = x2
+        if nv > 0:
+            alpha = -max(float(np.linalg.norm(r)) / nv, 1.0)
+            trial = x - 2.0 * alpha * r + alpha * alpha * v
+            if _valid(trial, d):
+                new = step(trial)
+                if not _valid(new, d):
+                    new = x2
+        moved = _moved(x, new, d)
+        x = new
+        if moved < tol:
+            break
+    return Population(x[:d].copy(), x[d:].reshape(d, d).copy(), noise)
 
 
-def centred_moments(n: int, gram: np.ndarray, moment: np.ndarray, yy: float):
-    """``(G, q, S)``: ``X'X``, ``X'y`` and ``y'y`` of the task's rows centred on their means
-    (the intercept integrated out under a flat prior), from the statistics with the bias last."""
-    xbar = gram[-1, :-1] / n
-    ybar = moment[-1] / n
-    G = gram[:-1, :-1] - n * np.outer(xbar, xbar)
-    q = moment[:-1] - n * xbar * ybar
-    S = yy - n * ybar * ybar
-    return G, q, S
+def _valid(x: np.ndarray, d: int) -> bool:
+    """A finite population with a positive-definite covariance."""
+    if not np.all(np.isfinite(x)):
+        return False
+    try:
+        np.linalg.cholesky(x[d:].reshape(d, d))
+    except np.linalg.LinAlgError:
+        return False
+    return True
 
 
-def gaussian_terms(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, pop: Population) -> TaskTerms:
-    """E-step of a squared-loss task: its posterior of the slopes under ``pop``."""
-    G, q, S = centred_moments(n, gram, moment, yy)
+def _moved(x: np.ndarray, new: np.ndarray, d: int) -> float:
+    """The largest relative move of the mean and the covariance."""
+    return max(float(np.max(np.abs(new[:d] - x[:d]))) / (1.0 + float(np.max(np.abs(x[:d])))),
+               float(np.max(np.abs(new[d:] - x[d:]))) / float(np.max(np.abs(x[d:]))))
+
+
+def _em_step(x: np.ndarray, J: np.ndarray, h: np.ndarray, prior_weight: float) -> np.ndarray:
+    """One EM step over every task; ``x`` is the mean and the covariance, flattened."""
+    T, d = h.shape
+    mean, cov = x[:d], x[d:].reshape(d, d)
+    prec = np.linalg.inv(cov)
+    C = np.linalg.inv(J + prec)  # (T, d, d): every task's posterior covariance
+    mu = np.einsum("tij,tj->ti", C, h + prec @ mean)
+    m = mu.mean(axis=0)
+    dev = mu - m
+    cov = (C.sum(axis=0) + dev.T @ dev + prior_weight * PRIOR_SCALE * np.eye(d)) / (T + prior_weight)
+    return np.concatenate([m, (0.5 * (cov + cov.T)).reshape(-1)])
+
+
+def task_noises(rss: np.ndarray, dof: np.ndarray, typical: float | None = None,
+                pseudo_dof: float = NOISE_PSEUDO_DOF) -> tuple[np.ndarray, float]:
+    """Every regression task's noise variance and the stream's typical one.
+
+    A task's own estimate ``rss / dof`` (from its single-task fit) is shrunk toward the
+    stream's typical noise in log space, ``log s_t = (dof_t log(rss_t / dof_t) + k log s) /
+    (dof_t + k)`` with ``k = pseudo_dof``: tasks may differ in noise by orders of magnitude
+    (targets on their own scales), and a task with few rows borrows the typical value ``s``,
+    the dof-weighted geometric mean of the tasks' own estimates (or ``typical`` when given)."""
+    rss, dof = np.asarray(rss, dtype=float), np.asarray(dof, dtype=float)
+    own = (dof > 0) & (rss > 0)
+    log_own = np.log(np.where(own, rss, 1.0) / np.where(own, dof, 1.0))
+    if typical is not None:
+        log_typical = float(np.log(typical))
+    else:
+        log_typical = float(np.sum(dof[own] * log_own[own]) / np.sum(dof[own])) if np.any(own) else 0.0
+    weight = np.where(own, dof, 0.0)
+    return np.exp((weight * log_own + pseudo_dof * log_typical) / (weight + pseudo_dof)), float(np.exp(log_typical))
+
+
+def posterior_mean(J: np.ndarray, h: np.ndarray, pop: Population) -> np.ndarray:
+    """A task's posterior mean under ``pop`` from its pseudo-observation ``(J, h)`` (for
+    squared loss ``X'X / sigma^2`` and ``X'y / sigma^2``): the mixed model's prediction."""
     prec = np.linalg.inv(pop.cov)
-    P = G / pop.noise + prec
-    C = np.linalg.inv(P)
-    C = 0.5 * (C + C.T)
-    mu = C @ (q / pop.noise + prec @ pop.mean)
-    rss = S - 2.0 * mu @ q + mu @ G @ mu + float(np.sum(G * C))
-    return TaskTerms(mu, C + np.outer(mu, mu), max(float(rss), 0.0), float(max(n - 1, 0)))
+    return np.linalg.solve(J + prec, h + prec @ pop.mean)
 
 
 def logistic_modes(X: np.ndarray, y: np.ndarray, centres: np.ndarray, precision: np.ndarray,
                    W0: np.ndarray | None = None, max_iter: int = 50, tol: float = 1e-8
                    ) -> tuple[np.ndarray, np.ndarray]:
     """For each centre ``c_k`` (rows of ``centres``), the mode ``w_k`` (slopes and intercept,
-    bias last) of ``sum log p(y_i | x_i w) - 1/2 (w_nb - c_k)' P (w_nb - c_k)`` with a flat
-    intercept, and the Hessian of the negative log posterior there: arrays ``(k, d + 1)`` and
-    ``(k, d + 1, d + 1)``. Newton's method with step halving, every centre at once."""
+    bias last) of ``sum log p(y_i | x_i w) - 1/2 (w - c_k)' P (w - c_k)`` and the Hessian of
+    the negative log posterior there: arrays ``(k, d + 1)`` and ``(k, d + 1, d + 1)``.
+    Centres and ``P`` of the slopes alone (``d`` wide) leave the intercept flat. Newton's
+    method with step halving, every centre at once."""
     k, d1 = centres.shape[0], X.shape[1]
-    P = np.zeros((d1, d1))
-    P[:-1, :-1] = precision
-    P[-1, -1] = _BIAS_PRECISION
-    C = np.hstack([centres, np.zeros((k, 1))])
+    if centres.shape[1] == d1:
+        P, C = precision, centres
+    else:
+        P = np.zeros((d1, d1))
+        P[:-1, :-1] = precision
+        P[-1, -1] = _BIAS_PRECISION
+        C = np.hstack([centres, np.zeros((k, 1))])
 
     def objective(W, Cs):
         Z = W @ X.T  # (k, n)
@@ -189,33 +232,9 @@ def logistic_mode(X: np.ndarray, y: np.ndarray, centre: np.ndarray, precision: n
     return W[0], H[0]
 
 
-def logistic_terms(X: np.ndarray, y: np.ndarray, pop: Population) -> TaskTerms:
-    """E-step of a logistic task: the Laplace approximation of its posterior of the slopes
-    under ``pop`` (the intercept profiled: the slopes' covariance is the inverse of the
-    Schur complement of the intercept in the Hessian)."""
-    w, H = logistic_mode(X, y, pop.mean, np.linalg.inv(pop.cov))
-    Hs = H[:-1, :-1] - np.outer(H[:-1, -1], H[-1, :-1]) / H[-1, -1]
-    C = np.linalg.inv(Hs)
-    C = 0.5 * (C + C.T)
-    mu = w[:-1]
-    return TaskTerms(mu, C + np.outer(mu, mu))
-
-
-def fit_population(tasks: list, kind: str, iterations: int = 200, prior_weight: float = PRIOR_WEIGHT,
-                   tol: float = 1e-10) -> Population:
-    """Batch EM over every task: ``tasks`` holds ``(n, gram, moment, yy)`` (regression) or
-    ``(X, y)`` (classification) per task. The learners run the same E- and M-steps one task
-    at a time; this is their fixed point, for tests and offline use."""
-    d = (tasks[0][1].shape[0] if kind == "regression" else tasks[0][0].shape[1]) - 1
-    pop = Population.initial(d)
-    for _ in range(iterations):
-        sums = PopulationSums.empty(d)
-        for data in tasks:
-            sums = sums.plus(gaussian_terms(*data, pop) if kind == "regression" else logistic_terms(*data, pop))
-        new = sums.population(prior_weight)
-        moved = max(float(np.max(np.abs(new.mean - pop.mean))), float(np.max(np.abs(new.cov - pop.cov))),
-                    abs(new.noise - pop.noise))
-        pop = new
-        if moved < tol:
-            break
-    return pop
+def pooled_intercept(intercept: float, precision: float, pop: Population, slopes: np.ndarray) -> float:
+    """The task's intercept pooled with the population's: its own estimate ``intercept`` (of
+    precision ``precision``, given ``slopes``) combined with the intercept's conditional prior
+    given the slopes — the posterior mean of the mixed model's random intercept."""
+    mean, var = pop.intercept_given(slopes)
+    return float((precision * intercept + mean / var) / (precision + 1.0 / var))

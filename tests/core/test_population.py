@@ -1,53 +1,108 @@
-"""The population of slopes (core.population) against independent computations: the E-step
-against Gaussian conditioning and scipy's optimiser, EM's fixed point against a direct
-maximisation of the mixed model's marginal likelihood over the rows."""
+"""The population of task models (core.population) against independent computations:
+EM's fixed point against statsmodels' MixedLM, the posterior mean and the pooled intercept
+against Gaussian conditioning, logistic modes against scipy's optimiser, the population
+family's evidence against the marginal likelihood of the rows."""
 import numpy as np
 import pytest
+import statsmodels.api as sm
 from scipy import optimize, stats
 from scipy.linalg import null_space
 
+import core.population as population
 from core.evidence import GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, gaussian_fits, logistic_fits
-from core.population import (Population, PopulationSums, TaskTerms, fit_population, gaussian_terms,
-                             logistic_mode, logistic_terms)
+from core.population import Population, fit_population, logistic_mode, pooled_intercept, posterior_mean
 
 
 def _design(X):
     return np.hstack([X, np.ones((X.shape[0], 1))])
 
 
-def _random_slopes(seed, T=25, d=2, n=(6, 20), m=(1.0, -0.5), tau=0.6, sigma=0.8):
+def _grouped(seed, T=40, n=(5, 15), m=(1.0, -0.5, 2.0), sd=(0.5, 0.3, 1.0), sigma=0.7):
+    """Random intercept and slopes per group: ``(rows per task, statistics per task)``."""
     rng = np.random.default_rng(seed)
-    tasks, rows = [], []
+    rows, stats_ = [], []
     for _ in range(T):
         k = int(rng.integers(*n))
-        X = rng.standard_normal((k, d))
-        beta = np.array(m) + tau * rng.standard_normal(d)
-        y = rng.normal() * 2 + X @ beta + sigma * rng.standard_normal(k)
+        X = rng.standard_normal((k, 2))
+        theta = np.array(m) + np.array(sd) * rng.standard_normal(3)
         Xd = _design(X)
-        tasks.append((k, Xd.T @ Xd, Xd.T @ y, float(y @ y)))
+        y = Xd @ theta + sigma * rng.standard_normal(k)
         rows.append((X, y))
-    return tasks, rows
+        stats_.append((k, Xd.T @ Xd, Xd.T @ y, float(y @ y)))
+    return rows, stats_
 
 
-def test_gaussian_e_step_is_gaussian_conditioning():
-    rng = np.random.default_rng(0)
-    X = rng.standard_normal((7, 3))
-    y = rng.standard_normal(7)
+def test_em_reaches_statsmodels_mixed_model_estimates():
+    """With the noise at statsmodels' maximum-likelihood estimate, EM's fixed point is the
+    maximum likelihood of the mean and covariance of the random intercept and slopes."""
+    rows, tasks = _grouped(0)
+    y = np.concatenate([r[1] for r in rows])
+    exog = np.vstack([np.hstack([np.ones((len(r[1]), 1)), r[0]]) for r in rows])  # const first
+    groups = np.concatenate([[i] * len(r[1]) for i, r in enumerate(rows)])
+    fit = sm.MixedLM(y, exog, groups=groups, exog_re=exog).fit(reml=False, method="lbfgs")
+    s2 = fit.scale
+    pop = fit_population([(G / s2, q / s2) for _, G, q, _ in tasks], prior_weight=0.0, tol=1e-12, max_iter=30000)
+    order = [1, 2, 0]  # statsmodels' (const, x1, x2) as ours (x1, x2, bias)
+    np.testing.assert_allclose(pop.mean, np.asarray(fit.fe_params)[order], atol=2e-3)
+    np.testing.assert_allclose(pop.cov, np.asarray(fit.cov_re)[np.ix_(order, order)], atol=5e-3)
+
+
+def test_acceleration_keeps_the_fixed_point():
+    """SQUAREM's fit equals plain EM's (many plain steps) to the tolerance."""
+    _, tasks = _grouped(1)
+    pseudo = [(G / 0.5, q / 0.5) for _, G, q, _ in tasks]
+    fast = fit_population(pseudo, prior_weight=1.0, tol=1e-11, max_iter=30000)
+    J, h = (np.array(c) for c in zip(*pseudo))
+    x = Population.initial(3).to_array()[:-1]
+    for _ in range(5000):
+        x = population._em_step(x, J, h, 1.0)
+    np.testing.assert_allclose(fast.mean, x[:3], atol=1e-6)
+    np.testing.assert_allclose(fast.cov, x[3:].reshape(3, 3), atol=1e-6)
+
+
+def test_task_noises_shrink_in_log_space_toward_the_typical_noise():
+    rss, dof = np.array([10.0, 4000.0, 0.0, 1.0]), np.array([10.0, 40.0, 0.0, 1.0])
+    noises, typical = population.task_noises(rss, dof, pseudo_dof=10.0)
+    own = rss[[0, 1, 3]] / dof[[0, 1, 3]]
+    assert typical == pytest.approx(np.exp(np.sum(dof[[0, 1, 3]] * np.log(own)) / 51.0))
+    assert noises[2] == pytest.approx(typical)  # no rows of its own: the typical value
+    assert noises[1] == pytest.approx(np.exp((40 * np.log(100.0) + 10 * np.log(typical)) / 50))
+    assert noises[0] < noises[1]  # orders of magnitude apart stay apart
+
+
+def test_posterior_mean_is_gaussian_conditioning():
+    rng = np.random.default_rng(2)
+    X, y = _design(rng.standard_normal((6, 2))), rng.standard_normal(6)
     pop = Population(np.array([0.3, -1.0, 0.5]), np.array([[1.0, 0.2, 0], [0.2, 0.5, 0.1], [0, 0.1, 2.0]]), 0.7)
-    Xd = _design(X)
-    terms = gaussian_terms(7, Xd.T @ Xd, Xd.T @ y, float(y @ y), pop)
-    # independent: centre the rows (flat intercept), condition the Gaussian prior on them
-    Xc, yc = X - X.mean(0), y - y.mean()
-    prec = np.linalg.inv(pop.cov) + Xc.T @ Xc / pop.noise
-    C = np.linalg.inv(prec)
-    mu = C @ (np.linalg.solve(pop.cov, pop.mean) + Xc.T @ yc / pop.noise)
-    np.testing.assert_allclose(terms.mu, mu, rtol=1e-10)
-    np.testing.assert_allclose(terms.second, C + np.outer(mu, mu), rtol=1e-10)
-    # expected residual sum of squares by sampling the posterior
-    draws = rng.multivariate_normal(mu, C, size=200_000)
-    rss = np.mean(np.sum((yc[None, :] - draws @ Xc.T) ** 2, axis=1))
-    assert terms.rss == pytest.approx(rss, rel=5e-3)
-    assert terms.dof == 6
+    got = posterior_mean(X.T @ X / pop.noise, X.T @ y / pop.noise, pop)
+    # independent: the joint Gaussian of (theta, y), conditioned on y
+    S_yy = X @ pop.cov @ X.T + pop.noise * np.eye(6)
+    want = pop.mean + pop.cov @ X.T @ np.linalg.solve(S_yy, y - X @ pop.mean)
+    np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
+def test_pooled_intercept_is_the_conditional_posterior():
+    pop = Population(np.array([0.3, -1.0, 0.5]), np.array([[1.0, 0.2, 0.3], [0.2, 0.5, 0.1], [0.3, 0.1, 2.0]]), 0.7)
+    slopes = np.array([0.1, 0.4])
+    # the intercept's conditional prior given the slopes, by Gaussian conditioning
+    S = pop.cov
+    mean_c = pop.mean[2] + S[2, :2] @ np.linalg.solve(S[:2, :2], slopes - pop.mean[:2])
+    var_c = S[2, 2] - S[2, :2] @ np.linalg.solve(S[:2, :2], S[:2, 2])
+    assert pop.intercept_given(slopes) == pytest.approx((mean_c, var_c))
+    # n rows with residual mean r (given the slopes) and noise s2: the posterior of the intercept
+    n, r, s2 = 7, 1.3, 0.7
+    want = (n * r / s2 + mean_c / var_c) / (n / s2 + 1 / var_c)
+    assert pooled_intercept(r, n / s2, pop, slopes) == pytest.approx(want)
+    assert pooled_intercept(r, 1e12, pop, slopes) == pytest.approx(r)  # a huge task keeps its own
+
+
+def test_population_round_trips_as_an_array():
+    pop = Population(np.array([0.3, -1.0]), np.array([[1.0, 0.2], [0.2, 0.5]]), 0.7)
+    back = Population.from_array(pop.to_array())
+    np.testing.assert_array_equal(back.mean, pop.mean)
+    np.testing.assert_array_equal(back.cov, pop.cov)
+    assert back.noise == pop.noise
+    assert back.slopes().cov.shape == (1, 1)
 
 
 def test_logistic_mode_matches_scipy():
@@ -63,59 +118,11 @@ def test_logistic_mode_matches_scipy():
         return np.sum(np.logaddexp(0, z) - y * z) + 0.5 * r @ P @ r + 0.5e-8 * v[-1] ** 2
     ref = optimize.minimize(f, np.zeros(3), method="BFGS", options={"gtol": 1e-10}).x
     np.testing.assert_allclose(w, ref, atol=1e-5)
-    terms = logistic_terms(X, y, Population(centre, np.linalg.inv(P)))
-    np.testing.assert_allclose(terms.mu, w[:-1])
-    Hs = H[:-1, :-1] - np.outer(H[:-1, -1], H[-1, :-1]) / H[-1, -1]
-    np.testing.assert_allclose(terms.second - np.outer(terms.mu, terms.mu), np.linalg.inv(Hs), rtol=1e-8)
-
-
-def _centred_loglik(rows, m, cov, noise):
-    """The mixed model's log likelihood of the rows with each task's intercept integrated out
-    under a flat prior: the rows projected on the complement of the constant."""
-    total = 0.0
-    for X, y in rows:
-        Q = null_space(np.ones((1, len(y))))  # orthonormal, (n, n-1)
-        Xq, yq = Q.T @ X, Q.T @ y
-        total += stats.multivariate_normal(Xq @ m, noise * np.eye(len(yq)) + Xq @ cov @ Xq.T).logpdf(yq)
-    return total
-
-
-def test_em_reaches_the_maximum_likelihood_of_the_mixed_model():
-    tasks, rows = _random_slopes(3)
-    pop = fit_population(tasks, "regression", iterations=2000, prior_weight=0.0, tol=1e-12)
-
-    def negative(theta):
-        m = theta[:2]
-        Lc = np.array([[np.exp(theta[2]), 0.0], [theta[3], np.exp(theta[4])]])
-        return -_centred_loglik(rows, m, Lc @ Lc.T, np.exp(theta[5]))
-    L0 = np.linalg.cholesky(pop.cov)
-    start = np.array([*pop.mean, np.log(L0[0, 0]), L0[1, 0], np.log(L0[1, 1]), np.log(pop.noise)])
-    best = optimize.minimize(negative, start + 0.2, method="Nelder-Mead",
-                             options={"maxiter": 20000, "xatol": 1e-9, "fatol": 1e-10})
-    assert -negative(start) >= -best.fun - 1e-4  # EM's fixed point is the maximum
-    assert -negative(start) > -negative(start + 0.05) + 1e-6  # and a strict one: a test that can fail
-    np.testing.assert_allclose(pop.mean, best.x[:2], atol=2e-3)
-    # the estimates are near the truth (m = (1, -0.5), Sigma = 0.36 I, sigma^2 = 0.64)
-    np.testing.assert_allclose(pop.mean, [1.0, -0.5], atol=0.35)
-    assert 0.4 < pop.noise < 0.9
-
-
-def test_sums_round_trip_and_remove_a_task_exactly():
-    tasks, _ = _random_slopes(4, T=5)
-    pop = Population.initial(2)
-    terms = [gaussian_terms(*t, pop) for t in tasks]
-    sums = PopulationSums.empty(2)
-    for t in terms:
-        sums = sums.plus(t)
-    again = PopulationSums.from_array(sums.to_array(), 2)
-    np.testing.assert_allclose(again.to_array(), sums.to_array())
-    without = sums.plus(terms[2], -1.0)
-    direct = PopulationSums.empty(2)
-    for i, t in enumerate(terms):
-        if i != 2:
-            direct = direct.plus(TaskTerms.from_array(t.to_array(), 2))
-    np.testing.assert_allclose(without.to_array(), direct.to_array(), atol=1e-12)
-    assert without.population().mean == pytest.approx(direct.mu / 4)
+    p = 1 / (1 + np.exp(-(X @ w)))
+    want = (X.T * (p * (1 - p))) @ X
+    want[:-1, :-1] += P
+    want[-1, -1] += 1e-8
+    np.testing.assert_allclose(H, want, rtol=1e-8)
 
 
 def test_population_evidence_is_the_marginal_likelihood():
@@ -126,7 +133,7 @@ def test_population_evidence_is_the_marginal_likelihood():
     Xd = _design(X)
     pop = Population(np.array([0.4, -0.3]), np.array([[0.5, 0.1], [0.1, 0.3]]), 0.8)
     R = np.linalg.cholesky(pop.cov / pop.noise)
-    E, TH = gaussian_fits(9, Xd.T @ Xd, Xd.T @ y, float(y @ y), pop.mean[None, :], None, 0.0, R)
+    E, _ = gaussian_fits(9, Xd.T @ Xd, Xd.T @ y, float(y @ y), pop.mean[None, :], None, 0.0, R)
     Q = null_space(np.ones((1, 9)))
     Xq, yq = Q.T @ X, Q.T @ y
     direct = []
@@ -144,28 +151,16 @@ def test_logistic_population_evidence_is_laplace():
     y = (rng.random(25) < 0.5).astype(float)
     pop = Population(np.array([0.3, 0.1]), np.array([[0.6, 0.1], [0.1, 0.4]]))
     E, TH = logistic_fits(X, y, pop.mean[None, :], None, 0.0, np.linalg.cholesky(pop.cov))
-    E, TH = E[1:], TH[1:]  # row 0 is the centre 0
-    j = 6
-    om = LOGISTIC_OMEGAS[j]
-    K = om * pop.cov
 
-    def log_joint(v):  # log p(y | v) + log N(v_nb; m, K), flat intercept
-        z = X @ v
-        return -np.sum(np.logaddexp(0, z) - y * z) + stats.multivariate_normal(pop.mean, K).logpdf(v[:-1])
-    w = TH[0, j]
-    # Laplace: log p(y) = log_joint(w) + (d+1)/2 log 2 pi - 1/2 log det H (+ the flat intercept's constant)
-    p = 1 / (1 + np.exp(-(X @ w)))
-    H = (X.T * (p * (1 - p))) @ X
-    H[:-1, :-1] += np.linalg.inv(K)
-    laplace = log_joint(w) + 1.5 * np.log(2 * np.pi) - 0.5 * np.linalg.slogdet(H)[1]
-    # E drops the constants common to every omega: compare two omegas' differences
-    k = 9
-    w2 = TH[0, k]
-    K2 = LOGISTIC_OMEGAS[k] * pop.cov
-    p2 = 1 / (1 + np.exp(-(X @ w2)))
-    H2 = (X.T * (p2 * (1 - p2))) @ X
-    H2[:-1, :-1] += np.linalg.inv(K2)
-    z2 = X @ w2
-    laplace2 = (-np.sum(np.logaddexp(0, z2) - y * z2) + stats.multivariate_normal(pop.mean, K2).logpdf(w2[:-1])
-                + 1.5 * np.log(2 * np.pi) - 0.5 * np.linalg.slogdet(H2)[1])
-    assert E[0, k] - E[0, j] == pytest.approx(laplace2 - laplace, abs=1e-6)
+    def laplace(j):
+        K = LOGISTIC_OMEGAS[j] * pop.cov
+        w = TH[1, j]
+        p = 1 / (1 + np.exp(-(X @ w)))
+        H = (X.T * (p * (1 - p))) @ X
+        H[:-1, :-1] += np.linalg.inv(K)
+        z = X @ w
+        return (-np.sum(np.logaddexp(0, z) - y * z) + stats.multivariate_normal(pop.mean, K).logpdf(w[:-1])
+                - 0.5 * np.linalg.slogdet(H)[1])
+    # E drops the constants common to every omega: compare differences between omegas
+    assert E[1, 9] - E[1, 6] == pytest.approx(laplace(9) - laplace(6), abs=1e-6)
+    assert E[1, 3] - E[1, 6] == pytest.approx(laplace(3) - laplace(6), abs=1e-6)
