@@ -195,3 +195,11 @@ def test_an_unwritable_stderr_loses_the_line_and_never_fails_the_request(make_cl
             stream.close()
         except OSError:
             pass
+
+
+def test_a_string_utf8_cannot_hold_is_escaped(stderr):
+    """A lone surrogate (JSON may carry one as ``\\ud800``) still gives one JSON line."""
+    out = stderr()
+    logs.access("GET", "/a\ud800b", 404, 0.5, "rid-5")
+    (line,) = out.getvalue().splitlines()
+    assert json.loads(line)["path"] == "/a\ud800b" and line.isascii()
