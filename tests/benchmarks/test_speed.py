@@ -130,9 +130,9 @@ def test_state_bytes_add_up_the_exported_state():
 
 
 def test_growth_stops_at_max_seconds_and_says_where(tmp_path):
-    result = speed.scaling_benchmark((1, 10 ** 6), models=["FCL3-Rand"], n_features=3, n_rows=5, repeats=1,
+    result = speed.scaling_benchmark((1, 10 ** 6), models=["STL"], n_features=3, n_rows=5, repeats=1,
                                      max_seconds=0.3, progress=False)
-    e = result["models"]["FCL3-Rand"]
+    e = result["models"]["STL"]
     assert 1 <= e["stopped_at"] < 10 ** 6
     assert [c["n_tasks"] for c in e["checkpoints"]] == [1, 10 ** 6]
     assert e["checkpoints"][0]["reached"] and not e["checkpoints"][-1]["reached"]
