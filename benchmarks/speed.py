@@ -365,7 +365,8 @@ def scaling_benchmark(n_tasks=(100, 1000, 10000), models=None, kind: str = "regr
                     stopped_at = grown
             seg = time.perf_counter() - seg_start
             spent += seg
-            point: dict[str, Any] = {"n_tasks": n, "reached": grown >= n, "growth_seconds": spent,
+            point: dict[str, Any] = {"n_tasks": n, "reached": grown >= n, "tasks_learned": grown,
+                                     "growth_seconds": spent,
                                      "segment_seconds": seg,
                                      "growth_ms_per_task": 1000.0 * seg / max(grown - seg_tasks, 1)}
             if point["reached"]:
@@ -429,20 +430,26 @@ def format_scaling(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot_scaling(result: dict[str, Any], path: str) -> str:
-    """Each cost against the number of tasks, log-log: one panel per cost, one line per learner."""
+def plot_scaling(result: dict[str, Any], path: str, clock: str = "cpu") -> str:
+    """Each cost against the number of tasks, log-log: one panel per cost, one line per learner.
+    ``clock`` is "cpu" (thread CPU time, the steadier on a shared machine) or "wall"; the
+    growth panel is wall clock, each stretch plotted at the number of tasks it ended at."""
+    if clock not in ("cpu", "wall"):
+        raise ValueError(f"clock must be 'cpu' or 'wall', not {clock!r}")
     plt = matplotlib_pyplot()
-    keys = COSTS + ("state_bytes_per_task", "growth_ms_per_task")
+    suffix = "_cpu" if clock == "cpu" else ""
+    keys = tuple(c + suffix for c in COSTS) + ("state_bytes_per_task", "growth_ms_per_task")
     fig, axes = plt.subplots(2, 3, figsize=(13, 7.5))
     for ax, key in zip(axes.flat, keys):
         for i, (name, e) in enumerate(result["models"].items()):
-            pts = [(c["n_tasks"], c[key]) for c in e["checkpoints"] if key in c]
+            pts = [(c.get("tasks_learned", c["n_tasks"] if c["reached"] else e["stopped_at"]), c[key])
+                   for c in e["checkpoints"] if key in c]
             if pts:
                 ax.plot(*zip(*pts), marker="o", color=f"C{i}")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("tasks learned")
-        ax.set_title(COST_LABELS[key], fontsize=10)
+        ax.set_title(COST_LABELS[key.removesuffix("_cpu")].replace("(ms)", f"(ms, {clock})"), fontsize=10)
         ax.grid(alpha=0.3, which="both")
     handles = [plt.Line2D([], [], marker="o", color=f"C{i}") for i in range(len(result["models"]))]
     labels = [name if e["stopped_at"] is None else f"{name} (growth stopped at {e['stopped_at']} tasks)"
@@ -486,6 +493,8 @@ def main(argv: list[str] | None = None) -> int:
     scaling.add_argument("--max-seconds", type=float,
                          help="stop a learner's growth after this many seconds and record where it stopped")
     scaling.add_argument("--figure", help="write the log-log figure (one panel per cost) to this PNG path")
+    scaling.add_argument("--figure-clock", choices=("cpu", "wall"), default="cpu",
+                         help="the clock the figure's timings use (default cpu: steadier on a shared machine)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
@@ -521,7 +530,7 @@ def _main_scaling(args, models) -> int:
     if args.json_out:
         print(f"wrote {write_json(args.json_out, {'scaling': result})}", file=sys.stderr)
     if args.figure:
-        print(f"wrote {plot_scaling(result, args.figure)}", file=sys.stderr)
+        print(f"wrote {plot_scaling(result, args.figure, args.figure_clock)}", file=sys.stderr)
     return 0
 
 

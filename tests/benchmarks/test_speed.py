@@ -138,7 +138,10 @@ def test_growth_stops_at_max_seconds_and_says_where(tmp_path):
     assert e["checkpoints"][0]["reached"] and not e["checkpoints"][-1]["reached"]
     assert result["target"]["met"] is None
     assert "growth stopped at" in speed.format_scaling(result)
-    assert os.path.exists(speed.plot_scaling(result, str(tmp_path / "stopped.png")))
+    assert e["checkpoints"][-1]["tasks_learned"] == e["stopped_at"]
+    assert os.path.exists(speed.plot_scaling(result, str(tmp_path / "stopped.png"), clock="wall"))
+    with pytest.raises(ValueError, match="clock"):
+        speed.plot_scaling(result, str(tmp_path / "x.png"), clock="sundial")
 
 
 def test_cli_quick_writes_json_with_every_cost_and_a_figure(tmp_path):
