@@ -356,19 +356,20 @@ def scaling_benchmark(n_tasks=(100, 1000, 10000), models=None, kind: str = "regr
         checkpoints, grown, spent, stopped_at = [], 0, 0.0, None
         bar = progress_bar(total=n_tasks[-1], desc=f"speed {name}", enabled=progress, unit="task")
         for n in n_tasks:
-            seg_start, seg_tasks = time.perf_counter(), grown
+            seg_start, seg_cpu, seg_tasks = time.perf_counter(), time.thread_time(), grown
             while grown < n and stopped_at is None:
                 model.learn(f"t{grown}", *tasks.batch(grown))
                 grown += 1
                 bar.update(1)
                 if max_seconds is not None and spent + time.perf_counter() - seg_start > max_seconds and grown < n:
                     stopped_at = grown
-            seg = time.perf_counter() - seg_start
+            seg, seg_cpu = time.perf_counter() - seg_start, time.thread_time() - seg_cpu
             spent += seg
             point: dict[str, Any] = {"n_tasks": n, "reached": grown >= n, "tasks_learned": grown,
                                      "growth_seconds": spent,
                                      "segment_seconds": seg,
-                                     "growth_ms_per_task": 1000.0 * seg / max(grown - seg_tasks, 1)}
+                                     "growth_ms_per_task": 1000.0 * seg / max(grown - seg_tasks, 1),
+                                     "growth_cpu_ms_per_task": 1000.0 * seg_cpu / max(grown - seg_tasks, 1)}
             if point["reached"]:
                 bar.set_postfix_str(f"measuring at {n}")
                 point.update(measure_costs(model, tasks, n, repeats, seed))

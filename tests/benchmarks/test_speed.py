@@ -139,6 +139,7 @@ def test_growth_stops_at_max_seconds_and_says_where(tmp_path):
     assert result["target"]["met"] is None
     assert "growth stopped at" in speed.format_scaling(result)
     assert e["checkpoints"][-1]["tasks_learned"] == e["stopped_at"]
+    assert 0 <= e["checkpoints"][-1]["growth_cpu_ms_per_task"] and e["checkpoints"][-1]["growth_ms_per_task"] > 0
     assert os.path.exists(speed.plot_scaling(result, str(tmp_path / "stopped.png"), clock="wall"))
     with pytest.raises(ValueError, match="clock"):
         speed.plot_scaling(result, str(tmp_path / "x.png"), clock="sundial")
