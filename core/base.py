@@ -27,7 +27,7 @@ from .exceptions import InputError, UnknownTaskError
 from .losses import KINDS, curvature_scale, fit_single_task, fit_squared_from_moments, sigmoid
 from .population import (REFIT_GROWTH, Population, fit_population, logistic_mode, pooled_intercept,
                          posterior_mean, task_noises)
-from .preprocessing import Scaler, as_matrix, as_targets, label_convention
+from .preprocessing import SCALER_WARMUP_ROWS, Scaler, as_matrix, as_targets, label_convention
 from .state import ModelState, SquaredLossMoments, TaskData, TaskRecord, TaskRows, check_format
 
 
@@ -49,6 +49,9 @@ class UpdateResult:
     outlier_probability: float | None = None
     new_representative: bool = False
     n_representatives: int = 0
+    #: Other tasks the update learned again (the scaling's warm-up): a store that keeps tasks
+    #: apart writes them too.
+    relearned: tuple[str, ...] = ()
 
 
 class LifelongLearner:
@@ -160,23 +163,17 @@ class LifelongLearner:
                 self._init_learned(X.shape[1])
                 y01 = (y == 1.0).astype(float) if self.kind == "classification" else y
                 self.scaler_ = Scaler.fit(X, y01, self.kind, self.standardize)
+                self.scaler_rows_ = 0
             with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # checked below
-                # the prior this task's evidence is measured against: the library without it
-                library = self._safe_library(task_id, previous) if self.task_models == "empirical_bayes" else None
-                data = self._merged(task_id, previous.data if previous else None, self._summarise(X, y))
-                if previous is None:
-                    record = TaskRecord(data=data, labels=labels)
+                batch = self._summarise(X, y)
+                fitted_on = int(getattr(self, "scaler_rows_", SCALER_WARMUP_ROWS))
+                rows = 0
+                if self.standardize and fitted_on < SCALER_WARMUP_ROWS:
+                    rows = sum(r.n_samples for r in self.tasks_.values()) + X.shape[0]
+                if rows and (rows >= 2 * fitted_on or rows >= SCALER_WARMUP_ROWS):
+                    result = self._learn_with_refitted_scaling(task_id, batch, labels, rows)
                 else:
-                    record = TaskRecord(
-                        data=data, labels=labels, w=previous.w, omega=previous.omega,
-                        arrays=dict(previous.arrays), meta=dict(previous.meta),
-                    )
-                record.w, record.omega = self._single_task(record.data)
-                result = self._update(task_id, record, previous)
-                if self.task_models == "empirical_bayes":
-                    self._record_evidence(task_id, library)
-                    if self._keeps_population:
-                        self._update_population(task_id, previous)
+                    result = self._learn_batch(task_id, batch, labels)
             self._check_finite(task_id)
         except (np.linalg.LinAlgError, ArithmeticError) as exc:
             # finite input whose scale breaks the arithmetic (values ~1e16 and beyond): the
@@ -191,9 +188,62 @@ class LifelongLearner:
         self._forget_derived()  # the task models follow the new library
         return result
 
+    def _learn_batch(self, task_id: str, batch: TaskData, labels: str) -> UpdateResult:
+        """Learn one summarised batch (in the current scaling) of task ``task_id``."""
+        previous = self.tasks_.get(task_id)
+        # the prior this task's evidence is measured against: the library without it
+        library = self._safe_library(task_id, previous) if self.task_models == "empirical_bayes" else None
+        data = self._merged(task_id, previous.data if previous else None, batch)
+        if previous is None:
+            record = TaskRecord(data=data, labels=labels)
+        else:
+            record = TaskRecord(
+                data=data, labels=labels, w=previous.w, omega=previous.omega,
+                arrays=dict(previous.arrays), meta=dict(previous.meta),
+            )
+        record.w, record.omega = self._single_task(record.data)
+        result = self._update(task_id, record, previous)
+        if self.task_models == "empirical_bayes":
+            self._record_evidence(task_id, library)
+            if self._keeps_population:
+                self._update_population(task_id, previous)
+        return result
+
+    def _learn_with_refitted_scaling(self, task_id: str, batch: TaskData, labels: str, rows: int) -> UpdateResult:
+        """Warm-up (:data:`core.preprocessing.SCALER_WARMUP_ROWS`): refit the scaling on every
+        row seen, this batch's included, re-express every task's data exactly in it and learn
+        the tasks again from a fresh start, each as one batch, in their order. The model is
+        then what the same rows would give had they arrived with the scaling known, however
+        the stream began (a one-row first batch no longer sets the scaling)."""
+        known = task_id in self.tasks_
+        tasks = dict(self.tasks_)
+        labels_of = {tid: r.labels for tid, r in tasks.items()}
+        data_of = {tid: r.data for tid, r in tasks.items()}
+        data_of[task_id] = self._merged(task_id, data_of.get(task_id), batch)
+        labels_of[task_id] = labels
+        old = self.scaler_
+        if self.kind == "regression":
+            total = [sum(d.n for d in data_of.values()), sum(d.gram for d in data_of.values()),
+                     sum(d.moment for d in data_of.values()), sum(d.yy for d in data_of.values())]
+            new = Scaler.from_stats(*old.raw_stats(*total), self.kind, self.standardize)
+            data_of = {tid: SquaredLossMoments(d.n, *new.moments_from(old, d.n, d.gram, d.moment, d.yy))
+                       for tid, d in data_of.items()}
+        else:
+            X = np.vstack([d.X for d in data_of.values()])
+            new = Scaler.fit(X, np.zeros(X.shape[0]), self.kind, self.standardize)
+        self._init_learned(self.n_features_in_)
+        self.scaler_, self.scaler_rows_ = new, rows
+        result = None
+        for tid, data in data_of.items():
+            step = self._learn_batch(tid, data, labels_of[tid])
+            result = step if tid == task_id else result
+            self._forget_derived()
+        return dataclasses.replace(result, new_task=not known, relearned=tuple(t for t in data_of if t != task_id))
+
     def _check_finite(self, task_id: str) -> None:
         """Refuse an update whose learned arrays are not all finite (the caller rolls back)."""
         arrays = [self._finite_witness(a, getattr(self, a)) for a in self._state_attrs]
+        arrays += list(self.scaler_.to_arrays().values())
         record = self.tasks_[task_id]
         # y'y may be NaN by design (a task from a state older than format 3): not a failure
         arrays += [record.w, record.omega, *record.arrays.values(),
@@ -247,14 +297,14 @@ class LifelongLearner:
         raise NotImplementedError
 
     def _snapshot(self) -> dict[str, Any]:
-        attrs = ("n_features_in_", "scaler_", "tasks_") + self._state_attrs + self._meta_attrs
+        attrs = ("n_features_in_", "scaler_", "scaler_rows_", "tasks_") + self._state_attrs + self._meta_attrs
         snap = {a: getattr(self, a) for a in attrs if hasattr(self, a)}
         if "tasks_" in snap:
             snap["tasks_"] = dict(snap["tasks_"])
         return snap
 
     def _restore(self, snapshot: dict[str, Any]) -> None:
-        attrs = ("n_features_in_", "scaler_", "tasks_") + self._state_attrs + self._meta_attrs
+        attrs = ("n_features_in_", "scaler_", "scaler_rows_", "tasks_") + self._state_attrs + self._meta_attrs
         for a in attrs:
             if a in snapshot:
                 setattr(self, a, snapshot[a])
@@ -502,7 +552,11 @@ class LifelongLearner:
         """Regression values, or class labels in the convention the task's labels came in."""
         score = self.decision_function(task_id, X)
         if self.kind == "regression":
-            return self.scaler_.untarget(score)
+            with np.errstate(over="ignore", invalid="ignore"):
+                values = self.scaler_.untarget(score)
+            if not np.isfinite(values).all():
+                raise InputError("the prediction overflowed: the rows' values are too large for this model")
+            return values
         positive = score >= 0.0
         negative = -1.0 if self._record(task_id).labels == "pm1" else 0.0
         return np.where(positive, 1.0, negative)
@@ -535,6 +589,7 @@ class LifelongLearner:
         tasks: dict[str, dict[str, Any]] = {}
         if self.is_fitted:
             meta["n_features"] = int(self.n_features_in_)
+            meta["scaler_rows"] = int(getattr(self, "scaler_rows_", SCALER_WARMUP_ROWS))
             meta["task_order"] = self.task_ids
             meta.update({a.rstrip("_"): copy.deepcopy(getattr(self, a)) for a in self._meta_attrs})
             arrays.update({f"scaler_{k}": v.copy() for k, v in self.scaler_.to_arrays().items()})
@@ -558,6 +613,8 @@ class LifelongLearner:
 
     def _set_global_state(self, state: ModelState) -> None:
         self.scaler_ = Scaler.from_arrays({k[len("scaler_"):]: v for k, v in state.arrays.items() if k.startswith("scaler_")})
+        # a state from before the warm-up keeps its scaling frozen
+        self.scaler_rows_ = int(state.meta.get("scaler_rows", SCALER_WARMUP_ROWS))
         defaults = self._state_defaults()
         for attr in self._state_attrs:
             name = attr.rstrip("_")

@@ -1,10 +1,12 @@
 """Input checks and the frozen feature/target scaling every learner shares.
 
 Users send raw feature rows. Linear task models only share knowledge if they live in one
-coordinate system, so the scaling cannot change once tasks are learned: it is fitted on the
-*first* batch the learner ever sees and then frozen (a running scaler would silently move
-every stored ``w_t`` and code). Each feature is centred and divided by its standard
-deviation on that batch; a feature constant there is divided by ``max(1, |value|)``. For regression the
+coordinate system, so the scaling is fixed once the stream is under way: while the stream has
+seen fewer than :data:`SCALER_WARMUP_ROWS` rows the learner refits it on every row seen so far
+each time their number doubles, re-expressing the stored tasks exactly and learning them
+again (:meth:`core.base.LifelongLearner.learn`), and then freezes it. Each feature is centred
+and divided by its standard deviation over those rows; a feature constant there is divided
+by ``max(1, |value|)``. For regression the
 target is scaled the same way, so ``mu``, ``lambda1`` and friends mean the same thing on
 School (scores 1..70) as on Disjoint. The bias column is appended after scaling and is the
 last coordinate of every ``w_t``, ``theta_t`` and row of ``D``.
@@ -17,6 +19,9 @@ from itertools import chain
 import numpy as np
 
 from .exceptions import InputError
+
+#: Rows after which the scaling is frozen (see the module notes).
+SCALER_WARMUP_ROWS = 200
 
 
 def _float_array(X) -> np.ndarray:
@@ -115,18 +120,48 @@ class Scaler:
 
     @classmethod
     def fit(cls, X: np.ndarray, y: np.ndarray, kind: str, standardize: bool) -> "Scaler":
-        d = X.shape[1]
+        """The scaling of rows ``X`` (and targets ``y``)."""
+        return cls.from_stats(X.mean(axis=0), X.std(axis=0), float(y.mean()), float(y.std()), kind, standardize)
+
+    @classmethod
+    def from_stats(cls, mean: np.ndarray, std: np.ndarray, y_mean: float, y_std: float, kind: str,
+                   standardize: bool) -> "Scaler":
+        """The scaling of rows with these feature means and standard deviations (and target's)."""
+        d = mean.size
         if not standardize:
             return cls(np.zeros(d), np.ones(d))
-        mean = X.mean(axis=0)
-        std = X.std(axis=0)
-        # A feature constant on the first batch (a school-level attribute of the first school)
+        # A feature constant on the rows seen (a school-level attribute of the first school)
         # is scaled by its magnitude, so later tasks' values land on a unit scale too.
         scale = np.where(std > 1e-12 * np.maximum(1.0, np.abs(mean)), std, np.maximum(1.0, np.abs(mean)))
         if kind == "regression":
-            ystd = float(y.std())
-            return cls(mean, scale, float(y.mean()), ystd if ystd > 1e-12 * max(1.0, abs(float(y.mean()))) else 1.0)
+            return cls(mean, scale, y_mean, y_std if y_std > 1e-12 * max(1.0, abs(y_mean)) else 1.0)
         return cls(mean, scale)
+
+    def raw_stats(self, n: float, gram: np.ndarray, moment: np.ndarray, yy: float):
+        """Means and standard deviations of the raw features and target of rows whose scaled
+        statistics (bias last) are ``gram``, ``moment``, ``yy``: computed in the scaled space,
+        where the values are of order one, and mapped back."""
+        mz = gram[-1, :-1] / n
+        vz = np.maximum(np.diag(gram)[:-1] / n - mz * mz, 0.0)
+        mt = moment[-1] / n
+        vt = max(yy / n - mt * mt, 0.0)
+        return (self.x_mean + self.x_scale * mz, self.x_scale * np.sqrt(vz),
+                self.y_mean + self.y_scale * mt, self.y_scale * float(np.sqrt(vt)))
+
+    def moments_from(self, other: "Scaler", n: float, gram: np.ndarray, moment: np.ndarray, yy: float):
+        """Statistics ``(X'X, X'y, y'y)`` of rows scaled by ``other``, re-expressed exactly in
+        this scaling: ``z' = z a + b`` per feature with ``a = s / s'``, ``b = (m - m') / s'`` (the
+        bias column unchanged), ``t' = alpha t + beta`` for the target."""
+        d = self.x_mean.size
+        A = np.eye(d + 1)
+        A[np.arange(d), np.arange(d)] = other.x_scale / self.x_scale
+        A[-1, :-1] = (other.x_mean - self.x_mean) / self.x_scale
+        alpha = other.y_scale / self.y_scale
+        beta = (other.y_mean - self.y_mean) / self.y_scale
+        gram_new = A.T @ gram @ A
+        moment_new = A.T @ (alpha * moment + beta * gram[:, -1])
+        yy_new = alpha * alpha * yy + 2.0 * alpha * beta * moment[-1] + beta * beta * n
+        return 0.5 * (gram_new + gram_new.T), moment_new, float(yy_new)
 
     def design(self, X: np.ndarray) -> np.ndarray:
         """Scaled features with the bias column appended last."""

@@ -257,17 +257,49 @@ def test_classification_predictions_use_the_tasks_label_convention():
     assert np.all((p > 0) & (p < 1))
 
 
-def test_scaling_is_fitted_on_the_first_batch_and_frozen():
+def test_scaling_follows_every_row_until_the_warm_up_ends_then_freezes():
+    from core.preprocessing import SCALER_WARMUP_ROWS
     rng = np.random.default_rng(0)
     X1 = np.column_stack([rng.normal(5.0, 2.0, 40), np.full(40, 30.0)])  # 2nd feature constant
     m = FCL3(n_components=2)
     m.learn("a", X1, X1[:, 0] * 3 + 100)
-    sc = m.scaler_
-    np.testing.assert_allclose(sc.x_mean, X1.mean(0))
-    np.testing.assert_allclose(sc.x_scale, [X1[:, 0].std(), 30.0])  # constant: scaled by magnitude
+    np.testing.assert_allclose(m.scaler_.x_mean, X1.mean(0))
+    np.testing.assert_allclose(m.scaler_.x_scale, [X1[:, 0].std(), 30.0])  # constant: scaled by magnitude
     X2 = rng.normal(50.0, 9.0, size=(40, 2))
-    m.learn("b", X2, X2[:, 1])
-    assert m.scaler_ is sc  # later batches never move the coordinate system
+    result = m.learn("b", X2, X2[:, 1])  # 80 rows: twice those the scaling was fitted on
+    both = np.vstack([X1, X2])
+    np.testing.assert_allclose(m.scaler_.x_mean, both.mean(0))
+    np.testing.assert_allclose(m.scaler_.x_scale, both.std(0))
+    assert result.relearned == ("a",)
+    seen = 80
+    while seen < SCALER_WARMUP_ROWS:
+        X = rng.normal(0.0, 1.0, size=(30, 2))
+        m.learn(f"t{seen}", X, X[:, 0])
+        seen += 30
+    frozen = m.scaler_
+    result = m.learn("late", rng.normal(100.0, 50.0, size=(40, 2)), np.ones(40))
+    assert m.scaler_ is frozen and result.relearned == ()  # past the warm-up it never moves
+
+
+@pytest.mark.parametrize("kind", ["regression", "classification"])
+def test_the_first_batch_does_not_decide_the_model(kind):
+    """The same rows, the stream's first batch cut to one row or not: the same model once the
+    scaling's warm-up is over (its refit re-learns every task from its data)."""
+    tasks = clustered_stream(12, d=5, kind=kind)
+    rows = [(tid, X, y) for tid, X, y, _ in tasks]
+    whole, cut = FCL3(kind=kind), FCL3(kind=kind)
+    for tid, X, y in rows:
+        whole.learn(tid, X, y)
+    tid0, X0, y0 = rows[0]
+    cut.learn(tid0, X0[:1], y0[:1])
+    cut.learn(tid0, X0[1:], y0[1:])
+    for tid, X, y in rows[1:]:
+        cut.learn(tid, X, y)
+    assert sum(len(y) for _, _, y in rows) > 200
+    Xt = np.random.default_rng(3).normal(size=(20, 5))
+    for tid, _, _ in rows:
+        np.testing.assert_allclose(cut.decision_function(tid, Xt), whole.decision_function(tid, Xt),
+                                   rtol=1e-6, atol=1e-8)
 
 
 def test_decoder_columns_start_from_the_first_tasks():

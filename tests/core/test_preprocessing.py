@@ -54,3 +54,23 @@ def test_float_array_is_asarray_with_float_dtype(rows):
     got = _float_array(rows)
     assert got.dtype == np.float64 and got.shape == expected.shape
     np.testing.assert_array_equal(got, expected)
+
+
+def test_moments_re_expressed_in_another_scaling_equal_the_rows_scaled_by_it():
+    from core.preprocessing import Scaler
+    rng = np.random.default_rng(1)
+    X = rng.normal(3.0, 5.0, size=(30, 4))
+    y = rng.normal(-7.0, 2.0, size=30)
+    old = Scaler.fit(X[:3], y[:3], "regression", True)
+    new = Scaler.fit(X, y, "regression", True)
+    Xo, to = old.design(X), old.target(y)
+    gram, moment, yy = new.moments_from(old, 30, Xo.T @ Xo, Xo.T @ to, float(to @ to))
+    Xn, tn = new.design(X), new.target(y)
+    np.testing.assert_allclose(gram, Xn.T @ Xn, rtol=1e-10, atol=1e-9)
+    np.testing.assert_allclose(moment, Xn.T @ tn, rtol=1e-10, atol=1e-9)
+    assert yy == pytest.approx(float(tn @ tn), rel=1e-10)
+    # the raw rows' statistics from the scaled ones
+    mean, std, ym, ys = old.raw_stats(30, Xo.T @ Xo, Xo.T @ to, float(to @ to))
+    np.testing.assert_allclose(mean, X.mean(0), rtol=1e-10)
+    np.testing.assert_allclose(std, X.std(0), rtol=1e-8)
+    assert (ym, ys) == pytest.approx((y.mean(), y.std()), rel=1e-8)
