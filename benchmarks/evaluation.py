@@ -149,7 +149,7 @@ def main(argv=None) -> dict:
                                              "evaluation": (p.evaluation_seconds + p.rescore_seconds) * 1000,
                                              "rescore_after_commit": p.rescore_seconds * 1000,
                                              "lock_held": p.lock_held_seconds * 1000,
-                                             "rescored": (p.evaluated or {}).get("rescored", 0)})
+                                             "rescored": p.evaluated.rescored})
                 ev.wait_idle(600)
     finally:
         engine.dispose()
