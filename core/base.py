@@ -33,6 +33,9 @@ from .state import ModelState, SquaredLossMoments, TaskData, TaskRecord, TaskRow
 
 #: ``task_models`` values: every task's own empirical-Bayes model, or the paper's rule.
 TASK_MODELS = ("empirical_bayes", "paper")
+#: Streams of at most this many tasks choose their family at every update; longer ones on the
+#: geometric schedule of :data:`core.population.REFIT_GROWTH`.
+EVERY_UPDATE_TASKS = 64
 
 
 
@@ -129,6 +132,7 @@ class LifelongLearner:
         """Called once, on the first batch; subclasses extend it to create their arrays."""
         self.n_features_in_ = n_features
         self.tasks_: dict[str, TaskRecord] = {}
+        self.stream_choice_: dict[str, Any] | None = None
 
     @property
     def task_ids(self) -> list[str]:
@@ -207,6 +211,7 @@ class LifelongLearner:
             self._record_evidence(task_id, library)
             if self._keeps_population:
                 self._update_population(task_id, previous)
+            self._update_stream_choice()
         return result
 
     def _learn_with_refitted_scaling(self, task_id: str, batch: TaskData, labels: str, rows: int) -> UpdateResult:
@@ -297,14 +302,14 @@ class LifelongLearner:
         raise NotImplementedError
 
     def _snapshot(self) -> dict[str, Any]:
-        attrs = ("n_features_in_", "scaler_", "scaler_rows_", "tasks_") + self._state_attrs + self._meta_attrs
+        attrs = ("n_features_in_", "scaler_", "scaler_rows_", "stream_choice_", "tasks_") + self._state_attrs + self._meta_attrs
         snap = {a: getattr(self, a) for a in attrs if hasattr(self, a)}
         if "tasks_" in snap:
             snap["tasks_"] = dict(snap["tasks_"])
         return snap
 
     def _restore(self, snapshot: dict[str, Any]) -> None:
-        attrs = ("n_features_in_", "scaler_", "scaler_rows_", "tasks_") + self._state_attrs + self._meta_attrs
+        attrs = ("n_features_in_", "scaler_", "scaler_rows_", "stream_choice_", "tasks_") + self._state_attrs + self._meta_attrs
         for a in attrs:
             if a in snapshot:
                 setattr(self, a, snapshot[a])
@@ -393,11 +398,30 @@ class LifelongLearner:
         return (GAUSSIAN_OMEGAS if self.kind == "regression" else LOGISTIC_OMEGAS).size
 
     def _stream_priors(self) -> tuple[str, dict[str, np.ndarray]]:
-        """The stream's family and every family's prior over ``omega`` (cached per update)."""
+        """The stream's family and every family's prior over ``omega``, as last chosen
+        (:meth:`_update_stream_choice`), or chosen now for a state that carries none."""
+        choice = getattr(self, "stream_choice_", None)
+        if choice:
+            return choice["family"], {k: np.asarray(v) for k, v in choice["priors"].items()}
+
         def compute():
             evidence = [r.meta.get("evidence") for r in getattr(self, "tasks_", {}).values()]
             return choose_family([e for e in evidence if e], self._families, self._n_omega)
         return self._stream_value("priors", compute)
+
+    def _update_stream_choice(self) -> None:
+        """Choose the stream's family and its priors over ``omega`` again from every task's
+        evidence once the tasks have grown by :data:`core.population.REFIT_GROWTH` since the
+        last choice (at every update while there are at most :data:`EVERY_UPDATE_TASKS`): a
+        geometric schedule, so the choice, which reads every task, costs a bounded amount per
+        update on average however many tasks there are."""
+        choice = getattr(self, "stream_choice_", None)
+        if choice and len(self.tasks_) > EVERY_UPDATE_TASKS and len(self.tasks_) < REFIT_GROWTH * choice["tasks"]:
+            return
+        evidence = [r.meta.get("evidence") for r in self.tasks_.values()]
+        family, priors = choose_family([e for e in evidence if e], self._families, self._n_omega)
+        self.stream_choice_ = {"family": family, "priors": {k: [float(x) for x in v] for k, v in priors.items()},
+                               "tasks": len(self.tasks_)}
 
     def task_family(self) -> str:
         """The prior family every task is predicted with (``"paper"`` when ``task_models`` is)."""
@@ -590,6 +614,8 @@ class LifelongLearner:
         if self.is_fitted:
             meta["n_features"] = int(self.n_features_in_)
             meta["scaler_rows"] = int(getattr(self, "scaler_rows_", SCALER_WARMUP_ROWS))
+            if getattr(self, "stream_choice_", None):
+                meta["stream_choice"] = copy.deepcopy(self.stream_choice_)
             meta["task_order"] = self.task_ids
             meta.update({a.rstrip("_"): copy.deepcopy(getattr(self, a)) for a in self._meta_attrs})
             arrays.update({f"scaler_{k}": v.copy() for k, v in self.scaler_.to_arrays().items()})
@@ -615,6 +641,7 @@ class LifelongLearner:
         self.scaler_ = Scaler.from_arrays({k[len("scaler_"):]: v for k, v in state.arrays.items() if k.startswith("scaler_")})
         # a state from before the warm-up keeps its scaling frozen
         self.scaler_rows_ = int(state.meta.get("scaler_rows", SCALER_WARMUP_ROWS))
+        self.stream_choice_ = copy.deepcopy(state.meta.get("stream_choice"))
         defaults = self._state_defaults()
         for attr in self._state_attrs:
             name = attr.rstrip("_")

@@ -27,7 +27,7 @@ from .idempotency import KeyInFlight
 from .learners import ModelConfigError
 from .locks import LockBackendDown, LockBusy
 from .reads import ModelMissing, VersionBehind
-from .usecases import ForkRefused
+from .lifecycle import ForkRefused
 from .writes import ModelExists, StaleWrite
 
 log = logging.getLogger("service")

@@ -19,7 +19,6 @@ import core
 from . import evaluation_reads, metrics
 from .evaluation import Evaluated
 from .idempotency import Claim, IdempotencyKeys, KeyInFlight, KeyTakenOver, Replayed, request_hash
-from .lifecycle import ForkRefused  # noqa: F401 - service.errors names it here
 from .locks import LockBusy
 from .reads import ModelMissing, Snapshot, VersionBehind  # noqa: F401 - VersionBehind re-exported
 from .registry import HostedModel, ModelRegistry  # noqa: F401 - service.main builds it from here

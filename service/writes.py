@@ -129,6 +129,8 @@ _UPDATE_MODEL = update(models_t).where(models_t.c.name == bindparam("w_name"),
 _UPDATE_TASK = (update(tasks_t).where(tasks_t.c.model_name == bindparam("w_name"),
                                       tasks_t.c.task_id == bindparam("w_task"))
                 .values(n_batches=tasks_t.c.n_batches + 1))
+_REWRITE_TASK = update(tasks_t).where(tasks_t.c.model_name == bindparam("w_name"),
+                                      tasks_t.c.task_id == bindparam("w_task"))
 _INSERT_TASK = insert(tasks_t)
 _INSERT_BATCH = insert(batches_t)
 
@@ -228,7 +230,8 @@ class ModelWriter:
         t1 = time.perf_counter()
         prequential = None if result.new_task else score_prequential(snap.learner, task_id, X, y)
         prequential_seconds = time.perf_counter() - t1
-        state = learner.get_state(tasks=[task_id])  # global part + the one task touched: what commit writes
+        # global part + the task touched (and any the engine learned again): what commit writes
+        state = learner.get_state(tasks=[task_id, *result.relearned])
         summary = dict(snap.info.get("summary") or {})
         summary["representatives"] = representatives(learner, summary.get("representatives", []), result)
         summary["n_representatives"] = int(result.n_representatives)
@@ -267,6 +270,10 @@ class ModelWriter:
                     "arrays": task["arrays"], "meta": task["meta"], "last_update": last, "updated_at": now})
                 if res.rowcount != 1:
                     raise StaleWrite(f"task {p.task_id!r} row missing; this batch was NOT applied — retry")
+            for tid in p.result.relearned:  # learned again by the engine (its scaling's warm-up)
+                conn.execute(_REWRITE_TASK, {
+                    "w_name": self.name, "w_task": tid, "version": new_version,
+                    "arrays": p.state.tasks[tid]["arrays"], "meta": p.state.tasks[tid]["meta"], "updated_at": now})
             conn.execute(_INSERT_BATCH, {
                 "model_name": self.name, "task_id": p.task_id, "version": new_version,
                 "n_samples": int(p.X.shape[0]), "X": p.X, "y": p.y, "created_at": now})
