@@ -199,23 +199,20 @@ def logistic_fits(X: np.ndarray, y: np.ndarray, centres: np.ndarray, basis: np.n
     Kunit_inv = np.linalg.inv(Kunit)
     logdet_unit = float(np.linalg.slogdet(Kunit)[1])
     C = np.vstack([np.zeros((1, d)), centres])
-    E = np.full((C.shape[0], omegas.size), -np.inf)
-    TH = np.zeros((C.shape[0], omegas.size, d1))
-    for j, om in enumerate(omegas):
-        Kinv = Kunit_inv / om
-        # each centre's mode, warm-started from its mode at the previous omega
-        W, H = logistic_modes(X, y, C, Kinv, TH[:, j - 1] if j else None)
-        Z = W @ X.T
-        hb = np.maximum(H[:, -1, -1], _TINY)
-        Hs = H[:, :-1, :-1] - np.einsum("ki,kj->kij", H[:, :-1, -1], H[:, -1, :-1]) / hb[:, None, None]
-        R = W[:, :-1] - C
-        # Laplace with a flat prior on the intercept: the posterior Hessian's log det is that of
-        # the slopes' Schur complement (prior included) plus log hb; -1/2 log det(K) is the
-        # prior's normaliser
-        E[:, j] = (-np.sum(np.logaddexp(0.0, Z) - y * Z, axis=1) - 0.5 * np.einsum("ki,ij,kj->k", R, Kinv, R)
-                   - 0.5 * (np.linalg.slogdet(Hs)[1] + d * np.log(om) + logdet_unit + np.log(hb)))
-        TH[:, j] = W
-    return E, TH
+    k, m = C.shape[0], omegas.size
+    # every (omega, centre) pair's mode in one batch: row j * k + i is centre i at omega j
+    Cs = np.tile(C, (m, 1))
+    Kinv = Kunit_inv[None, :, :] / np.repeat(omegas, k)[:, None, None]
+    W, H = logistic_modes(X, y, Cs, Kinv)
+    Z = W @ X.T
+    hb = np.maximum(H[:, -1, -1], _TINY)
+    Hs = H[:, :-1, :-1] - np.einsum("ki,kj->kij", H[:, :-1, -1], H[:, -1, :-1]) / hb[:, None, None]
+    Rs = W[:, :-1] - Cs
+    # Laplace with a flat prior on the intercept: the posterior Hessian's log det is that of the
+    # slopes' Schur complement (prior included) plus log hb; -1/2 log det(K) is the prior's normaliser
+    E = (-np.sum(np.logaddexp(0.0, Z) - y * Z, axis=1) - 0.5 * np.einsum("ki,kij,kj->k", Rs, Kinv, Rs)
+         - 0.5 * (np.linalg.slogdet(Hs)[1] + d * np.log(np.repeat(omegas, k)) + logdet_unit + np.log(hb)))
+    return E.reshape(m, k).T.copy(), W.reshape(m, k, d1).transpose(1, 0, 2).copy()
 
 
 def best_fit(E: np.ndarray, TH: np.ndarray, log_weights: np.ndarray | None = None) -> Fit:

@@ -174,55 +174,56 @@ def posterior_mean(J: np.ndarray, h: np.ndarray, pop: Population) -> np.ndarray:
 
 
 def logistic_modes(X: np.ndarray, y: np.ndarray, centres: np.ndarray, precision: np.ndarray,
-                   W0: np.ndarray | None = None, max_iter: int = 50, tol: float = 1e-8
+                   W0: np.ndarray | None = None, max_iter: int = 100, tol: float = 1e-8
                    ) -> tuple[np.ndarray, np.ndarray]:
     """For each centre ``c_k`` (rows of ``centres``), the mode ``w_k`` (slopes and intercept,
-    bias last) of ``sum log p(y_i | x_i w) - 1/2 (w - c_k)' P (w - c_k)`` and the Hessian of
+    bias last) of ``sum log p(y_i | x_i w) - 1/2 (w - c_k)' P_k (w - c_k)`` and the Hessian of
     the negative log posterior there: arrays ``(k, d + 1)`` and ``(k, d + 1, d + 1)``.
-    Centres and ``P`` of the slopes alone (``d`` wide) leave the intercept flat. Newton's
-    method with step halving, every centre at once."""
+    ``precision`` is one ``P`` for every centre or one per centre ``(k, ., .)``. Centres and
+    precisions of the slopes alone (``d`` wide) leave the intercept flat. Newton's method with
+    step halving, every centre at once (the objective is strictly convex: it converges from
+    any start)."""
     k, d1 = centres.shape[0], X.shape[1]
+    P = np.broadcast_to(precision, (k,) + precision.shape[-2:])
     if centres.shape[1] == d1:
-        P, C = precision, centres
+        C = centres
     else:
-        P = np.zeros((d1, d1))
-        P[:-1, :-1] = precision
-        P[-1, -1] = _BIAS_PRECISION
+        P = np.concatenate([np.concatenate([P, np.zeros((k, d1 - 1, 1))], axis=2),
+                            np.zeros((k, 1, d1))], axis=1)
+        P[:, -1, -1] = _BIAS_PRECISION
         C = np.hstack([centres, np.zeros((k, 1))])
 
-    def objective(W, Cs):
+    def objective(W, Cs, Ps):
         Z = W @ X.T  # (k, n)
         R = W - Cs
-        return np.sum(np.logaddexp(0.0, Z) - y * Z, axis=1) + 0.5 * np.einsum("ki,ij,kj->k", R, P, R)
+        return np.sum(np.logaddexp(0.0, Z) - y * Z, axis=1) + 0.5 * np.einsum("ki,kij,kj->k", R, Ps, R)
 
-    def hessians(W):
+    def hessians(W, Ps):
         Pr = sigmoid(W @ X.T)  # (k, n)
-        return Pr, np.einsum("ni,kn,nj->kij", X, Pr * (1.0 - Pr), X) + P
+        return Pr, np.einsum("ni,kn,nj->kij", X, Pr * (1.0 - Pr), X) + Ps
 
     W = C.copy() if W0 is None else np.array(W0, dtype=float, copy=True)
-    f = objective(W, C)
-    active = np.ones(k, dtype=bool)
+    f = objective(W, C, P)
+    active = np.arange(k)
     for _ in range(max_iter):
-        Pr, H = hessians(W[active])
-        grad = (Pr - y) @ X + (W[active] - C[active]) @ P
+        Wa, fa, Ca, Pa = W[active], f[active], C[active], P[active]
+        Pr, H = hessians(Wa, Pa)
+        grad = (Pr - y) @ X + np.einsum("kij,kj->ki", Pa, Wa - Ca)
         step = np.linalg.solve(H, grad[..., None])[..., 0]
-        t = np.ones(step.shape[0])
-        Wa, fa = W[active], f[active]
+        t = np.ones(active.size)
         while True:
             W_new = Wa - t[:, None] * step
-            f_new = objective(W_new, C[active])
+            f_new = objective(W_new, Ca, Pa)
             bad = (f_new > fa + 1e-12 * np.abs(fa)) & (t >= 1e-8)
             if not np.any(bad):
                 break
             t = np.where(bad, 0.5 * t, t)
         moved = np.max(np.abs(W_new - Wa), axis=1)
         W[active], f[active] = W_new, f_new
-        done = moved <= tol * (1.0 + np.max(np.abs(W_new), axis=1))
-        idx = np.flatnonzero(active)
-        active[idx[done]] = False
-        if not np.any(active):
+        active = active[moved > tol * (1.0 + np.max(np.abs(W_new), axis=1))]
+        if active.size == 0:
             break
-    return W, hessians(W)[1]
+    return W, hessians(W, P)[1]
 
 
 def logistic_mode(X: np.ndarray, y: np.ndarray, centre: np.ndarray, precision: np.ndarray,
