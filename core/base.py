@@ -25,7 +25,8 @@ from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, RIDGE, Family, Library,
                        posterior_fit)
 from .exceptions import InputError, UnknownTaskError
 from .losses import KINDS, curvature_scale, fit_single_task, fit_squared_from_moments, sigmoid
-from .population import (REFIT_GROWTH, Population, fit_population, logistic_mode, pooled_intercept,
+from .population import (REFIT_GROWTH, Population, fit_population, fit_logistic_population, logistic_mode,
+                         pooled_intercept,
                          posterior_mean, task_noises)
 from .preprocessing import SCALER_WARMUP_ROWS, Scaler, as_matrix, as_targets, label_convention
 from .state import ModelState, SquaredLossMoments, TaskData, TaskRecord, TaskRows, check_format
@@ -533,14 +534,14 @@ class LifelongLearner:
         records = [r for r in self.tasks_.values() if self._evidence_data(r) is not None]
         if not records:
             return
-        typical = 1.0
+        start = self._population() if fitted else None
         if self.kind == "regression":
             rss, dof = np.array([self._noise_terms(r) for r in records]).T
             noises, typical = task_noises(rss, dof)
-            tasks = [(r.data.gram / v, r.data.moment / v) for r, v in zip(records, noises)]
+            pop = fit_population([(r.data.gram / v, r.data.moment / v) for r, v in zip(records, noises)],
+                                 start, typical)
         else:
-            tasks = [(2.0 * r.n_samples * r.omega, 2.0 * r.n_samples * r.omega @ r.w) for r in records]
-        pop = fit_population(tasks, self._population() if fitted else None, typical)
+            pop = fit_logistic_population([self._design(r.data)[:2] for r in records], start)
         if np.all(np.isfinite(pop.to_array())):
             self.population_ = pop.to_array()
             self.population_tasks_ = len(self.tasks_)

@@ -49,6 +49,14 @@ REFIT_GROWTH = 1.25
 #: EM stops when no parameter moves by more than ``EM_TOL`` (relative), or after ``EM_MAX_ITER``.
 EM_TOL = 1e-6
 EM_MAX_ITER = 300
+#: Laplace EM for logistic tasks (:func:`fit_logistic_population`): at most this many rounds of
+#: re-expansion, stopping when the population moves less than ``LAPLACE_TOL`` (relative).
+LAPLACE_ROUNDS = 20
+LAPLACE_TOL = 1e-4
+#: Prior ``N(0, LOGISTIC_MEAN_SCALE^2 I)`` on the logistic population's mean (standardised
+#: features: a log-odds slope of 10 per standard deviation is already extreme). Without it the
+#: mean has no maximum when the pooled rows are separable (a few tasks of one or two rows).
+LOGISTIC_MEAN_SCALE = 10.0
 #: Weight of the bias penalty in logistic fits (a flat prior on the intercept, kept regular).
 _BIAS_PRECISION = 1e-8
 
@@ -87,7 +95,8 @@ class Population:
 
 
 def fit_population(tasks: list, start: Population | None = None, noise: float = 1.0,
-                   prior_weight: float = PRIOR_WEIGHT, tol: float = EM_TOL, max_iter: int = EM_MAX_ITER) -> Population:
+                   prior_weight: float = PRIOR_WEIGHT, tol: float = EM_TOL, max_iter: int = EM_MAX_ITER,
+                   mean_scale: float | None = None) -> Population:
     """EM over every task's pseudo-observation ``(J, h)`` to convergence, from ``start``
     (:meth:`Population.initial` when ``None``), accelerated by SQUAREM (Varadhan & Roland
     2008: an extrapolation from two EM steps, kept when it is a valid population). ``noise``
@@ -95,7 +104,7 @@ def fit_population(tasks: list, start: Population | None = None, noise: float = 
     J, h = (np.array(c, dtype=float) for c in zip(*tasks))
     d = h.shape[1]
     x = (Population.initial(d) if start is None else start).to_array()[:-1]
-    step = lambda v: _em_step(v, J, h, prior_weight)
+    step = lambda v: _em_step(v, J, h, prior_weight, mean_scale)
     for _ in range(max_iter // 3):
         x1 = step(x)
         x2 = step(x1)
@@ -116,6 +125,57 @@ def fit_population(tasks: list, start: Population | None = None, noise: float = 
     return Population(x[:d].copy(), x[d:].reshape(d, d).copy(), noise)
 
 
+def fit_logistic_population(tasks: list, start: Population | None = None, rounds: int = LAPLACE_ROUNDS,
+                            tol: float = LAPLACE_TOL, prior_weight: float = PRIOR_WEIGHT) -> Population:
+    """The population of logistic tasks ``[(X, y), ...]`` (scaled designs, bias last) that
+    maximises the Laplace approximation of the marginal likelihood (with the covariance's
+    prior of :func:`fit_population`). Each round expands every task's log-likelihood at its
+    posterior mode under the current population (:func:`logistic_pseudo_observation`), runs
+    :func:`fit_population` on those expansions, and keeps the result only if the Laplace
+    objective rises, halving the step toward the current population otherwise (the plain
+    iteration is Newton's method without a line search and can diverge). Stops when the
+    population moves less than ``tol`` (relative) or after ``rounds``. Expanding at each task's
+    own fit instead fails on tasks of two rows with one label, whose fit sits far out on the
+    flat intercept."""
+    pop = Population.initial(tasks[0][0].shape[1]) if start is None else start
+    value, modes = laplace_objective(tasks, pop, None, prior_weight)
+    for _ in range(rounds):
+        trial = fit_population([logistic_pseudo_observation(X, y, w) for (X, y), w in zip(tasks, modes)],
+                               pop, prior_weight=prior_weight, mean_scale=LOGISTIC_MEAN_SCALE)
+        for _ in range(30):
+            trial_value, trial_modes = laplace_objective(tasks, trial, modes, prior_weight)
+            if trial_value >= value:
+                break
+            trial = Population(0.5 * (pop.mean + trial.mean), 0.5 * (pop.cov + trial.cov))
+        else:
+            break
+        moved = _moved(pop.to_array()[:-1], trial.to_array()[:-1], trial.mean.size)
+        pop, value, modes = trial, trial_value, trial_modes
+        if moved < tol:
+            break
+    return pop
+
+
+def laplace_objective(tasks: list, pop: Population, modes: list | None = None,
+                      prior_weight: float = PRIOR_WEIGHT) -> tuple[float, list]:
+    """The Laplace approximation of the logistic tasks' log marginal likelihood under ``pop``
+    plus the log priors of its covariance (that of :func:`fit_population`'s EM) and of its mean
+    (``N(0, LOGISTIC_MEAN_SCALE^2 I)``), and every
+    task's posterior mode (``modes``: warm starts)."""
+    prec = np.linalg.inv(pop.cov)
+    logdet_prec = float(np.linalg.slogdet(prec)[1])
+    total = (-0.5 * prior_weight * (-logdet_prec + PRIOR_SCALE * float(np.trace(prec)))
+             - 0.5 * float(pop.mean @ pop.mean) / LOGISTIC_MEAN_SCALE ** 2)
+    out = []
+    for (X, y), w0 in zip(tasks, modes or [None] * len(tasks)):
+        w, H = logistic_mode(X, y, pop.mean, prec, w0)
+        z, r = X @ w, w - pop.mean
+        total += (-float(np.sum(np.logaddexp(0.0, z) - y * z)) - 0.5 * float(r @ prec @ r)
+                  + 0.5 * logdet_prec - 0.5 * float(np.linalg.slogdet(H)[1]))
+        out.append(w)
+    return total, out
+
+
 def _valid(x: np.ndarray, d: int) -> bool:
     """A finite population with a positive-definite covariance."""
     if not np.all(np.isfinite(x)):
@@ -133,14 +193,20 @@ def _moved(x: np.ndarray, new: np.ndarray, d: int) -> float:
                float(np.max(np.abs(new[d:] - x[d:]))) / float(np.max(np.abs(x[d:]))))
 
 
-def _em_step(x: np.ndarray, J: np.ndarray, h: np.ndarray, prior_weight: float) -> np.ndarray:
-    """One EM step over every task; ``x`` is the mean and the covariance, flattened."""
+def _em_step(x: np.ndarray, J: np.ndarray, h: np.ndarray, prior_weight: float,
+             mean_scale: float | None = None) -> np.ndarray:
+    """One EM step over every task; ``x`` is the mean and the covariance, flattened. With
+    ``mean_scale`` the mean has the prior ``N(0, mean_scale^2 I)`` (an ECM step: the mean given
+    the covariance, then the covariance given the mean)."""
     T, d = h.shape
     mean, cov = x[:d], x[d:].reshape(d, d)
     prec = np.linalg.inv(cov)
     C = np.linalg.inv(J + prec)  # (T, d, d): every task's posterior covariance
     mu = np.einsum("tij,tj->ti", C, h + prec @ mean)
-    m = mu.mean(axis=0)
+    if mean_scale is None:
+        m = mu.mean(axis=0)
+    else:
+        m = np.linalg.solve(T * prec + np.eye(d) / mean_scale ** 2, prec @ mu.sum(axis=0))
     dev = mu - m
     cov = (C.sum(axis=0) + dev.T @ dev + prior_weight * PRIOR_SCALE * np.eye(d)) / (T + prior_weight)
     return np.concatenate([m, (0.5 * (cov + cov.T)).reshape(-1)])
@@ -171,6 +237,17 @@ def posterior_mean(J: np.ndarray, h: np.ndarray, pop: Population) -> np.ndarray:
     squared loss ``X'X / sigma^2`` and ``X'y / sigma^2``): the mixed model's prediction."""
     prec = np.linalg.inv(pop.cov)
     return np.linalg.solve(J + prec, h + prec @ pop.mean)
+
+
+def logistic_pseudo_observation(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A logistic task's log-likelihood as a Gaussian pseudo-observation ``(J, h)``: the
+    second-order expansion at ``w``, ``log p(y | theta) ~ const - 1/2 theta' J theta + h' theta``
+    with ``J`` the likelihood's Hessian and ``h = J w + X'(y - p)`` (its gradient added). The
+    likelihood alone, not the task's penalised fit: a penalty in ``J`` would count a prior once
+    per task and pull the population toward zero (tasks of two rows with one label each)."""
+    p = sigmoid(X @ w)
+    J = (X.T * (p * (1.0 - p))) @ X
+    return J, J @ w + X.T @ (y - p)
 
 
 def logistic_modes(X: np.ndarray, y: np.ndarray, centres: np.ndarray, precision: np.ndarray,

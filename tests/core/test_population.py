@@ -164,3 +164,84 @@ def test_logistic_population_evidence_is_laplace():
     # E drops the constants common to every omega: compare differences between omegas
     assert E[1, 9] - E[1, 6] == pytest.approx(laplace(9) - laplace(6), abs=1e-6)
     assert E[1, 3] - E[1, 6] == pytest.approx(laplace(3) - laplace(6), abs=1e-6)
+
+
+def _logistic_tasks(seed, T=30, n=(2, 6), mean=(-0.8, 1.2), sd=(0.4, 0.6)):
+    """Logistic tasks of a few rows each, slope and intercept drawn per task."""
+    rng = np.random.default_rng(seed)
+    tasks = []
+    for _ in range(T):
+        k = int(rng.integers(*n))
+        X = _design(rng.standard_normal((k, 1)))
+        theta = np.array(mean) + np.array(sd) * rng.standard_normal(2)
+        y = (rng.random(k) < 1 / (1 + np.exp(-(X @ theta)))).astype(float)
+        tasks.append((X, y))
+    return tasks
+
+
+def test_logistic_pseudo_observation_is_the_likelihoods_second_order_expansion():
+    """At w the quadratic ``-1/2 t'Jt + h't`` has the log-likelihood's gradient and Hessian
+    (finite differences)."""
+    from core.population import logistic_pseudo_observation
+    rng = np.random.default_rng(3)
+    X, y = _design(rng.standard_normal((7, 2))), (rng.random(7) < 0.5).astype(float)
+    w = rng.standard_normal(3)
+    J, h = logistic_pseudo_observation(X, y, w)
+    loglik = lambda v: -np.sum(np.logaddexp(0, X @ v) - y * (X @ v))
+    eps = 1e-6
+    grad = np.array([(loglik(w + eps * e) - loglik(w - eps * e)) / (2 * eps) for e in np.eye(3)])
+    np.testing.assert_allclose(h - J @ w, grad, atol=1e-6)
+    eps = 1e-4
+    hess = np.array([[(loglik(w + eps * a + eps * b) - loglik(w + eps * a - eps * b) - loglik(w - eps * a + eps * b)
+                       + loglik(w - eps * a - eps * b)) / (4 * eps * eps) for b in np.eye(3)] for a in np.eye(3)])
+    np.testing.assert_allclose(-J, hess, atol=1e-6)
+
+
+def test_logistic_population_maximises_the_laplace_objective():
+    """Laplace EM's population is a maximum of the Laplace marginal likelihood: no
+    perturbation of the mean or the covariance (scipy's Nelder-Mead from it) finds more."""
+    from core.population import fit_logistic_population, laplace_objective
+    tasks = _logistic_tasks(0)
+    pop = fit_logistic_population(tasks, tol=1e-8)
+    best = laplace_objective(tasks, pop)[0]
+
+    def negative(v):
+        L = np.array([[np.exp(v[2]), 0.0], [v[3], np.exp(v[4])]])
+        return -laplace_objective(tasks, Population(v[:2], L @ L.T))[0]
+    L0 = np.linalg.cholesky(pop.cov)
+    v0 = np.array([*pop.mean, np.log(L0[0, 0]), L0[1, 0], np.log(L0[1, 1])])
+    res = optimize.minimize(negative, v0, method="Nelder-Mead", options={"xatol": 1e-6, "fatol": 1e-9, "maxiter": 4000})
+    assert -res.fun <= best + 1e-3
+
+
+def test_logistic_population_mean_is_the_pooled_fit_when_tasks_agree():
+    """Tasks drawn with no spread between them: the population mean is close to one pooled
+    logistic regression (scipy) over every row, though no task alone can be fitted."""
+    from core.population import fit_logistic_population
+    tasks = _logistic_tasks(1, T=150, n=(2, 3), sd=(0.0, 0.0))
+    X, y = np.vstack([t[0] for t in tasks]), np.concatenate([t[1] for t in tasks])
+    pooled = optimize.minimize(lambda v: np.sum(np.logaddexp(0, X @ v) - y * (X @ v)), np.zeros(2), method="BFGS").x
+    pop = fit_logistic_population(tasks)
+    np.testing.assert_allclose(pop.mean, pooled, atol=0.1)
+    assert np.all(np.linalg.eigvalsh(pop.cov) < 0.1)
+
+
+def test_logistic_population_stays_finite_on_separable_rows():
+    """A few one-row tasks whose pooled rows are separable: the mean's prior keeps it finite."""
+    from core.population import LOGISTIC_MEAN_SCALE, fit_logistic_population
+    xs, ys = [-1.5, -0.3, 0.9, 0.9, 0.9], [0.0, 0.0, 1.0, 1.0, 1.0]
+    pop = fit_logistic_population([(_design(np.array([[x]])), np.array([y])) for x, y in zip(xs, ys)])
+    assert np.all(np.isfinite(pop.to_array()))
+    assert np.all(np.abs(pop.mean) < 3 * LOGISTIC_MEAN_SCALE)
+
+
+def test_logistic_modes_with_a_precision_per_centre_match_one_at_a_time():
+    rng = np.random.default_rng(4)
+    X, y = _design(rng.standard_normal((12, 2))), (rng.random(12) < 0.4).astype(float)
+    C = rng.standard_normal((4, 2))
+    P = np.array([np.eye(2) * s for s in (0.01, 0.3, 1.0, 50.0)])
+    W, H = population.logistic_modes(X, y, C, P)
+    for k in range(4):
+        w, h = logistic_mode(X, y, C[k], P[k])
+        np.testing.assert_allclose(W[k], w, atol=1e-8)
+        np.testing.assert_allclose(H[k], h, rtol=1e-8)
