@@ -128,6 +128,8 @@ class Family:
     * ``uneven``: columns multiplied by ``10^U(-3, 3)`` and shifted by ``±10^U(0, 4)``;
     * ``corr``: AR(1) correlation of adjacent features;
     * ``task_shift``: per-task feature means ``N(0, task_shift^2)`` and scales ``e^N(0, 0.3^2)``;
+    * ``task_uneven``: every task's columns multiplied by its own ``10^U(-2, 2)`` and shifted by
+      its own ``±10^U(0, 3)`` (sensors calibrated differently per task);
     * ``pos_rate``: ``(lo, hi)`` range of the tasks' positive rates (classification; default
       balanced); ``sharpness``: multiplier of ``x'w`` in the logit (default 3);
     * ``batches``: ``k`` or ``(lo, hi)`` training batches per task;
@@ -247,6 +249,8 @@ def make_stream(family: Family, seed: int, quick: bool = False) -> Stream:
             a = _intercept_for_rate(population, rate)
             y = (rng.random(2 * n) < _sigmoid(sharpness * f + a)).astype(float)
         X = Z * col_scale + col_offset
+        if o.get("task_uneven"):
+            X = X * 10.0 ** rng.uniform(-2, 2, d) + rng.choice([-1.0, 1.0], d) * 10.0 ** rng.uniform(0, 3, d)
         perm = rng.permutation(2 * n)
         tr, te = perm[:n], perm[n:]
         nb = int(rng.integers(blo, bhi + 1))
@@ -283,7 +287,11 @@ def _families() -> dict[str, Family]:
         Family("reg_unrelated_uneven_batches", "unrelated tasks, uneven features, 2-5 interleaved batches, "
                "heavy noise", R, "none", 20, 30, 80, {"uneven": True, "batches": (2, 5), "noise": "heavy"}),
         Family("reg_unrelated_d3", "unrelated tasks, d=3, 60 rows (20 d)", R, "none", 3, 30, 60),
+        Family("reg_unrelated_calibrated", "unrelated tasks, each task's features on its own scale and offset, "
+               "12 rows, d=10, noise 5%", R, "none", 10, 30, 12, {"task_uneven": True, "noise": "low"}),
         Family("clf_unrelated", "unrelated balanced classification tasks, d=10", C, "none", 10, 30, 40),
+        Family("clf_unrelated_calibrated", "unrelated balanced tasks, each task's features on its own scale and "
+               "offset, 12 rows, d=10", C, "none", 10, 30, 12, {"task_uneven": True}),
         Family("clf_unrelated_imbalanced_uneven", "unrelated tasks, ~20% positives, uneven features", C,
                "none", 5, 30, 60, {"pos_rate": (0.15, 0.25), "uneven": True}),
         # ---------------------------------------------------------------- clustered, plenty of rows

@@ -25,9 +25,9 @@ from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, RIDGE, Family, Library,
                        posterior_fit)
 from .exceptions import InputError, UnknownTaskError
 from .losses import KINDS, curvature_scale, fit_single_task, fit_squared_from_moments, sigmoid
-from .population import (REFIT_GROWTH, Population, fit_population, fit_logistic_population, logistic_mode,
+from .population import (Population, fit_population, fit_logistic_population, logistic_mode,
                          pooled_intercept,
-                         posterior_mean, task_noises)
+                         posterior_mean, refit_due, task_noises)
 from .preprocessing import SCALER_WARMUP_ROWS, Scaler, as_matrix, as_targets, label_convention
 from .state import ModelState, SquaredLossMoments, TaskData, TaskRecord, TaskRows, check_format
 
@@ -35,7 +35,7 @@ from .state import ModelState, SquaredLossMoments, TaskData, TaskRecord, TaskRow
 #: ``task_models`` values: every task's own empirical-Bayes model, or the paper's rule.
 TASK_MODELS = ("empirical_bayes", "paper")
 #: Streams of at most this many tasks choose their family at every update; longer ones on the
-#: geometric schedule of :data:`core.population.REFIT_GROWTH`.
+#: geometric schedule of :func:`core.population.refit_due`.
 EVERY_UPDATE_TASKS = 64
 
 
@@ -412,17 +412,19 @@ class LifelongLearner:
 
     def _update_stream_choice(self) -> None:
         """Choose the stream's family and its priors over ``omega`` again from every task's
-        evidence once the tasks have grown by :data:`core.population.REFIT_GROWTH` since the
-        last choice (at every update while there are at most :data:`EVERY_UPDATE_TASKS`): a
-        geometric schedule, so the choice, which reads every task, costs a bounded amount per
-        update on average however many tasks there are."""
+        evidence when :func:`refit_due` says so (at every update while there are at most
+        :data:`EVERY_UPDATE_TASKS` tasks): a geometric schedule, so the choice, which reads
+        every task, costs a bounded amount per update on average however many tasks there are."""
         choice = getattr(self, "stream_choice_", None)
-        if choice and len(self.tasks_) > EVERY_UPDATE_TASKS and len(self.tasks_) < REFIT_GROWTH * choice["tasks"]:
-            return
+        if choice and len(self.tasks_) > EVERY_UPDATE_TASKS:
+            since = int(choice.get("updates", 0)) + 1
+            if not refit_due(choice["tasks"], since, len(self.tasks_)):
+                self.stream_choice_ = {**choice, "updates": since}
+                return
         evidence = [r.meta.get("evidence") for r in self.tasks_.values()]
         family, priors = choose_family([e for e in evidence if e], self._families, self._n_omega)
         self.stream_choice_ = {"family": family, "priors": {k: [float(x) for x in v] for k, v in priors.items()},
-                               "tasks": len(self.tasks_)}
+                               "tasks": len(self.tasks_), "updates": 0}
 
     def task_family(self) -> str:
         """The prior family every task is predicted with (``"paper"`` when ``task_models`` is)."""
@@ -526,10 +528,12 @@ class LifelongLearner:
         return float(task_noises(np.array([rss]), np.array([dof]), pop.noise)[0][0])
 
     def _update_population(self, task_id: str, previous: TaskRecord | None) -> None:
-        """Refit the population over every task once their number has grown by
-        :data:`core.population.REFIT_GROWTH` since the last fit (warm-started from it)."""
+        """Refit the population over every task when :func:`refit_due` says so (warm-started
+        from the last fit)."""
         fitted = int(getattr(self, "population_tasks_", 0))
-        if fitted and len(self.tasks_) < REFIT_GROWTH * fitted:
+        since = int(getattr(self, "population_updates_", 0)) + 1
+        if fitted and not refit_due(fitted, since, len(self.tasks_)):
+            self.population_updates_ = since
             return
         records = [r for r in self.tasks_.values() if self._evidence_data(r) is not None]
         if not records:
@@ -545,6 +549,7 @@ class LifelongLearner:
         if np.all(np.isfinite(pop.to_array())):
             self.population_ = pop.to_array()
             self.population_tasks_ = len(self.tasks_)
+            self.population_updates_ = 0
 
     def _with_task_noise(self, library: Library | None, record: TaskRecord) -> Library | None:
         """``library`` with its population's noise set to the task's own (regression)."""

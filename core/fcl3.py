@@ -154,7 +154,7 @@ class FCL3(LifelongLearner):
     """
 
     _state_attrs = ("D_", "L_", "A_", "b_", "M_", "C_", "S_", "population_")
-    _meta_attrs = ("representatives_", "n_learned_", "n_seeded_columns_", "population_tasks_")
+    _meta_attrs = ("representatives_", "n_learned_", "n_seeded_columns_", "population_tasks_", "population_updates_")
     _families = (RIDGE, POPULATION, Family("mixture", rho=0.0, centred_on_representatives=True),
                  Family("mixture_span", rho=10.0, centred_on_representatives=True),
                  Family("mixture_population", centred_on_representatives=True, population_shape=True))
@@ -226,14 +226,16 @@ class FCL3(LifelongLearner):
         self.S_ = np.zeros((0, p))
         self.population_ = Population.initial(n_features + 1).to_array()
         self.population_tasks_ = 0
+        self.population_updates_ = 0
         self.representatives_: list[str] = []
         self.n_learned_ = 0
         self.n_seeded_columns_ = 0
 
     def _state_defaults(self) -> dict:
         """A state from before the population (format 3) starts from the initial one; the next
-        update fits it to every task."""
-        return {"population_": Population.initial(self._n_params).to_array(), "population_tasks_": 0}
+        update fits it to every task. A state from before ``population_updates_`` counts from 0."""
+        return {"population_": Population.initial(self._n_params).to_array(), "population_tasks_": 0,
+                "population_updates_": 0}
 
     # ------------------------------------------------------------------ pieces
     def _quadratic(self, w: np.ndarray, omega: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

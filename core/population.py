@@ -24,8 +24,9 @@ call, and EM runs to convergence: incremental EM, which refits only the task an 
 touches, stays far from the fixed point where variance components are small (EM converges
 slowly near the boundary; on real school data the slopes' variances stayed tenfold too large).
 
-A learner refits the population when its number of tasks has grown by :data:`REFIT_GROWTH`
-since the last fit, warm-started from it: a geometric schedule, so refits cost a bounded
+A learner refits the population when its number of tasks has grown by :data:`REFIT_GROWTH`,
+or a quarter as many updates as it had tasks have changed them, since the last fit
+(:func:`refit_due`), warm-started from it: a geometric schedule, so refits cost a bounded
 amount per update on average however many tasks there are. ``Sigma`` has a weak
 inverse-Wishart prior (``PRIOR_WEIGHT`` pseudo-tasks with covariance ``PRIOR_SCALE * I`` in the
 scaled space) so that the fit of a stream of one or two tasks is defined and ``Sigma`` stays
@@ -44,7 +45,8 @@ PRIOR_WEIGHT = 1.0
 PRIOR_SCALE = 1e-2
 #: Degrees of freedom of the stream's typical noise added to a task's own (:func:`task_noises`).
 NOISE_PSEUDO_DOF = 10.0
-#: The population is refitted when the stream's tasks have grown by this factor since the last fit.
+#: The population and the stream's family are computed again when the tasks have grown by this
+#: factor, or this factor minus one times the tasks have been updated, since the last time.
 REFIT_GROWTH = 1.25
 #: EM stops when no parameter moves by more than ``EM_TOL`` (relative), or after ``EM_MAX_ITER``.
 EM_TOL = 1e-6
@@ -92,6 +94,15 @@ class Population:
         gain = np.linalg.solve(self.cov[:-1, :-1], self.cov[:-1, -1])
         mean = float(self.mean[-1] + gain @ (slopes - self.mean[:-1]))
         return mean, max(float(self.cov[-1, -1] - gain @ self.cov[:-1, -1]), 1e-12)
+
+
+def refit_due(fitted_tasks: int, updates_since: int, tasks: int, growth: float = REFIT_GROWTH) -> bool:
+    """Whether a statistic over every task, last computed over ``fitted_tasks`` tasks, is
+    computed again: once the tasks have grown by ``growth`` or ``(growth - 1) * fitted_tasks``
+    updates (new tasks or new batches of known ones) have changed the tasks since. Each
+    recomputation reads every task, and is due after a number of updates proportional to
+    the tasks' number: a bounded cost per update on average, however many tasks there are."""
+    return tasks >= growth * fitted_tasks or updates_since >= (growth - 1.0) * fitted_tasks
 
 
 def fit_population(tasks: list, start: Population | None = None, noise: float = 1.0,

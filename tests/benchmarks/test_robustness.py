@@ -259,3 +259,13 @@ def test_cached_baselines_equal_fresh_ones_and_are_used_only_where_they_match(mo
     other_grid["baseline"]["regression"]["alphas"] = other_grid["baseline"]["regression"]["alphas"][:-1]
     rb.run_suite(fams[:1], seeds=(0,), models={"STL": _stl}, progress=False, quick=True, baselines=other_grid)
     assert fits == ["reg_d3_few", "reg_d3_few"]
+
+
+def test_calibrated_families_give_each_task_its_own_feature_scales():
+    """task_uneven: a column's spread differs between tasks by orders of magnitude."""
+    stream = rb.FAMILIES["reg_unrelated_calibrated"](0)
+    spreads = np.array([t.X_train.std(axis=0) for t in stream.tasks])  # (tasks, d)
+    ratio = spreads.max(axis=0) / spreads.min(axis=0)
+    assert np.all(ratio > 10.0)
+    plain = rb.FAMILIES["reg_unrelated_few"](0)
+    assert np.all(np.array([t.X_train.std(axis=0) for t in plain.tasks]).max(axis=0) < 5.0)

@@ -360,3 +360,20 @@ def test_updates_never_write_into_arrays_that_copies_exports_or_views_hold():
     for k, v in exported.items():
         np.testing.assert_array_equal(v, exported_A[k])
     assert not any(name.startswith("_spare") for name in vars(m))  # no buffers kept for reuse
+
+
+def test_second_batches_of_known_tasks_bring_the_stream_choice_and_population_up_to_date():
+    """Past EVERY_UPDATE_TASKS the family and the population are recomputed on a schedule
+    that counts updates of known tasks too: new batches of old tasks alone trigger them."""
+    from core.base import EVERY_UPDATE_TASKS
+    rng = np.random.default_rng(0)
+    T = EVERY_UPDATE_TASKS + 16
+    m = FCL3(kind="regression", random_state=0)
+    data = {f"t{i}": (rng.standard_normal((8, 3)), rng.standard_normal(8)) for i in range(T)}
+    for tid, (X, y) in data.items():
+        m.learn(tid, X[:4], y[:4])
+    n2 = int(np.ceil(0.25 * max(m.stream_choice_["tasks"], m.population_tasks_)))
+    for tid, (X, y) in list(data.items())[:n2]:
+        m.learn(tid, X[4:], y[4:])
+    assert len(m.tasks_) == T
+    assert m.stream_choice_["updates"] < n2 and m.population_updates_ < n2  # each recomputed since

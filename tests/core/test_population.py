@@ -245,3 +245,11 @@ def test_logistic_modes_with_a_precision_per_centre_match_one_at_a_time():
         w, h = logistic_mode(X, y, C[k], P[k])
         np.testing.assert_allclose(W[k], w, atol=1e-8)
         np.testing.assert_allclose(H[k], h, rtol=1e-8)
+
+
+def test_refit_is_due_on_growth_or_on_updates_of_known_tasks():
+    from core.population import refit_due
+    assert not refit_due(100, 10, 110)
+    assert refit_due(100, 10, 125)       # the tasks grew by a quarter
+    assert refit_due(100, 25, 100)       # a quarter as many updates of known tasks
+    assert not refit_due(100, 24, 124)
