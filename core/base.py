@@ -539,17 +539,26 @@ class LifelongLearner:
         if not records:
             return
         start = self._population() if fitted else None
-        if self.kind == "regression":
-            rss, dof = np.array([self._noise_terms(r) for r in records]).T
-            noises, typical = task_noises(rss, dof)
-            pop = fit_population([(r.data.gram / v, r.data.moment / v) for r, v in zip(records, noises)],
-                                 start, typical)
-        else:
-            pop = fit_logistic_population([self._design(r.data)[:2] for r in records], start)
+        try:
+            pop = self._fit_population(records, start)
+        except np.linalg.LinAlgError:
+            # features of extreme or very uneven scale can leave EM a singular system: the
+            # population, an auxiliary estimate, keeps its last fit (tried again on schedule)
+            # rather than refuse the batch
+            pop = self._population()
         if np.all(np.isfinite(pop.to_array())):
             self.population_ = pop.to_array()
             self.population_tasks_ = len(self.tasks_)
             self.population_updates_ = 0
+
+    def _fit_population(self, records: list[TaskRecord], start: Population | None) -> Population:
+        """The population over ``records``, warm-started from ``start``."""
+        if self.kind == "regression":
+            rss, dof = np.array([self._noise_terms(r) for r in records]).T
+            noises, typical = task_noises(rss, dof)
+            return fit_population([(r.data.gram / v, r.data.moment / v) for r, v in zip(records, noises)],
+                                  start, typical)
+        return fit_logistic_population([self._design(r.data)[:2] for r in records], start)
 
     def _with_task_noise(self, library: Library | None, record: TaskRecord) -> Library | None:
         """``library`` with its population's noise set to the task's own (regression)."""

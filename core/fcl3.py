@@ -494,8 +494,7 @@ class FCL3(LifelongLearner):
         ``(sum_t n_t Omega'_t)^-1 sum_t n_t Omega'_t w'_t`` without the task itself (the pooled
         fit of the environment: a population mean, not one member's noisy fit); an environment
         with no other member falls back to ``D_{-t} s_k``."""
-        others = [t for t in self.tasks_ if t != task_id]
-        if not others:
+        if len(self.tasks_) == int(task_id in self.tasks_):  # no other task
             return None
         D = self.D_
         if exclude is not None and "code" in exclude.arrays:

@@ -151,10 +151,16 @@ def fit_logistic_population(tasks: list, start: Population | None = None, rounds
     pop = Population.initial(tasks[0][0].shape[1]) if start is None else start
     value, modes = laplace_objective(tasks, pop, None, prior_weight)
     for _ in range(rounds):
-        trial = fit_population([logistic_pseudo_observation(X, y, w) for (X, y), w in zip(tasks, modes)],
-                               pop, prior_weight=prior_weight, mean_scale=LOGISTIC_MEAN_SCALE)
+        try:
+            trial = fit_population([logistic_pseudo_observation(X, y, w) for (X, y), w in zip(tasks, modes)],
+                                   pop, prior_weight=prior_weight, mean_scale=LOGISTIC_MEAN_SCALE)
+        except np.linalg.LinAlgError:  # expansions of extreme magnitude: no step from here
+            break
         for _ in range(30):
-            trial_value, trial_modes = laplace_objective(tasks, trial, modes, prior_weight)
+            try:
+                trial_value, trial_modes = laplace_objective(tasks, trial, modes, prior_weight)
+            except np.linalg.LinAlgError:
+                trial_value = -np.inf
             if trial_value >= value:
                 break
             trial = Population(0.5 * (pop.mean + trial.mean), 0.5 * (pop.cov + trial.cov))

@@ -377,3 +377,20 @@ def test_second_batches_of_known_tasks_bring_the_stream_choice_and_population_up
         m.learn(tid, X[4:], y[4:])
     assert len(m.tasks_) == T
     assert m.stream_choice_["updates"] < n2 and m.population_updates_ < n2  # each recomputed since
+
+
+def test_tasks_whose_features_each_have_their_own_scale_and_offset_are_learned():
+    """Sensors calibrated differently per task (column scales 1e-2..1e2, offsets to 1e3):
+    every batch is learned (the population's EM meets a singular system here and keeps its
+    last fit instead of refusing the batch) and every prediction is finite."""
+    rng = np.random.default_rng(0)
+    m = FCL3(kind="classification", random_state=0)
+    tasks = []
+    for t in range(30):
+        Z = rng.standard_normal((24, 10))
+        y = (rng.random(24) < 1 / (1 + np.exp(-3 * Z @ rng.standard_normal(10) / np.sqrt(10)))).astype(float)
+        X = Z * 10.0 ** rng.uniform(-2, 2, 10) + rng.choice([-1.0, 1.0], 10) * 10.0 ** rng.uniform(0, 3, 10)
+        tasks.append((f"t{t}", X, y))
+        m.learn(f"t{t}", X[:12], y[:12])
+    for tid, X, _ in tasks:
+        assert np.all(np.isfinite(m.decision_function(tid, X[12:])))
