@@ -385,7 +385,8 @@ class LifelongLearner:
         evidence = None
         if data is not None:
             try:
-                curves = family_curves(self.kind, data, self._with_task_noise(library, record), self._families)
+                curves = family_curves(self.kind, data, self._with_task_noise(library, record), self._families,
+                                       self._intercept_prior())
             except (np.linalg.LinAlgError, ArithmeticError):  # values of extreme magnitude
                 curves = {}
             evidence = {name: [float(v) for v in c.log_evidence] for name, c in curves.items()
@@ -406,9 +407,12 @@ class LifelongLearner:
             return choice["family"], {k: np.asarray(v) for k, v in choice["priors"].items()}
 
         def compute():
-            evidence = [r.meta.get("evidence") for r in getattr(self, "tasks_", {}).values()]
-            return choose_family([e for e in evidence if e], self._families, self._n_omega)
+            return choose_family(self._choice_evidence(), self._families, self._n_omega)
         return self._stream_value("priors", compute)
+
+    def _choice_evidence(self) -> list[dict]:
+        """Every task's evidence curves, which the stream's choice reads."""
+        return [e for e in (r.meta.get("evidence") for r in getattr(self, "tasks_", {}).values()) if e]
 
     def _update_stream_choice(self) -> None:
         """Choose the stream's family and its priors over ``omega`` again from every task's
@@ -421,8 +425,7 @@ class LifelongLearner:
             if not refit_due(choice["tasks"], since, len(self.tasks_)):
                 self.stream_choice_ = {**choice, "updates": since}
                 return
-        evidence = [r.meta.get("evidence") for r in self.tasks_.values()]
-        family, priors = choose_family([e for e in evidence if e], self._families, self._n_omega)
+        family, priors = choose_family(self._choice_evidence(), self._families, self._n_omega)
         self.stream_choice_ = {"family": family, "priors": {k: [float(x) for x in v] for k, v in priors.items()},
                                "tasks": len(self.tasks_), "updates": 0}
 
@@ -454,17 +457,32 @@ class LifelongLearner:
             if np.all(np.isfinite(theta)):
                 return theta
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            library = None if family is RIDGE else self._with_task_noise(self._safe_library(task_id, record), record)
+            library = (None if family is RIDGE or family.own_scale
+                       else self._with_task_noise(self._safe_library(task_id, record), record))
             try:
-                curve = family_curves(self.kind, data, library, (family,)).get(name)
+                intercept = self._intercept_prior()
+                curve = family_curves(self.kind, data, library, (family,), intercept).get(name)
                 if curve is None:  # the library cannot define the family for this task
                     name = RIDGE.name
-                    curve = family_curves(self.kind, data, None, (RIDGE,))[name]
+                    curve = family_curves(self.kind, data, None, (RIDGE,), intercept)[name]
                 fit = posterior_fit(curve, priors.get(name))
-                theta = self._with_pooled_intercept(record, fit.theta) if self._keeps_population else fit.theta
+                # a logistic fit has the population's intercept in its prior already; a task
+                # alone on its own scales keeps its own intercept, as the user's per-task fit does
+                pooled = self._keeps_population and intercept is None and not family.own_scale
+                theta = self._with_pooled_intercept(record, fit.theta) if pooled else fit.theta
             except (np.linalg.LinAlgError, ArithmeticError):
                 return self._theta(task_id)
         return theta if np.all(np.isfinite(theta)) else self._theta(task_id)
+
+    def _intercept_prior(self) -> tuple[float, float] | None:
+        """The logistic intercept's prior ``(mean, variance)``: the population's marginal once
+        fitted (``None``, flat, before and for squared loss, whose evidence integrates a flat
+        intercept exactly). A proper prior keeps every task's evidence finite and the
+        families comparable on tasks of a few rows."""
+        if self.kind == "regression" or not self._keeps_population or not int(getattr(self, "population_tasks_", 0)):
+            return None
+        pop = self._population()
+        return float(pop.mean[-1]), float(pop.cov[-1, -1])
 
     def _mixed_model_prediction(self, record: TaskRecord) -> np.ndarray:
         """The task's posterior mean (squared loss) or mode (logistic loss) of its slopes and
@@ -527,17 +545,17 @@ class LifelongLearner:
         rss, dof = self._noise_terms(record)
         return float(task_noises(np.array([rss]), np.array([dof]), pop.noise)[0][0])
 
-    def _update_population(self, task_id: str, previous: TaskRecord | None) -> None:
+    def _update_population(self, task_id: str, previous: TaskRecord | None) -> bool:
         """Refit the population over every task when :func:`refit_due` says so (warm-started
-        from the last fit)."""
+        from the last fit); ``True`` when it did."""
         fitted = int(getattr(self, "population_tasks_", 0))
         since = int(getattr(self, "population_updates_", 0)) + 1
         if fitted and not refit_due(fitted, since, len(self.tasks_)):
             self.population_updates_ = since
-            return
+            return False
         records = [r for r in self.tasks_.values() if self._evidence_data(r) is not None]
         if not records:
-            return
+            return False
         start = self._population() if fitted else None
         try:
             pop = self._fit_population(records, start)
@@ -550,6 +568,8 @@ class LifelongLearner:
             self.population_ = pop.to_array()
             self.population_tasks_ = len(self.tasks_)
             self.population_updates_ = 0
+            return True
+        return False
 
     def _fit_population(self, records: list[TaskRecord], start: Population | None) -> Population:
         """The population over ``records``, warm-started from ``start``."""

@@ -85,9 +85,14 @@ class Family:
     centred_on_representatives: bool = False
     centred_on_population: bool = False
     population_shape: bool = False
+    own_scale: bool = False
 
 
 RIDGE = Family("ridge")
+#: Each task alone with a ridge on its own standardised features (prior variance of a slope
+#: inversely proportional to its column's spread inside the task): what a user's per-task
+#: ``StandardScaler`` + ridge does, for tasks whose features each have their own scale.
+OWN_SCALE = Family("own_scale", own_scale=True)
 #: The stream's population of slopes (:mod:`core.population`) as the prior: the mixed model.
 POPULATION = Family("population", centred_on_population=True)
 
@@ -129,6 +134,17 @@ def _prior_factor(d: int, basis: np.ndarray | None, rho: float) -> np.ndarray:
     BB = basis @ basis.T
     scale = max(float(np.trace(BB)) / d, _TINY)
     return np.linalg.cholesky(np.eye(d) + (rho / scale) * BB)
+
+
+def own_scale_factor(G: np.ndarray, n: int, xbar: np.ndarray, weight: float = 1.0) -> np.ndarray:
+    """``R = diag(1 / sqrt(weight * G_jj))`` from a task's centred ``X'X`` ``G``: a prior whose
+    variance on each slope is the ridge's on the task's standardised column. A column
+    constant inside the task (``G_jj`` at rounding level, ``n xbar_j^2`` the scale of the
+    cancellation) takes the mean spread of the others."""
+    g = np.diag(G).astype(float)
+    varying = g > 1e-10 * n * (1.0 + xbar * xbar)
+    fill = float(np.mean(g[varying])) if np.any(varying) else float(max(n, 1))
+    return np.diag(1.0 / np.sqrt(weight * np.where(varying, g, fill)))
 
 
 def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centres: np.ndarray,
@@ -175,7 +191,8 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
 
 
 def logistic_fits(X: np.ndarray, y: np.ndarray, centres: np.ndarray, basis: np.ndarray | None,
-                  rho: float, factor: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  rho: float, factor: np.ndarray | None = None,
+                  intercept: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Log evidence and posterior mode of a logistic task for the centre ``0`` (row 0) and
     every centre of ``centres`` (rows 1..), each by the Laplace approximation at its own
     posterior mode, for every ``omega`` of :data:`LOGISTIC_OMEGAS`. (A second-order expansion
@@ -185,7 +202,10 @@ def logistic_fits(X: np.ndarray, y: np.ndarray, centres: np.ndarray, basis: np.n
     ``X`` is the scaled design (bias last), ``y`` the 0/1 labels. The intercept has a flat
     prior and is profiled: determinants use the Schur complement of the bias in the Hessian.
     ``factor``: a given ``R`` (prior covariance ``omega R R'``, ``omega`` not rescaled by the
-    task's design) instead of the family's.
+    task's design) instead of the family's. ``intercept = (mean, variance)``: a proper prior
+    on the intercept instead of the flat one. (With the flat prior a task whose rows one
+    slope separates, or that holds one class, has a marginal likelihood that grows without
+    bound with ``omega``: the intercept runs off where the likelihood tends to 1.)
     """
     d1 = X.shape[1]
     d = d1 - 1
@@ -203,7 +223,8 @@ def logistic_fits(X: np.ndarray, y: np.ndarray, centres: np.ndarray, basis: np.n
     # every (omega, centre) pair's mode in one batch: row j * k + i is centre i at omega j
     Cs = np.tile(C, (m, 1))
     Kinv = Kunit_inv[None, :, :] / np.repeat(omegas, k)[:, None, None]
-    W, H = logistic_modes(X, y, Cs, Kinv)
+    bias = None if intercept is None else (float(intercept[0]), 1.0 / max(float(intercept[1]), _TINY))
+    W, H = logistic_modes(X, y, Cs, Kinv, bias=bias)
     Z = W @ X.T
     hb = np.maximum(H[:, -1, -1], _TINY)
     Hs = H[:, :-1, :-1] - np.einsum("ki,kj->kij", H[:, :-1, -1], H[:, -1, :-1]) / hb[:, None, None]
@@ -212,6 +233,8 @@ def logistic_fits(X: np.ndarray, y: np.ndarray, centres: np.ndarray, basis: np.n
     # slopes' Schur complement (prior included) plus log hb; -1/2 log det(K) is the prior's normaliser
     E = (-np.sum(np.logaddexp(0.0, Z) - y * Z, axis=1) - 0.5 * np.einsum("ki,kij,kj->k", Rs, Kinv, Rs)
          - 0.5 * (np.linalg.slogdet(Hs)[1] + d * np.log(np.repeat(omegas, k)) + logdet_unit + np.log(hb)))
+    if bias is not None:  # the intercept's prior density at the mode (its normaliser included)
+        E += -0.5 * bias[1] * (W[:, -1] - bias[0]) ** 2 + 0.5 * np.log(bias[1])
     return E.reshape(m, k).T.copy(), W.reshape(m, k, d1).transpose(1, 0, 2).copy()
 
 
@@ -248,24 +271,41 @@ def mixed_curve(E: np.ndarray, TH: np.ndarray, log_weights: np.ndarray | None = 
     return Curve(total, np.einsum("ko,kod->od", post, TH))
 
 
-def family_curves(kind: str, data, library: Library | None, families: tuple[Family, ...]) -> dict[str, Curve]:
+def family_curves(kind: str, data, library: Library | None, families: tuple[Family, ...],
+                  intercept: tuple[float, float] | None = None) -> dict[str, Curve]:
     """Every family's :class:`Curve` for one task. ``data`` is the task's sufficient statistics
     ``(n, gram, moment, yy)`` (squared loss) or its rows ``(X, y)`` (logistic loss). A family
     the library cannot define (no basis for ``rho > 0``, no representatives for a mixture)
-    is left out."""
+    is left out. ``intercept``: the logistic intercept's prior ``(mean, variance)`` for the
+    families whose prior is on the slopes alone (flat when ``None``)."""
     d = data[1].shape[0] - 1 if kind == "regression" else data[0].shape[1] - 1
     has_basis = library is not None and library.basis is not None and bool(np.any(library.basis))
     has_centres = library is not None and len(library.centres) > 0
     curves: dict[str, Curve] = {}
     pop = library.population if library is not None else None
     for fam in families:
+        if fam.own_scale:
+            if kind == "regression":
+                n, gram, moment, yy = data
+                xbar = gram[-1, :-1] / n
+                factor = own_scale_factor(gram[:-1, :-1] - n * np.outer(xbar, xbar), n, xbar)
+                E, TH = gaussian_fits(n, gram, moment, yy, np.zeros((1, d)), None, 0.0, factor)
+                curves[fam.name] = mixed_curve(E, TH)
+            else:
+                X = data[0][:, :-1]
+                xbar = X.mean(axis=0)
+                Xc = X - xbar
+                factor = own_scale_factor(Xc.T @ Xc, X.shape[0], xbar, 0.25)
+                E, TH = logistic_fits(data[0], data[1], np.empty((0, d)), None, 0.0, factor, intercept)
+                curves[fam.name] = mixed_curve(E[:1], TH[:1])
         if fam.population_shape and pop is not None and has_centres:
             if kind == "regression":
                 n, gram, moment, yy = data
                 factor = np.linalg.cholesky(pop.cov / pop.noise)
                 E, TH = gaussian_fits(n, gram, moment, yy, library.centres, None, 0.0, factor)
             else:
-                E, TH = logistic_fits(data[0], data[1], library.centres, None, 0.0, np.linalg.cholesky(pop.cov))
+                E, TH = logistic_fits(data[0], data[1], library.centres, None, 0.0, np.linalg.cholesky(pop.cov),
+                                      intercept)
                 E, TH = E[1:], TH[1:]
             curves[fam.name] = mixed_curve(E, TH, library.log_weights)
         if fam.centred_on_population and pop is not None:
@@ -274,10 +314,11 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
                 factor = np.linalg.cholesky(pop.cov / pop.noise)
                 E, TH = gaussian_fits(n, gram, moment, yy, pop.mean[None, :], None, 0.0, factor)
             else:
-                E, TH = logistic_fits(data[0], data[1], pop.mean[None, :], None, 0.0, np.linalg.cholesky(pop.cov))
+                E, TH = logistic_fits(data[0], data[1], pop.mean[None, :], None, 0.0, np.linalg.cholesky(pop.cov),
+                                      intercept)
                 E, TH = E[1:], TH[1:]
             curves[fam.name] = mixed_curve(E, TH)
-    classic = [f for f in families if not (f.centred_on_population or f.population_shape)]
+    classic = [f for f in families if not (f.centred_on_population or f.population_shape or f.own_scale)]
     for rho in sorted({f.rho for f in classic}):
         fams = [f for f in classic if f.rho == rho and (rho == 0.0 or has_basis)
                 and (not f.centred_on_representatives or has_centres)]
@@ -289,7 +330,7 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
             n, gram, moment, yy = data
             E, TH = gaussian_fits(n, gram, moment, yy, np.vstack([np.zeros((1, d)), centres]), basis, rho)
         else:
-            E, TH = logistic_fits(data[0], data[1], centres, basis, rho)
+            E, TH = logistic_fits(data[0], data[1], centres, basis, rho, None, intercept)
         for fam in fams:
             curves[fam.name] = (mixed_curve(E[1:], TH[1:], library.log_weights) if fam.centred_on_representatives
                                 else mixed_curve(E[:1], TH[:1]))

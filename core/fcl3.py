@@ -79,7 +79,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import LifelongLearner, TaskRecord, UpdateResult
-from .evidence import POPULATION, RIDGE, Family, Library
+from .evidence import OWN_SCALE, POPULATION, RIDGE, Family, Library
 from .exceptions import InputError
 from .losses import half_hessian
 from .population import Population
@@ -155,7 +155,7 @@ class FCL3(LifelongLearner):
 
     _state_attrs = ("D_", "L_", "A_", "b_", "M_", "C_", "S_", "population_")
     _meta_attrs = ("representatives_", "n_learned_", "n_seeded_columns_", "population_tasks_", "population_updates_")
-    _families = (RIDGE, POPULATION, Family("mixture", rho=0.0, centred_on_representatives=True),
+    _families = (RIDGE, OWN_SCALE, POPULATION, Family("mixture", rho=0.0, centred_on_representatives=True),
                  Family("mixture_span", rho=10.0, centred_on_representatives=True),
                  Family("mixture_population", centred_on_representatives=True, population_shape=True))
 

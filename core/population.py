@@ -268,13 +268,14 @@ def logistic_pseudo_observation(X: np.ndarray, y: np.ndarray, w: np.ndarray) -> 
 
 
 def logistic_modes(X: np.ndarray, y: np.ndarray, centres: np.ndarray, precision: np.ndarray,
-                   W0: np.ndarray | None = None, max_iter: int = 100, tol: float = 1e-8
-                   ) -> tuple[np.ndarray, np.ndarray]:
+                   W0: np.ndarray | None = None, max_iter: int = 100, tol: float = 1e-8,
+                   bias: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """For each centre ``c_k`` (rows of ``centres``), the mode ``w_k`` (slopes and intercept,
     bias last) of ``sum log p(y_i | x_i w) - 1/2 (w - c_k)' P_k (w - c_k)`` and the Hessian of
     the negative log posterior there: arrays ``(k, d + 1)`` and ``(k, d + 1, d + 1)``.
     ``precision`` is one ``P`` for every centre or one per centre ``(k, ., .)``. Centres and
-    precisions of the slopes alone (``d`` wide) leave the intercept flat. Newton's method with
+    precisions of the slopes alone (``d`` wide) leave the intercept flat, or give it the prior
+    ``N(mean, 1 / precision)`` of ``bias = (mean, precision)``. Newton's method with
     step halving, every centre at once (the objective is strictly convex: it converges from
     any start)."""
     k, d1 = centres.shape[0], X.shape[1]
@@ -284,8 +285,9 @@ def logistic_modes(X: np.ndarray, y: np.ndarray, centres: np.ndarray, precision:
     else:
         P = np.concatenate([np.concatenate([P, np.zeros((k, d1 - 1, 1))], axis=2),
                             np.zeros((k, 1, d1))], axis=1)
-        P[:, -1, -1] = _BIAS_PRECISION
-        C = np.hstack([centres, np.zeros((k, 1))])
+        bias_mean, bias_precision = (0.0, _BIAS_PRECISION) if bias is None else bias
+        P[:, -1, -1] = bias_precision
+        C = np.hstack([centres, np.full((k, 1), float(bias_mean))])
 
     def objective(W, Cs, Ps):
         Z = W @ X.T  # (k, n)

@@ -312,3 +312,85 @@ def test_a_flat_curve_leaves_the_omega_prior_unchanged(smoothing):
     assert total2 == pytest.approx(total - 4.5, abs=ev.OMEGA_PRIOR_TOL if smoothing == 0 else 1e-9)
     np.testing.assert_allclose(ev._evidence_curve(-4.5, 6), np.full(6, -4.5))
     assert ev._evidence_curve([1.0, 2.0], 6) is None  # a curve of another grid is ignored
+
+
+def _brute_laplace_proper(Xd, y, Kinv, m, a_mean, a_var):
+    """Laplace log evidence with the intercept's prior N(a_mean, a_var): scipy's optimiser and
+    a finite-difference Hessian, the full prior's normaliser included (2 pi constants dropped)."""
+    d = Xd.shape[1] - 1
+
+    def neg(theta):
+        z = Xd @ theta
+        r = theta[:-1] - m
+        return np.sum(np.logaddexp(0, z) - y * z) + 0.5 * r @ Kinv @ r + 0.5 * (theta[-1] - a_mean) ** 2 / a_var
+
+    t = scipy.optimize.minimize(neg, np.zeros(d + 1), method="BFGS", options={"gtol": 1e-10}).x
+    h, Hess = 1e-4, np.empty((d + 1, d + 1))
+    for i in range(d + 1):
+        for j in range(d + 1):
+            e_i, e_j = np.eye(d + 1)[i] * h, np.eye(d + 1)[j] * h
+            Hess[i, j] = (neg(t + e_i + e_j) - neg(t + e_i - e_j) - neg(t - e_i + e_j) + neg(t - e_i - e_j)) / (4 * h * h)
+    return -neg(t) + 0.5 * np.linalg.slogdet(Kinv)[1] - 0.5 * np.log(a_var) - 0.5 * np.linalg.slogdet(Hess)[1], t
+
+
+def test_logistic_evidence_with_a_proper_intercept_prior_is_the_laplace_approximation():
+    Xd, y = _logistic(n=30, seed=2)
+    d = Xd.shape[1] - 1
+    E, TH = ev.logistic_fits(Xd, y, np.empty((0, d)), None, 0.0, np.eye(d), intercept=(0.7, 0.5))
+    for j in (2, 6, 10):
+        logZ, mode = _brute_laplace_proper(Xd, y, np.eye(d) / ev.LOGISTIC_OMEGAS[j], np.zeros(d), 0.7, 0.5)
+        np.testing.assert_allclose(TH[0, j], mode, atol=1e-5)
+        assert E[0, j] == pytest.approx(logZ, abs=1e-4)
+
+
+def test_a_proper_intercept_prior_bounds_the_evidence_of_a_separable_task():
+    """Two rows, one of each class, one slope separates them: with the flat intercept the
+    evidence keeps growing with omega; with a proper one it stays a log probability."""
+    Xd, y = np.array([[-1.0, 1.0], [1.0, 1.0]]), np.array([0.0, 1.0])
+    flat, _ = ev.logistic_fits(Xd, y, np.empty((0, 1)), None, 0.0, np.eye(1))
+    proper, _ = ev.logistic_fits(Xd, y, np.empty((0, 1)), None, 0.0, np.eye(1), intercept=(0.0, 1.0))
+    assert flat[0, -1] > flat[0, 6] + 1.0
+    # a probability of two labels: at most 1 (the Laplace value of a proper model is close)
+    assert flat[0, -1] > 0.5 and np.all(proper[0] < 0.0) and proper[0, -1] < proper[0].max() + 1e-9
+
+
+@pytest.mark.parametrize("kind", ["regression", "classification"])
+def test_own_scale_family_ignores_each_columns_scale_and_offset(kind):
+    """The own_scale family's evidence and predictions do not change when a task's columns
+    are rescaled and shifted (what a per-task StandardScaler makes true); ridge's do."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(14, 3))
+    y = X @ [1.0, -0.5, 0.3] + 0.3 * rng.normal(size=14)
+    if kind == "classification":
+        y = (y > 0).astype(float)
+    # offsets too for squared loss; logistic's intercept prior is nearly flat (precision
+    # 1e-8), not flat, so its evidence moves slightly with a large shift at the weakest priors
+    Xs = X * [1e-2, 1.0, 30.0] + ([5.0, -2.0, 100.0] if kind == "regression" else 0.0)
+
+    def curves(A):
+        Ad = np.hstack([A, np.ones((14, 1))])
+        data = (14, Ad.T @ Ad, Ad.T @ y, float(y @ y)) if kind == "regression" else (Ad, y)
+        c = ev.family_curves(kind, data, None, (ev.RIDGE, ev.OWN_SCALE))
+        return {k: (v.log_evidence, v.theta @ Ad.T if kind == "regression" else None, Ad) for k, v in c.items()}
+    a, b = curves(X), curves(Xs)
+    np.testing.assert_allclose(a["own_scale"][0] - a["own_scale"][0][0], b["own_scale"][0] - b["own_scale"][0][0],
+                               atol=1e-6)
+    if kind == "regression":
+        np.testing.assert_allclose(a["own_scale"][1], b["own_scale"][1], rtol=1e-6, atol=1e-8)
+    assert np.max(np.abs((a["ridge"][0] - a["ridge"][0][0]) - (b["ridge"][0] - b["ridge"][0][0]))) > 1e-2
+
+
+def test_own_scale_posterior_mean_is_a_ridge_on_the_standardised_columns():
+    """At ``omega`` the own_scale posterior mean is scikit-learn's Ridge(alpha = n / omega) on
+    StandardScaler'd columns, mapped back."""
+    from sklearn.linear_model import Ridge
+    from sklearn.preprocessing import StandardScaler
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(20, 3)) * [0.1, 3.0, 40.0] + [1.0, -5.0, 60.0]
+    y = X @ [2.0, 0.3, 0.01] + 0.5 * rng.normal(size=20)
+    Xd = np.hstack([X, np.ones((20, 1))])
+    c = ev.family_curves("regression", (20, Xd.T @ Xd, Xd.T @ y, float(y @ y)), None, (ev.OWN_SCALE,))["own_scale"]
+    for j in (5, 13, 20):
+        sc = StandardScaler().fit(X)
+        r = Ridge(alpha=20 / ev.GAUSSIAN_OMEGAS[j]).fit(sc.transform(X), y)
+        np.testing.assert_allclose(c.theta[j, :-1], r.coef_ / sc.scale_, rtol=1e-6)

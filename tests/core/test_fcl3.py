@@ -276,9 +276,10 @@ def test_scaling_follows_every_row_until_the_warm_up_ends_then_freezes():
         X = rng.normal(0.0, 1.0, size=(30, 2))
         m.learn(f"t{seen}", X, X[:, 0])
         seen += 30
-    frozen = m.scaler_
-    result = m.learn("late", rng.normal(100.0, 50.0, size=(40, 2)), np.ones(40))
-    assert m.scaler_ is frozen and result.relearned == ()  # past the warm-up it never moves
+    frozen, before = m.scaler_, dict(m.tasks_)
+    m.learn("late", rng.normal(100.0, 50.0, size=(40, 2)), np.ones(40))
+    assert m.scaler_ is frozen  # past the warm-up it never moves, and no task is learned again
+    assert all(m.tasks_[t].data is r.data and m.tasks_[t].w is r.w for t, r in before.items())
 
 
 @pytest.mark.parametrize("kind", ["regression", "classification"])
