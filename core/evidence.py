@@ -296,7 +296,9 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
                 xbar = X.mean(axis=0)
                 Xc = X - xbar
                 factor = own_scale_factor(Xc.T @ Xc, X.shape[0], xbar, 0.25)
-                E, TH = logistic_fits(data[0], data[1], np.empty((0, d)), None, 0.0, factor, intercept)
+                # the intercept stays the task's own (flat): a prior on the intercept at x = 0
+                # means nothing for columns whose offsets are the task's own
+                E, TH = logistic_fits(data[0], data[1], np.empty((0, d)), None, 0.0, factor)
                 curves[fam.name] = mixed_curve(E[:1], TH[:1])
         if fam.population_shape and pop is not None and has_centres:
             if kind == "regression":
