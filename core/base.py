@@ -474,15 +474,14 @@ class LifelongLearner:
                 return self._theta(task_id)
         return theta if np.all(np.isfinite(theta)) else self._theta(task_id)
 
-    def _intercept_prior(self) -> tuple[float, float] | None:
-        """The logistic intercept's prior ``(mean, variance)``: the population's marginal once
-        fitted (``None``, flat, before and for squared loss, whose evidence integrates a flat
-        intercept exactly). A proper prior keeps every task's evidence finite and the
-        families comparable on tasks of a few rows."""
+    def _intercept_prior(self) -> Population | None:
+        """The population whose intercept is the logistic intercept's prior
+        (:func:`core.evidence.family_curves`) once fitted (``None``, flat, before and for squared
+        loss, whose evidence integrates a flat intercept exactly). A proper prior keeps every
+        task's evidence finite and the families comparable on tasks of a few rows."""
         if self.kind == "regression" or not self._keeps_population or not int(getattr(self, "population_tasks_", 0)):
             return None
-        pop = self._population()
-        return float(pop.mean[-1]), float(pop.cov[-1, -1])
+        return self._population()
 
     def _mixed_model_prediction(self, record: TaskRecord) -> np.ndarray:
         """The task's posterior mean (squared loss) or mode (logistic loss) of its slopes and

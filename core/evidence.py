@@ -272,12 +272,18 @@ def mixed_curve(E: np.ndarray, TH: np.ndarray, log_weights: np.ndarray | None = 
 
 
 def family_curves(kind: str, data, library: Library | None, families: tuple[Family, ...],
-                  intercept: tuple[float, float] | None = None) -> dict[str, Curve]:
+                  prior_population: Population | None = None) -> dict[str, Curve]:
     """Every family's :class:`Curve` for one task. ``data`` is the task's sufficient statistics
     ``(n, gram, moment, yy)`` (squared loss) or its rows ``(X, y)`` (logistic loss). A family
     the library cannot define (no basis for ``rho > 0``, no representatives for a mixture)
-    is left out. ``intercept``: the logistic intercept's prior ``(mean, variance)`` for the
-    families whose prior is on the slopes alone (flat when ``None``)."""
+    is left out. ``prior_population``: the full population (slopes and intercept) whose
+    intercept is the logistic intercept's prior (flat when ``None``): its marginal for the
+    families whose prior is on the slopes alone, and for ``own_scale`` its prior predictive
+    of the logit at the task's mean row, the intercept of the task's centred columns (so that
+    per-task offsets of the columns change nothing)."""
+    intercept = None
+    if prior_population is not None and kind != "regression":
+        intercept = (float(prior_population.mean[-1]), float(prior_population.cov[-1, -1]))
     d = data[1].shape[0] - 1 if kind == "regression" else data[0].shape[1] - 1
     has_basis = library is not None and library.basis is not None and bool(np.any(library.basis))
     has_centres = library is not None and len(library.centres) > 0
@@ -296,9 +302,14 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
                 xbar = X.mean(axis=0)
                 Xc = X - xbar
                 factor = own_scale_factor(Xc.T @ Xc, X.shape[0], xbar, 0.25)
-                # the intercept stays the task's own (flat): a prior on the intercept at x = 0
-                # means nothing for columns whose offsets are the task's own
-                E, TH = logistic_fits(data[0], data[1], np.empty((0, d)), None, 0.0, factor)
+                centred = None
+                if prior_population is not None:  # the population's logit at the mean row
+                    row = np.append(xbar, 1.0)
+                    centred = (float(row @ prior_population.mean), float(row @ prior_population.cov @ row))
+                E, TH = logistic_fits(np.hstack([Xc, np.ones((X.shape[0], 1))]), data[1], np.empty((0, d)), None,
+                                      0.0, factor, centred)
+                TH = TH.copy()
+                TH[..., -1] -= TH[..., :-1] @ xbar  # back to the intercept at x = 0
                 curves[fam.name] = mixed_curve(E[:1], TH[:1])
         if fam.population_shape and pop is not None and has_centres:
             if kind == "regression":
