@@ -153,7 +153,8 @@ class FCL3(LifelongLearner):
         ``theta_t = D s_t``, the paper's model.
     """
 
-    _state_attrs = ("D_", "L_", "A_", "b_", "M_", "C_", "S_", "population_")
+    _state_attrs = ("D_", "L_", "A_", "b_", "M_", "C_", "S_", "population_",
+                    "env_counts_", "env_weights_", "env_weighted_")
     _meta_attrs = ("representatives_", "n_learned_", "n_seeded_columns_", "population_tasks_", "population_updates_")
     _families = (RIDGE, OWN_SCALE, POPULATION, Family("mixture", rho=0.0, centred_on_representatives=True),
                  Family("mixture_span", rho=10.0, centred_on_representatives=True),
@@ -224,6 +225,12 @@ class FCL3(LifelongLearner):
         self.M_ = np.zeros((p, d))
         self.C_ = np.zeros((d, d))
         self.S_ = np.zeros((0, p))
+        # per representative (in order): the environment's other members and the sums of
+        # their pooling terms with its own (:meth:`_environment_stats`), kept up to date by
+        # each update so that no update reads every task
+        self.env_counts_ = np.zeros(0)
+        self.env_weights_ = np.zeros((0, d, d))
+        self.env_weighted_ = np.zeros((0, d))
         self.population_ = Population.initial(n_features + 1).to_array()
         self.population_tasks_ = 0
         self.population_updates_ = 0
@@ -233,9 +240,13 @@ class FCL3(LifelongLearner):
 
     def _state_defaults(self) -> dict:
         """A state from before the population (format 3) starts from the initial one; the next
-        update fits it to every task. A state from before ``population_updates_`` counts from 0."""
+        update fits it to every task. A state from before ``population_updates_`` counts from 0;
+        one from before the environments' sums has them summed over every task when first
+        needed (:meth:`_environment_stats`)."""
+        d = self.D_.shape[0] if hasattr(self, "D_") else 0
         return {"population_": Population.initial(self._n_params).to_array(), "population_tasks_": 0,
-                "population_updates_": 0}
+                "population_updates_": 0, "env_counts_": np.full(0, np.nan), "env_weights_": np.zeros((0, d, d)),
+                "env_weighted_": np.zeros((0, d))}
 
     # ------------------------------------------------------------------ pieces
     def _quadratic(self, w: np.ndarray, omega: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -462,10 +473,12 @@ class FCL3(LifelongLearner):
         if self.kind == "classification":
             record.arrays["rep_omegas"] = np.array(rep_omegas).reshape(-1, d, d)
         record.meta = {"assignment_tasks": rep_ids}
+        env_sums = self._moved_environment_sums(task_id, previous, record, was_rep, new_rep)
         # commit: every attribute replaced at once, after all the work succeeded
         self.A_, self.b_, self.M_, self.C_ = A, b, M, C
         self.D_, self.L_, self.S_ = D_new, L_new, S
         self.representatives_, self.n_learned_, self.n_seeded_columns_ = representatives, n_learned, seeded
+        self.env_counts_, self.env_weights_, self.env_weighted_ = env_sums
         self.tasks_ = {**self.tasks_, task_id: record}
         return UpdateResult(
             task_id=task_id, n_samples=record.n_samples, new_task=previous is None,
@@ -544,18 +557,56 @@ class FCL3(LifelongLearner):
 
     def _environment_stats(self) -> dict[str, tuple[int, np.ndarray, np.ndarray]]:
         """For every representative: how many tasks lean on it most (itself not counted) and
-        the sums of :meth:`_pooling_terms` over it and those tasks (cached per update)."""
-        def compute() -> dict[str, tuple[int, np.ndarray, np.ndarray]]:
-            stats: dict[str, tuple[int, np.ndarray, np.ndarray]] = {}
-            for tid, record in self.tasks_.items():
-                env = tid if tid in self.representatives_ else self._environment_of(record)
-                if env is None:
-                    continue
-                W, Ww = self._pooling_terms(record)
-                count, weight, weighted = stats.get(env, (-1, 0.0, 0.0))
-                stats[env] = (count + 1, weight + W, weighted + Ww)
-            return stats
-        return self._stream_value("environments", compute)
+        the sums of :meth:`_pooling_terms` over it and those tasks, read from the sums each
+        update keeps (summed over every task once for a state that predates them)."""
+        if self.env_counts_.shape[0] != len(self.representatives_) or np.isnan(self.env_counts_).any():
+            self.env_counts_, self.env_weights_, self.env_weighted_ = self._summed_environments()
+        return {r: (int(self.env_counts_[i]), self.env_weights_[i], self.env_weighted_[i])
+                for i, r in enumerate(self.representatives_)}
+
+    def _environment_key(self, task_id: str, record: TaskRecord, representatives: list[str]) -> str | None:
+        """The environment a task is counted in: its own if it is a representative, else the
+        one it leans on most (``None``: the outlier slot)."""
+        return task_id if task_id in representatives else self._environment_of(record)
+
+    def _summed_environments(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The environments' sums over every task (what the updates keep incrementally)."""
+        reps = list(self.representatives_)
+        d = self.D_.shape[0]
+        counts, W, Ww = -np.ones(len(reps)), np.zeros((len(reps), d, d)), np.zeros((len(reps), d))
+        index = {r: i for i, r in enumerate(reps)}
+        for tid, record in self.tasks_.items():
+            i = index.get(self._environment_key(tid, record, reps))
+            if i is not None:
+                w_t, ww_t = self._pooling_terms(record)
+                counts[i], W[i], Ww[i] = counts[i] + 1, W[i] + w_t, Ww[i] + ww_t
+        return counts, W, Ww
+
+    def _moved_environment_sums(self, task_id: str, previous: TaskRecord | None, record: TaskRecord,
+                                was_rep: bool, new_rep: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The environments' sums after this update: the task's earlier terms taken out of the
+        environment it was counted in, its new terms added to the one it is counted in now
+        (a new representative opens its own). New arrays: copies of a learner share them."""
+        self._environment_stats()  # a state that predates the sums gets them first
+        reps = list(self.representatives_)
+        counts, W, Ww = self.env_counts_.copy(), self.env_weights_.copy(), self.env_weighted_.copy()
+        if previous is not None:
+            old = task_id if was_rep else self._environment_of(previous)
+            if old in reps:
+                i = reps.index(old)
+                w_t, ww_t = self._pooling_terms(previous)
+                counts[i], W[i], Ww[i] = counts[i] - 1, W[i] - w_t, Ww[i] - ww_t
+        if new_rep:
+            d = W.shape[1]
+            reps.append(task_id)
+            counts = np.append(counts, -1.0)
+            W, Ww = np.concatenate([W, np.zeros((1, d, d))]), np.concatenate([Ww, np.zeros((1, d))])
+        new = task_id if (was_rep or new_rep) else self._environment_of(record)
+        if new in reps:
+            j = reps.index(new)
+            w_t, ww_t = self._pooling_terms(record)
+            counts[j], W[j], Ww[j] = counts[j] + 1, W[j] + w_t, Ww[j] + ww_t
+        return counts, W, Ww
 
     @property
     def representatives(self) -> list[str]:

@@ -1,4 +1,5 @@
 """FCL3's updates against the minimisers of their stated objectives, and its decisions."""
+import dataclasses
 import numpy as np
 import pytest
 import scipy.optimize
@@ -395,3 +396,33 @@ def test_tasks_whose_features_each_have_their_own_scale_and_offset_are_learned()
         m.learn(f"t{t}", X[:12], y[:12])
     for tid, X, _ in tasks:
         assert np.all(np.isfinite(m.decision_function(tid, X[12:])))
+
+
+@pytest.mark.parametrize("kind", ["regression", "classification"])
+def test_environment_sums_kept_by_each_update_equal_the_sums_over_every_task(kind):
+    """The environments' centres read sums that each update moves (the task's old terms out
+    of the environment it was counted in, its new terms in): after new tasks, second batches
+    and new representatives they equal the sums over every task, and a state exported
+    without them (an earlier format) gets them summed when first needed."""
+    rng = np.random.default_rng(3)
+    centres = rng.normal(size=(3, 4)) * 2
+    m = FCL3(kind=kind, random_state=0)
+    for step in range(60):
+        t = step % 40
+        X = rng.normal(size=(12, 4))
+        f = X @ (centres[t % 3] + 0.1 * rng.normal(size=4))
+        y = f + 0.2 * rng.normal(size=12) if kind == "regression" else (f > 0).astype(float)
+        m.learn(f"t{t}", X, y)
+    assert len(m.representatives) >= 2
+    counts, W, Ww = m._summed_environments()
+    np.testing.assert_array_equal(m.env_counts_, counts)
+    np.testing.assert_allclose(m.env_weights_, W, rtol=1e-9, atol=1e-9 * np.abs(W).max())
+    np.testing.assert_allclose(m.env_weighted_, Ww, rtol=1e-9, atol=1e-9 * np.abs(Ww).max())
+    from core import load_state
+    state = m.get_state()
+    old = dataclasses.replace(state, arrays={k: v for k, v in state.arrays.items() if not k.startswith("env_")})
+    back = load_state(old)
+    X = rng.normal(size=(5, 4))
+    np.testing.assert_allclose(back.decision_function("t7", X), m.decision_function("t7", X), rtol=1e-9, atol=1e-9)
+    back._environment_stats()
+    np.testing.assert_array_equal(back.env_counts_, counts)
