@@ -25,8 +25,7 @@ from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, RIDGE, Family, Library,
                        posterior_fit)
 from .exceptions import InputError, UnknownTaskError
 from .losses import KINDS, curvature_scale, fit_single_task, fit_squared_from_moments, sigmoid
-from .population import (Population, fit_population, fit_logistic_population, logistic_mode,
-                         pooled_intercept,
+from .population import (Population, fit_logistic_population, fit_population, logistic_mode, pooled_intercept,
                          posterior_mean, refit_due, task_noises)
 from .preprocessing import SCALER_WARMUP_ROWS, Scaler, as_matrix, as_targets, label_convention
 from .state import ModelState, SquaredLossMoments, TaskData, TaskRecord, TaskRows, check_format
@@ -544,17 +543,17 @@ class LifelongLearner:
         rss, dof = self._noise_terms(record)
         return float(task_noises(np.array([rss]), np.array([dof]), pop.noise)[0][0])
 
-    def _update_population(self, task_id: str, previous: TaskRecord | None) -> bool:
+    def _update_population(self, task_id: str, previous: TaskRecord | None) -> None:
         """Refit the population over every task when :func:`refit_due` says so (warm-started
-        from the last fit); ``True`` when it did."""
+        from the last fit)."""
         fitted = int(getattr(self, "population_tasks_", 0))
         since = int(getattr(self, "population_updates_", 0)) + 1
         if fitted and not refit_due(fitted, since, len(self.tasks_)):
             self.population_updates_ = since
-            return False
+            return
         records = [r for r in self.tasks_.values() if self._evidence_data(r) is not None]
         if not records:
-            return False
+            return
         start = self._population() if fitted else None
         try:
             pop = self._fit_population(records, start)
@@ -567,8 +566,6 @@ class LifelongLearner:
             self.population_ = pop.to_array()
             self.population_tasks_ = len(self.tasks_)
             self.population_updates_ = 0
-            return True
-        return False
 
     def _fit_population(self, records: list[TaskRecord], start: Population | None) -> Population:
         """The population over ``records``, warm-started from ``start``."""

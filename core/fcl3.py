@@ -245,7 +245,7 @@ class FCL3(LifelongLearner):
         needed (:meth:`_environment_stats`)."""
         d = self.D_.shape[0] if hasattr(self, "D_") else 0
         return {"population_": Population.initial(self._n_params).to_array(), "population_tasks_": 0,
-                "population_updates_": 0, "env_counts_": np.full(0, np.nan), "env_weights_": np.zeros((0, d, d)),
+                "population_updates_": 0, "env_counts_": np.zeros(0), "env_weights_": np.zeros((0, d, d)),
                 "env_weighted_": np.zeros((0, d))}
 
     # ------------------------------------------------------------------ pieces
@@ -559,7 +559,7 @@ class FCL3(LifelongLearner):
         """For every representative: how many tasks lean on it most (itself not counted) and
         the sums of :meth:`_pooling_terms` over it and those tasks, read from the sums each
         update keeps (summed over every task once for a state that predates them)."""
-        if self.env_counts_.shape[0] != len(self.representatives_) or np.isnan(self.env_counts_).any():
+        if self.env_counts_.shape[0] != len(self.representatives_):
             self.env_counts_, self.env_weights_, self.env_weighted_ = self._summed_environments()
         return {r: (int(self.env_counts_[i]), self.env_weights_[i], self.env_weighted_[i])
                 for i, r in enumerate(self.representatives_)}
