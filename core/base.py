@@ -359,7 +359,7 @@ class LifelongLearner:
         try:
             library = self._library(task_id, exclude)
             if library is not None and self._keeps_population:
-                library = dataclasses.replace(library, population=self._population().slopes())
+                library = dataclasses.replace(library, population=self._population().predictive().slopes())
         except (np.linalg.LinAlgError, ArithmeticError):
             return None
         if library is not None and not (np.all(np.isfinite(library.centres))
@@ -480,7 +480,7 @@ class LifelongLearner:
         task's evidence finite and the families comparable on tasks of a few rows."""
         if self.kind == "regression" or not self._keeps_population or not int(getattr(self, "population_tasks_", 0)):
             return None
-        return self._population()
+        return self._population().predictive()
 
     def _mixed_model_prediction(self, record: TaskRecord) -> np.ndarray:
         """The task's posterior mean (squared loss) or mode (logistic loss) of its slopes and
@@ -528,7 +528,9 @@ class LifelongLearner:
         arr = getattr(self, "population_", None)
         if arr is None or arr.size <= 1:
             return Population.initial(self._n_params)
-        return Population.from_array(arr)
+        mean_cov = getattr(self, "population_mean_cov_", None)
+        known = mean_cov is not None and mean_cov.shape == (self._n_params,) * 2 and bool(np.any(mean_cov))
+        return dataclasses.replace(Population.from_array(arr), mean_cov=mean_cov if known else None)
 
     def _noise_terms(self, record: TaskRecord) -> tuple[float, float]:
         """A regression task's residual sum of squares at its single-task fit and its degrees
@@ -560,10 +562,15 @@ class LifelongLearner:
         except np.linalg.LinAlgError:
             # features of extreme or very uneven scale can leave EM a singular system: the
             # population, an auxiliary estimate, keeps its last fit (tried again on schedule)
-            # rather than refuse the batch
+            # rather than refuse the batch; a stream without one stays without (tried again
+            # at the next update)
+            if not fitted:
+                return
             pop = self._population()
         if np.all(np.isfinite(pop.to_array())):
             self.population_ = pop.to_array()
+            mean_cov = pop.mean_cov if pop.mean_cov is not None and np.all(np.isfinite(pop.mean_cov)) else None
+            self.population_mean_cov_ = np.zeros((pop.mean.size,) * 2) if mean_cov is None else mean_cov
             self.population_tasks_ = len(self.tasks_)
             self.population_updates_ = 0
 

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import logsumexp
 
-from .population import Population, logistic_modes
+from .population import QUADRATURE_ROWS, Population, logistic_modes, small_task_posteriors
 
 #: Prior variance ``omega`` (relative to ``tr(G) / d``, and for squared loss to ``sigma^2``).
 GAUSSIAN_OMEGAS = 10.0 ** np.arange(-5.0, 8.01, 0.5)
@@ -235,6 +235,15 @@ def logistic_fits(X: np.ndarray, y: np.ndarray, centres: np.ndarray, basis: np.n
          - 0.5 * (np.linalg.slogdet(Hs)[1] + d * np.log(np.repeat(omegas, k)) + logdet_unit + np.log(hb)))
     if bias is not None:  # the intercept's prior density at the mode (its normaliser included)
         E += -0.5 * bias[1] * (W[:, -1] - bias[0]) ** 2 + 0.5 * np.log(bias[1])
+        if X.shape[0] <= QUADRATURE_ROWS:
+            # a task of a few rows: the evidence and the posterior mean exactly, where Laplace's
+            # expansion at the mode of a likelihood this flat is far off
+            means = np.hstack([Cs, np.full((Cs.shape[0], 1), bias[0])])
+            covs = np.zeros((Cs.shape[0], d1, d1))
+            covs[:, :-1, :-1] = Kunit[None, :, :] * np.repeat(omegas, k)[:, None, None]
+            covs[:, -1, -1] = 1.0 / bias[1]
+            E, W, _ = small_task_posteriors(np.broadcast_to(X, (Cs.shape[0],) + X.shape),
+                                            np.broadcast_to(y, (Cs.shape[0], y.size)), means, covs)
     return E.reshape(m, k).T.copy(), W.reshape(m, k, d1).transpose(1, 0, 2).copy()
 
 

@@ -153,7 +153,7 @@ class FCL3(LifelongLearner):
         ``theta_t = D s_t``, the paper's model.
     """
 
-    _state_attrs = ("D_", "L_", "A_", "b_", "M_", "C_", "S_", "population_",
+    _state_attrs = ("D_", "L_", "A_", "b_", "M_", "C_", "S_", "population_", "population_mean_cov_",
                     "env_counts_", "env_weights_", "env_weighted_")
     _meta_attrs = ("representatives_", "n_learned_", "n_seeded_columns_", "population_tasks_", "population_updates_")
     _families = (RIDGE, OWN_SCALE, POPULATION, Family("mixture", rho=0.0, centred_on_representatives=True),
@@ -232,6 +232,7 @@ class FCL3(LifelongLearner):
         self.env_weights_ = np.zeros((0, d, d))
         self.env_weighted_ = np.zeros((0, d))
         self.population_ = Population.initial(n_features + 1).to_array()
+        self.population_mean_cov_ = np.zeros((n_features + 1, n_features + 1))
         self.population_tasks_ = 0
         self.population_updates_ = 0
         self.representatives_: list[str] = []
@@ -244,7 +245,8 @@ class FCL3(LifelongLearner):
         one from before the environments' sums has them summed over every task when first
         needed (:meth:`_environment_stats`)."""
         d = self.D_.shape[0] if hasattr(self, "D_") else 0
-        return {"population_": Population.initial(self._n_params).to_array(), "population_tasks_": 0,
+        return {"population_": Population.initial(self._n_params).to_array(),
+                "population_mean_cov_": np.zeros((self._n_params,) * 2), "population_tasks_": 0,
                 "population_updates_": 0, "env_counts_": np.zeros(0), "env_weights_": np.zeros((0, d, d)),
                 "env_weighted_": np.zeros((0, d))}
 

@@ -27,13 +27,28 @@ slowly near the boundary; on real school data the slopes' variances stayed tenfo
 A learner refits the population when its number of tasks has grown by :data:`REFIT_GROWTH`,
 or a quarter as many updates as it had tasks have changed them, since the last fit
 (:func:`refit_due`), warm-started from it: a geometric schedule, so refits cost a bounded
-amount per update on average however many tasks there are. ``Sigma`` has a weak
-inverse-Wishart prior (``PRIOR_WEIGHT`` pseudo-tasks with covariance ``PRIOR_SCALE * I`` in the
-scaled space) so that the fit of a stream of one or two tasks is defined and ``Sigma`` stays
-invertible.
+amount per update on average however many tasks there are. For squared loss ``Sigma`` has a
+weak inverse-Wishart prior (``PRIOR_WEIGHT`` pseudo-tasks with covariance ``PRIOR_SCALE * I``
+in the scaled space) so that the fit of a stream of one or two tasks is defined and ``Sigma``
+stays invertible.
+
+Logistic tasks of a few rows are the common case of real grouped data (patients seen a few
+times) and the hard one: their likelihood is far from Gaussian, and the Laplace
+approximation sets the spread of their intercepts near zero where the exact marginal
+likelihood does not. Tasks of at most :data:`QUADRATURE_ROWS` rows therefore enter exactly,
+by quadrature over their few logits (:func:`small_task_posteriors`), through the Gaussian
+site that matches their exact posterior moments (:func:`moment_sites`, expectation
+propagation's step); and ``Sigma`` has the boundary-avoiding Wishart prior of Chung et al.
+(2015, :data:`LOGISTIC_SPREAD_SCALE`), since an inverse-Wishart prior's mode is its scale and,
+with tasks that say little about ``Sigma``, the prior's scale would decide it.
+
+A fitted population also carries the covariance of its estimated mean
+(:func:`mean_covariance`); :meth:`Population.predictive` adds it to ``Sigma`` for the prior of a
+task's evidence, so that a population fitted on the first few tasks is not taken as known.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +58,13 @@ from .losses import sigmoid
 #: Pseudo-tasks of the inverse-Wishart prior on ``Sigma``, and its scale.
 PRIOR_WEIGHT = 1.0
 PRIOR_SCALE = 1e-2
+#: The logistic population's covariance has instead the weakly informative Wishart prior of
+#: Chung et al. (2015) for hierarchical models, ``nu = d + 2`` degrees of freedom and scale
+#: ``LOGISTIC_SPREAD_SCALE * I`` (log density ``1/2 log det Sigma - tr(Sigma) / (2 scale)``): it
+#: keeps the estimate off the boundary (a zero spread) without pulling it toward a chosen
+#: value, and bounds the spread of directions no task informs (tasks of one or two binary rows
+#: say little about it, and an inverse-Wishart prior, whose mode is its scale, decides it).
+LOGISTIC_SPREAD_SCALE = 100.0
 #: Degrees of freedom of the stream's typical noise added to a task's own (:func:`task_noises`).
 NOISE_PSEUDO_DOF = 10.0
 #: The population and the stream's family are computed again when the tasks have grown by this
@@ -59,8 +81,15 @@ LAPLACE_TOL = 1e-4
 #: features: a log-odds slope of 10 per standard deviation is already extreme). Without it the
 #: mean has no maximum when the pooled rows are separable (a few tasks of one or two rows).
 LOGISTIC_MEAN_SCALE = 10.0
+#: Logistic tasks of at most this many rows enter the population's fit with their exact
+#: marginal likelihood (adaptive Gauss-Hermite quadrature with this many points per row,
+#: :func:`small_task_posteriors`); larger tasks with its Laplace approximation, which is close
+#: to exact there.
+QUADRATURE_ROWS = 3
+QUADRATURE_POINTS = 10
 #: Weight of the bias penalty in logistic fits (a flat prior on the intercept, kept regular).
 _BIAS_PRECISION = 1e-8
+_TINY = 1e-300
 
 
 @dataclass(frozen=True)
@@ -71,6 +100,8 @@ class Population:
     mean: np.ndarray
     cov: np.ndarray
     noise: float = 1.0
+    #: The covariance of the estimate of ``mean`` (:func:`mean_covariance`); ``None``: not known.
+    mean_cov: np.ndarray | None = None
 
     @classmethod
     def initial(cls, d: int) -> "Population":
@@ -87,7 +118,18 @@ class Population:
 
     def slopes(self) -> "Population":
         """The slopes' marginal (every coordinate but the last, the intercept)."""
-        return Population(self.mean[:-1], self.cov[:-1, :-1], self.noise)
+        mean_cov = None if self.mean_cov is None else self.mean_cov[:-1, :-1]
+        return Population(self.mean[:-1], self.cov[:-1, :-1], self.noise, mean_cov)
+
+    def predictive(self) -> "Population":
+        """The prior of a task's parameters before its data are seen: ``N(mean, cov +
+        mean_cov)``, the population with the uncertainty of its estimated mean integrated out.
+        A population fitted on a few tasks is its mean's uncertainty as much as anything; the
+        plug-in ``N(mean, cov)`` would be as sure of the first task's fit as of a thousand
+        tasks' mean (with one task, EM sets ``cov`` to its prior's small scale)."""
+        if self.mean_cov is None:
+            return self
+        return Population(self.mean, self.cov + self.mean_cov, self.noise)
 
     def intercept_given(self, slopes: np.ndarray) -> tuple[float, float]:
         """Mean and variance of the intercept's conditional prior given the slopes."""
@@ -107,7 +149,7 @@ def refit_due(fitted_tasks: int, updates_since: int, tasks: int, growth: float =
 
 def fit_population(tasks: list, start: Population | None = None, noise: float = 1.0,
                    prior_weight: float = PRIOR_WEIGHT, tol: float = EM_TOL, max_iter: int = EM_MAX_ITER,
-                   mean_scale: float | None = None) -> Population:
+                   mean_scale: float | None = None, spread_scale: float | None = None) -> Population:
     """EM over every task's pseudo-observation ``(J, h)`` to convergence, from ``start``
     (:meth:`Population.initial` when ``None``), accelerated by SQUAREM (Varadhan & Roland
     2008: an extrapolation from two EM steps, kept when it is a valid population). ``noise``
@@ -115,7 +157,7 @@ def fit_population(tasks: list, start: Population | None = None, noise: float = 
     J, h = (np.array(c, dtype=float) for c in zip(*tasks))
     d = h.shape[1]
     x = (Population.initial(d) if start is None else start).to_array()[:-1]
-    step = lambda v: _em_step(v, J, h, prior_weight, mean_scale)
+    step = lambda v: _em_step(v, J, h, prior_weight, mean_scale, spread_scale)
     for _ in range(max_iter // 3):
         x1 = step(x)
         x2 = step(x1)
@@ -133,32 +175,35 @@ def fit_population(tasks: list, start: Population | None = None, noise: float = 
         x = new
         if moved < tol:
             break
-    return Population(x[:d].copy(), x[d:].reshape(d, d).copy(), noise)
+    pop = Population(x[:d].copy(), x[d:].reshape(d, d).copy(), noise)
+    return dataclasses.replace(pop, mean_cov=mean_covariance(J, pop, mean_scale))
 
 
 def fit_logistic_population(tasks: list, start: Population | None = None, rounds: int = LAPLACE_ROUNDS,
                             tol: float = LAPLACE_TOL, prior_weight: float = PRIOR_WEIGHT) -> Population:
     """The population of logistic tasks ``[(X, y), ...]`` (scaled designs, bias last) that
-    maximises the Laplace approximation of the marginal likelihood (with the covariance's
-    prior of :func:`fit_population`). Each round expands every task's log-likelihood at its
-    posterior mode under the current population (:func:`logistic_pseudo_observation`), runs
-    :func:`fit_population` on those expansions, and keeps the result only if the Laplace
-    objective rises, halving the step toward the current population otherwise (the plain
-    iteration is Newton's method without a line search and can diverge). Stops when the
-    population moves less than ``tol`` (relative) or after ``rounds``. Expanding at each task's
-    own fit instead fails on tasks of two rows with one label, whose fit sits far out on the
-    flat intercept."""
+    maximises their marginal likelihood (:func:`marginal_objective`: exact for tasks of at most
+    :data:`QUADRATURE_ROWS` rows, Laplace for the others; with the covariance's prior of
+    :func:`fit_population`). Each round replaces every task's likelihood by a Gaussian site
+    under the current population — for a small task the one that gives its exact posterior
+    mean and covariance (expectation propagation's moment matching), for the others the
+    expansion at its posterior mode (:func:`logistic_pseudo_observation`) — runs
+    :func:`fit_population` on those sites, and keeps the result only if the objective rises,
+    halving the step toward the current population otherwise (the plain iteration can
+    diverge). Stops when the population moves less than ``tol`` (relative) or after
+    ``rounds``. The Laplace approximation alone is badly biased on tasks of one or two binary
+    rows: it sets the intercepts' variance near zero where the exact marginal likelihood puts
+    it near the variance a mixed model fitted by quadrature finds."""
     pop = Population.initial(tasks[0][0].shape[1]) if start is None else start
-    value, modes = laplace_objective(tasks, pop, None, prior_weight)
+    value, modes, sites = marginal_objective(tasks, pop, None, prior_weight)
     for _ in range(rounds):
         try:
-            trial = fit_population([logistic_pseudo_observation(X, y, w) for (X, y), w in zip(tasks, modes)],
-                                   pop, prior_weight=prior_weight, mean_scale=LOGISTIC_MEAN_SCALE)
-        except np.linalg.LinAlgError:  # expansions of extreme magnitude: no step from here
+            trial = fit_population(sites, pop, mean_scale=LOGISTIC_MEAN_SCALE, spread_scale=LOGISTIC_SPREAD_SCALE)
+        except np.linalg.LinAlgError:  # sites of extreme magnitude: no step from here
             break
         for _ in range(30):
             try:
-                trial_value, trial_modes = laplace_objective(tasks, trial, modes, prior_weight)
+                trial_value, trial_modes, trial_sites = marginal_objective(tasks, trial, modes, prior_weight)
             except np.linalg.LinAlgError:
                 trial_value = -np.inf
             if trial_value >= value:
@@ -167,30 +212,155 @@ def fit_logistic_population(tasks: list, start: Population | None = None, rounds
         else:
             break
         moved = _moved(pop.to_array()[:-1], trial.to_array()[:-1], trial.mean.size)
-        pop, value, modes = trial, trial_value, trial_modes
+        pop, value, modes, sites = trial, trial_value, trial_modes, trial_sites
         if moved < tol:
             break
-    return pop
+    J = np.array([J for J, _ in sites])
+    return dataclasses.replace(pop, mean_cov=mean_covariance(J, pop, LOGISTIC_MEAN_SCALE))
 
 
-def laplace_objective(tasks: list, pop: Population, modes: list | None = None,
-                      prior_weight: float = PRIOR_WEIGHT) -> tuple[float, list]:
-    """The Laplace approximation of the logistic tasks' log marginal likelihood under ``pop``
-    plus the log priors of its covariance (that of :func:`fit_population`'s EM) and of its mean
-    (``N(0, LOGISTIC_MEAN_SCALE^2 I)``), and every
-    task's posterior mode (``modes``: warm starts)."""
+def marginal_objective(tasks: list, pop: Population, modes: list | None = None,
+                       prior_weight: float = PRIOR_WEIGHT) -> tuple[float, list, list]:
+    """The logistic tasks' log marginal likelihood under ``pop`` — exact (to quadrature,
+    :func:`small_task_posteriors`) for tasks of at most :data:`QUADRATURE_ROWS` rows, the
+    Laplace approximation at the posterior mode for the others — plus the log priors of the
+    covariance (that of :func:`fit_population`'s EM) and of the mean (``N(0,
+    LOGISTIC_MEAN_SCALE^2 I)``). Returns it, every task's posterior mode (``None`` for a small
+    task; ``modes``: warm starts) and every task's Gaussian site ``(J, h)`` (see
+    :func:`fit_logistic_population`)."""
     prec = np.linalg.inv(pop.cov)
     logdet_prec = float(np.linalg.slogdet(prec)[1])
-    total = (-0.5 * prior_weight * (-logdet_prec + PRIOR_SCALE * float(np.trace(prec)))
+    total = (-0.5 * logdet_prec - 0.5 * float(np.trace(pop.cov)) / LOGISTIC_SPREAD_SCALE
              - 0.5 * float(pop.mean @ pop.mean) / LOGISTIC_MEAN_SCALE ** 2)
-    out = []
-    for (X, y), w0 in zip(tasks, modes or [None] * len(tasks)):
+    out_modes: list = [None] * len(tasks)
+    sites: list = [None] * len(tasks)
+    by_rows: dict[int, list[int]] = {}
+    for i, ((X, y), w0) in enumerate(zip(tasks, modes or [None] * len(tasks))):
+        if X.shape[0] <= QUADRATURE_ROWS:
+            by_rows.setdefault(X.shape[0], []).append(i)
+            continue
         w, H = logistic_mode(X, y, pop.mean, prec, w0)
         z, r = X @ w, w - pop.mean
         total += (-float(np.sum(np.logaddexp(0.0, z) - y * z)) - 0.5 * float(r @ prec @ r)
                   + 0.5 * logdet_prec - 0.5 * float(np.linalg.slogdet(H)[1]))
-        out.append(w)
-    return total, out
+        out_modes[i] = w
+        sites[i] = logistic_pseudo_observation(X, y, w)
+    for idx in by_rows.values():
+        log_z, means, covs = small_task_posteriors(np.array([tasks[i][0] for i in idx]),
+                                                   np.array([tasks[i][1] for i in idx]), pop.mean, pop.cov)
+        total += float(np.sum(log_z))
+        J, h = moment_sites(means, covs, pop, prec)
+        for k, i in enumerate(idx):
+            sites[i] = (J[k], h[k])
+    return total, out_modes, sites
+
+
+def small_task_posteriors(X: np.ndarray, y: np.ndarray, mean: np.ndarray, cov: np.ndarray,
+                          points: int = QUADRATURE_POINTS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every task's exact log marginal likelihood ``log p(y_t)``, posterior mean and posterior
+    covariance of ``theta`` under the Gaussian prior ``N(mean, cov)`` (one for all, or one per
+    task: ``(T, D)`` and ``(T, D, D)``), for tasks of ``n`` rows each: ``X`` ``(T, n, D)``,
+    ``y`` ``(T, n)`` 0/1. The likelihood depends on ``theta`` only through the ``n`` logits
+    ``z = X theta ~ N(X m, X Sigma X')``: written ``z = a + V r`` with ``r ~ N(0, I_n)``, the
+    integrals over ``r`` are taken by adaptive Gauss-Hermite quadrature (``points`` per
+    dimension, centred at the mode of ``r``'s posterior and scaled by its curvature, as lme4's
+    ``nAGQ``), and ``theta`` given ``z`` is Gaussian, which carries the moments of ``r`` back
+    to ``theta``."""
+    T, n, D = X.shape
+    a = X @ mean if mean.ndim == 1 else np.einsum("tnd,td->tn", X, mean)
+    XS = X @ cov  # (T, n, D)
+    lam, U = np.linalg.eigh(XS @ X.transpose(0, 2, 1))
+    lam = np.maximum(lam, 0.0)
+    V = U * np.sqrt(lam)[:, None, :]  # z = a + V r
+    s = 2.0 * y - 1.0
+
+    def log_posterior(r):  # log N(r; 0, I) + log p(y | z), up to the normaliser of N; r (T, ..., n)
+        extra = (slice(None),) + (None,) * (r.ndim - 2)
+        z = a[extra] + np.einsum("tij,t...j->t...i", V, r)
+        return -0.5 * np.sum(r * r, axis=-1) - np.sum(np.logaddexp(0.0, -s[extra] * z), axis=-1)
+
+    r = np.zeros((T, n))
+    f = log_posterior(r)
+    for _ in range(100):  # Newton with step halving on a strictly concave function
+        q = sigmoid(-s * (a + np.einsum("tij,tj->ti", V, r)))  # 1 - p(y_i)
+        grad = -r + np.einsum("tij,ti->tj", V, s * q)
+        H = np.eye(n) + np.einsum("tij,ti,tik->tjk", V, q * (1.0 - q), V)
+        step = np.linalg.solve(H, grad[..., None])[..., 0]
+        t = np.ones(T)
+        while True:
+            trial = r + t[:, None] * step
+            f_new = log_posterior(trial)
+            bad = (f_new < f - 1e-12 * np.abs(f)) & (t >= 1e-8)
+            if not np.any(bad):
+                break
+            t = np.where(bad, 0.5 * t, t)
+        moved = float(np.max(np.abs(trial - r)))
+        r, f = trial, f_new
+        if moved < 1e-10:
+            break
+    q = sigmoid(-s * (a + np.einsum("tij,tj->ti", V, r)))
+    H = np.eye(n) + np.einsum("tij,ti,tik->tjk", V, q * (1.0 - q), V)
+    L = np.linalg.cholesky(np.linalg.inv(H))
+    u, log_w = _hermite_grid(n, points)
+    R = r[:, None, :] + np.einsum("tij,qj->tqi", L, u)  # (T, Q, n)
+    log_terms = log_w[None, :] + 0.5 * np.sum(u * u, axis=1)[None, :] + log_posterior(R)
+    top = log_terms.max(axis=1, keepdims=True)
+    weights = np.exp(log_terms - top)
+    norm = weights.sum(axis=1)
+    log_z = (top[:, 0] + np.log(norm) - 0.5 * n * np.log(2.0 * np.pi)
+             + np.sum(np.log(np.diagonal(L, axis1=1, axis2=2)), axis=1))
+    weights /= norm[:, None]
+    mean_r = np.einsum("tq,tqi->ti", weights, R)
+    dev = R - mean_r[:, None, :]
+    cov_r = np.einsum("tq,tqi,tqj->tij", weights, dev, dev)
+    keep = lam > 1e-12 * np.maximum(lam.max(axis=1, keepdims=True), _TINY)
+    B = np.einsum("tnd,tnj->tdj", XS, U) * np.where(keep, 1.0 / np.sqrt(np.where(keep, lam, 1.0)), 0.0)[:, None, :]
+    means = mean + np.einsum("tdj,tj->td", B, mean_r)
+    covs = (cov - np.einsum("tdj,tej->tde", B, B)
+            + np.einsum("tdj,tjk,tek->tde", B, cov_r, B))
+    return log_z, means, 0.5 * (covs + covs.transpose(0, 2, 1))
+
+
+def moment_sites(means: np.ndarray, covs: np.ndarray, pop: Population,
+                 prec: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The Gaussian sites ``(J_t, h_t)`` whose posterior under ``pop`` has the given means and
+    covariances: ``J = C^-1 - Sigma^-1``, ``h = C^-1 mu - Sigma^-1 m`` (the likelihood of a
+    log-concave task narrows its posterior, so ``J`` is positive semi-definite; rounding is
+    clipped)."""
+    prec = np.linalg.inv(pop.cov) if prec is None else prec
+    post = np.linalg.inv(covs)
+    J = 0.5 * (post + post.transpose(0, 2, 1)) - prec
+    vals, vecs = np.linalg.eigh(J)
+    J = np.einsum("tij,tj,tkj->tik", vecs, np.maximum(vals, 0.0), vecs)
+    h = np.einsum("tij,tj->ti", post, means) - prec @ pop.mean
+    return J, h
+
+
+def _hermite_grid(n: int, points: int) -> tuple[np.ndarray, np.ndarray]:
+    """The tensor Gauss-Hermite rule for ``int g(u) exp(-|u|^2 / 2) du`` in ``n`` dimensions:
+    nodes ``(points^n, n)`` and log weights."""
+    x, w = np.polynomial.hermite_e.hermegauss(points)
+    grids = np.meshgrid(*([x] * n), indexing="ij")
+    wgrids = np.meshgrid(*([np.log(w)] * n), indexing="ij")
+    return np.stack([g.reshape(-1) for g in grids], axis=1), np.sum([g.reshape(-1) for g in wgrids], axis=0)
+
+
+def mean_covariance(J: np.ndarray, pop: Population, mean_scale: float | None = None) -> np.ndarray:
+    """The covariance of the population's mean as estimated from tasks of likelihood
+    precisions ``J`` ``(T, d, d)`` given its covariance ``Sigma``: the inverse of the mean's
+    information ``sum_t (Sigma + J_t^-1)^-1`` (each task's parameters seen through its own
+    noise and the population's spread), plus ``I / mean_scale^2`` from the mean's prior when
+    there is one. ``(Sigma + J^-1)^-1 = P - P C P`` with ``P = Sigma^-1`` and ``C = (J + P)^-1``
+    (Woodbury), defined for singular ``J``. A direction no task informs gets a variance
+    ``1e12`` times the best-informed one's rather than an infinite one."""
+    P = np.linalg.inv(pop.cov)
+    C = np.linalg.inv(np.asarray(J, dtype=float) + P)
+    info = J.shape[0] * P - P @ C.sum(axis=0) @ P
+    if mean_scale is not None:
+        info = info + np.eye(P.shape[0]) / mean_scale ** 2
+    vals, vecs = np.linalg.eigh(0.5 * (info + info.T))
+    vals = np.maximum(vals, max(float(vals[-1]), _TINY) * 1e-12)
+    return (vecs / vals) @ vecs.T
 
 
 def _valid(x: np.ndarray, d: int) -> bool:
@@ -211,10 +381,13 @@ def _moved(x: np.ndarray, new: np.ndarray, d: int) -> float:
 
 
 def _em_step(x: np.ndarray, J: np.ndarray, h: np.ndarray, prior_weight: float,
-             mean_scale: float | None = None) -> np.ndarray:
+             mean_scale: float | None = None, spread_scale: float | None = None) -> np.ndarray:
     """One EM step over every task; ``x`` is the mean and the covariance, flattened. With
     ``mean_scale`` the mean has the prior ``N(0, mean_scale^2 I)`` (an ECM step: the mean given
-    the covariance, then the covariance given the mean)."""
+    the covariance, then the covariance given the mean). The covariance has the inverse-Wishart
+    prior of ``prior_weight`` pseudo-tasks, or with ``spread_scale`` the Wishart prior of
+    :data:`LOGISTIC_SPREAD_SCALE`, whose M-step ``Sigma^2 / scale + (T - 1) Sigma = S`` (``S``
+    the expected scatter) is solved in ``S``'s eigenbasis."""
     T, d = h.shape
     mean, cov = x[:d], x[d:].reshape(d, d)
     prec = np.linalg.inv(cov)
@@ -225,7 +398,15 @@ def _em_step(x: np.ndarray, J: np.ndarray, h: np.ndarray, prior_weight: float,
     else:
         m = np.linalg.solve(T * prec + np.eye(d) / mean_scale ** 2, prec @ mu.sum(axis=0))
     dev = mu - m
-    cov = (C.sum(axis=0) + dev.T @ dev + prior_weight * PRIOR_SCALE * np.eye(d)) / (T + prior_weight)
+    scatter = C.sum(axis=0) + dev.T @ dev
+    if spread_scale is None:
+        cov = (scatter + prior_weight * PRIOR_SCALE * np.eye(d)) / (T + prior_weight)
+    else:
+        vals, vecs = np.linalg.eigh(0.5 * (scatter + scatter.T))
+        vals = np.maximum(vals, 0.0)
+        # the positive root of v^2 / scale + (T - 1) v - s = 0, in the form without cancellation
+        spread = 2.0 * vals / ((T - 1.0) + np.sqrt((T - 1.0) ** 2 + 4.0 * vals / spread_scale))
+        cov = (vecs * np.maximum(spread, _TINY)) @ vecs.T
     return np.concatenate([m, (0.5 * (cov + cov.T)).reshape(-1)])
 
 

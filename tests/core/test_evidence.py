@@ -394,3 +394,24 @@ def test_own_scale_posterior_mean_is_a_ridge_on_the_standardised_columns():
         sc = StandardScaler().fit(X)
         r = Ridge(alpha=20 / ev.GAUSSIAN_OMEGAS[j]).fit(sc.transform(X), y)
         np.testing.assert_allclose(c.theta[j, :-1], r.coef_ / sc.scale_, rtol=1e-6)
+
+
+def test_logistic_evidence_of_a_task_of_a_few_rows_is_exact():
+    """A task of two rows with a proper intercept prior: its evidence at each omega is the
+    exact marginal likelihood and its curve's parameters the posterior mean (importance
+    sampling from the prior, a million draws), not Laplace's values at the mode."""
+    Xd = np.array([[-0.4, 1.2, 1.0], [0.9, -0.3, 1.0]])
+    y = np.array([1.0, 1.0])
+    d = 2
+    E, TH = ev.logistic_fits(Xd, y, np.empty((0, d)), None, 0.0, np.eye(d), intercept=(0.7, 0.5))
+    rng = np.random.default_rng(0)
+    for j in (2, 6, 10):
+        omega = ev.LOGISTIC_OMEGAS[j]
+        draws = np.column_stack([np.sqrt(omega) * rng.standard_normal((1_000_000, d)),
+                                 0.7 + np.sqrt(0.5) * rng.standard_normal(1_000_000)])
+        lik = np.exp(-np.sum(np.logaddexp(0.0, -(draws @ Xd.T)), axis=1))
+        assert E[0, j] == pytest.approx(np.log(lik.mean()), abs=3e-3)
+        np.testing.assert_allclose(TH[0, j], lik @ draws / lik.sum(), atol=2e-2)
+        laplace, _ = _brute_laplace_proper(Xd, y, np.eye(d) / omega, np.zeros(d), 0.7, 0.5)
+        if j == 10:  # a wide prior: the mode is far from the mean and Laplace is off
+            assert abs(laplace - np.log(lik.mean())) > 0.05

@@ -426,3 +426,23 @@ def test_environment_sums_kept_by_each_update_equal_the_sums_over_every_task(kin
     np.testing.assert_allclose(back.decision_function("t7", X), m.decision_function("t7", X), rtol=1e-9, atol=1e-9)
     back._environment_stats()
     np.testing.assert_array_equal(back.env_counts_, counts)
+
+
+def test_a_population_that_cannot_be_fitted_is_not_taken_as_fitted(monkeypatch):
+    """EM failing on a singular system keeps the last fitted population; a stream without
+    one stays without (its initial population, N(0, I), is never used as a prior)."""
+    rng = np.random.default_rng(0)
+    model = FCL3()
+
+    def fail(self, records, start):
+        raise np.linalg.LinAlgError("singular")
+    monkeypatch.setattr(FCL3, "_fit_population", fail)
+    model.learn("a", rng.standard_normal((8, 3)), rng.standard_normal(8))
+    assert model.population_tasks_ == 0 and model._intercept_prior() is None
+    monkeypatch.undo()
+    model.learn("b", rng.standard_normal((8, 3)), rng.standard_normal(8))
+    assert model.population_tasks_ == 2
+    fitted = model.population_.copy()
+    monkeypatch.setattr(FCL3, "_fit_population", fail)
+    model.learn("c", rng.standard_normal((8, 3)), rng.standard_normal(8))
+    np.testing.assert_array_equal(model.population_, fitted)

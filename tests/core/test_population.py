@@ -197,28 +197,34 @@ def test_logistic_pseudo_observation_is_the_likelihoods_second_order_expansion()
     np.testing.assert_allclose(-J, hess, atol=1e-6)
 
 
-def test_logistic_population_maximises_the_laplace_objective():
-    """Laplace EM's population is a maximum of the Laplace marginal likelihood: no
-    perturbation of the mean or the covariance (scipy's Nelder-Mead from it) finds more."""
-    from core.population import fit_logistic_population, laplace_objective
-    tasks = _logistic_tasks(0)
+@pytest.mark.parametrize("rows, slack", [((2, 4), 1e-6), ((2, 7), 0.02)])
+def test_logistic_population_maximises_its_marginal_objective(rows, slack):
+    """On tasks of two or three rows (their marginal likelihood exact, EM exact) the
+    population is a maximum of the marginal likelihood: no perturbation of the mean or the
+    covariance (scipy's Nelder-Mead from it) finds more. With tasks of more rows (Laplace's
+    expansion, whose EM fixed point ignores how the modes move with the population) it is
+    within ``slack`` nats per task of one."""
+    from core.population import fit_logistic_population, marginal_objective
+    tasks = _logistic_tasks(0, n=rows)
     pop = fit_logistic_population(tasks, tol=1e-8)
-    best = laplace_objective(tasks, pop)[0]
+    best = marginal_objective(tasks, pop)[0]
 
     def negative(v):
         L = np.array([[np.exp(v[2]), 0.0], [v[3], np.exp(v[4])]])
-        return -laplace_objective(tasks, Population(v[:2], L @ L.T))[0]
+        return -marginal_objective(tasks, Population(v[:2], L @ L.T))[0]
     L0 = np.linalg.cholesky(pop.cov)
     v0 = np.array([*pop.mean, np.log(L0[0, 0]), L0[1, 0], np.log(L0[1, 1])])
     res = optimize.minimize(negative, v0, method="Nelder-Mead", options={"xatol": 1e-6, "fatol": 1e-9, "maxiter": 4000})
-    assert -res.fun <= best + 1e-3
+    assert -res.fun <= best + 1e-6 + slack * len(tasks)
+    assert -res.fun > best - 1e-6  # Nelder-Mead started from it
 
 
 def test_logistic_population_mean_is_the_pooled_fit_when_tasks_agree():
     """Tasks drawn with no spread between them: the population mean is close to one pooled
-    logistic regression (scipy) over every row, though no task alone can be fitted."""
+    logistic regression (scipy) over every row, and its spread is small. (Tasks of two or three
+    binary rows alone cannot show whether tasks differ: their spread is then the prior's.)"""
     from core.population import fit_logistic_population
-    tasks = _logistic_tasks(1, T=150, n=(2, 3), sd=(0.0, 0.0))
+    tasks = _logistic_tasks(1, T=300, n=(8, 12), sd=(0.0, 0.0))
     X, y = np.vstack([t[0] for t in tasks]), np.concatenate([t[1] for t in tasks])
     pooled = optimize.minimize(lambda v: np.sum(np.logaddexp(0, X @ v) - y * (X @ v)), np.zeros(2), method="BFGS").x
     pop = fit_logistic_population(tasks)
@@ -253,3 +259,115 @@ def test_refit_is_due_on_growth_or_on_updates_of_known_tasks():
     assert refit_due(100, 10, 125)       # the tasks grew by a quarter
     assert refit_due(100, 25, 100)       # a quarter as many updates of known tasks
     assert not refit_due(100, 24, 124)
+
+
+def test_small_task_posteriors_match_brute_force_integration():
+    """The exact (quadrature) marginal likelihood, posterior mean and covariance of a task of
+    two or three logistic rows match an independent computation: importance sampling from
+    the prior with two million draws (rows repeated, so the logits' covariance is singular,
+    included)."""
+    from core.population import small_task_posteriors
+    rng = np.random.default_rng(0)
+    for n, repeated in ((1, False), (2, False), (2, True), (3, False)):
+        X = _design(rng.standard_normal((n, 2)))
+        if repeated:
+            X[1] = X[0]
+        y = (rng.random(n) < 0.5).astype(float)
+        A = rng.standard_normal((3, 3))
+        pop = Population(rng.standard_normal(3), A @ A.T + 0.3 * np.eye(3))
+        log_z, mean, cov = small_task_posteriors(X[None], y[None], pop.mean, pop.cov, points=20)
+        draws = rng.multivariate_normal(pop.mean, pop.cov, size=2_000_000)
+        lik = np.exp(-np.sum(np.logaddexp(0.0, -(2 * y - 1) * (draws @ X.T)), axis=1))
+        w = lik / lik.sum()
+        m = w @ draws
+        c = (draws - m).T @ ((draws - m) * w[:, None])
+        assert abs(log_z[0] - np.log(lik.mean())) < 2e-3
+        np.testing.assert_allclose(mean[0], m, atol=1e-2)
+        np.testing.assert_allclose(cov[0], c, atol=2e-2)
+
+
+def test_moment_sites_give_back_the_posterior():
+    """The Gaussian site of a small task, combined with the prior, has the task's exact
+    posterior mean and covariance, and is positive semi-definite."""
+    from core.population import moment_sites, small_task_posteriors
+    rng = np.random.default_rng(1)
+    X = np.stack([_design(rng.standard_normal((2, 2))) for _ in range(5)])
+    y = (rng.random((5, 2)) < 0.5).astype(float)
+    pop = Population(np.array([0.3, -0.2, 0.5]), np.diag([0.5, 2.0, 1.5]))
+    _, means, covs = small_task_posteriors(X, y, pop.mean, pop.cov)
+    J, h = moment_sites(means, covs, pop)
+    P = np.linalg.inv(pop.cov)
+    for t in range(5):
+        assert np.all(np.linalg.eigvalsh(J[t]) > -1e-10)
+        np.testing.assert_allclose(np.linalg.inv(J[t] + P), covs[t], atol=1e-8)
+        np.testing.assert_allclose(np.linalg.solve(J[t] + P, h[t] + P @ pop.mean), means[t], atol=1e-8)
+
+
+def test_logistic_population_finds_the_intercepts_spread_of_tasks_of_two_rows():
+    """Tasks of two binary rows with intercepts of standard deviation 1.5 and one shared slope:
+    the population's intercept variance is near the maximum-likelihood estimate of a
+    random-intercept model integrated by quadrature (scipy), where the Laplace approximation
+    puts it near zero."""
+    from core.population import fit_logistic_population
+    rng = np.random.default_rng(5)
+    tasks = []
+    for _ in range(300):
+        X = _design(rng.standard_normal((2, 1)))
+        theta = np.array([0.5, 0.8 + 1.5 * rng.standard_normal()])
+        tasks.append((X, (rng.random(2) < 1 / (1 + np.exp(-(X @ theta)))).astype(float)))
+    nodes, weights = np.polynomial.hermite_e.hermegauss(40)
+
+    def negative(v):
+        b = v[1] + np.exp(v[2]) * nodes
+        total = 0.0
+        for X, y in tasks:
+            z = X[:, :1] * v[0] + b[None, :]
+            total += np.log(weights @ np.exp(-np.sum(np.logaddexp(0, z) - y[:, None] * z, axis=0)) / np.sqrt(2 * np.pi))
+        return -total
+    ml = optimize.minimize(negative, np.array([0.0, 0.0, 0.0]), method="Nelder-Mead",
+                           options={"xatol": 1e-5, "fatol": 1e-7, "maxiter": 2000}).x
+    pop = fit_logistic_population(tasks)
+    assert abs(np.sqrt(pop.cov[1, 1]) - np.exp(ml[2])) < 0.3
+    np.testing.assert_allclose(pop.mean, ml[:2], atol=0.2)
+
+
+def test_mean_covariance_is_the_inverse_information_of_the_mean():
+    """For tasks with invertible precisions the mean's covariance is ``(sum_t (Sigma +
+    J_t^-1)^-1)^-1`` computed with explicit inverses, and a Monte Carlo check of the
+    generalised-least-squares mean over draws of the tasks agrees; a direction no task
+    informs gets a variance far above every informed one."""
+    from core.population import mean_covariance
+    rng = np.random.default_rng(7)
+    d, T = 3, 40
+    A = rng.standard_normal((d, d))
+    pop = Population(np.zeros(d), A @ A.T / d + 0.2 * np.eye(d))
+    Js = []
+    for _ in range(T):
+        B = rng.standard_normal((6, d))
+        Js.append(B.T @ B)
+    Js = np.array(Js)
+    W = np.array([np.linalg.inv(pop.cov + np.linalg.inv(J)) for J in Js])
+    expected = np.linalg.inv(W.sum(axis=0))
+    np.testing.assert_allclose(mean_covariance(Js, pop), expected, rtol=1e-8, atol=1e-12)
+    # Monte Carlo: each task's own estimate is N(m, Sigma + J^-1); the GLS mean's spread
+    L = [np.linalg.cholesky(pop.cov + np.linalg.inv(J)) for J in Js]
+    draws = []
+    for _ in range(4000):
+        est = np.array([l @ rng.standard_normal(d) for l in L])
+        draws.append(expected @ np.einsum("tij,tj->i", W, est))
+    np.testing.assert_allclose(np.cov(np.array(draws).T), expected, rtol=0.1, atol=1e-3)
+    # tasks that never see the last coordinate: its mean is unknown
+    Js_blind = Js.copy()
+    Js_blind[:, -1, :] = 0.0
+    Js_blind[:, :, -1] = 0.0
+    V = mean_covariance(Js_blind, pop)
+    assert V[-1, -1] > 1e6 * V[0, 0]
+    assert np.all(np.isfinite(V))
+
+
+def test_predictive_population_adds_the_means_uncertainty():
+    pop = Population(np.zeros(2), np.eye(2) * 0.5, 1.0, np.diag([0.1, 2.0]))
+    pred = pop.predictive()
+    np.testing.assert_allclose(pred.cov, np.diag([0.6, 2.5]))
+    np.testing.assert_allclose(pop.slopes().predictive().cov, [[0.6]])
+    assert Population(np.zeros(2), np.eye(2)).predictive().cov is not None
