@@ -2,6 +2,7 @@
 non-numbers (strict floats: no strings, no booleans)."""
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
@@ -16,6 +17,31 @@ def _utc(value: datetime) -> datetime:
 
 
 UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
+
+#: Characters an id may not hold: control characters (U+0000-U+001F, U+007F-U+009F) and lone
+#: surrogates. PostgreSQL cannot store NUL or a lone surrogate in text and SQLite can, so a model
+#: holding one could not move between them; the other control characters are refused with them
+#: (one rule, the same on every backend; ids appear in paths, logs and the CLI's tables).
+UNSTORABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def storable_id(value: str) -> str:
+    """``value`` unchanged; ValueError (a 422) when it holds a character of :data:`UNSTORABLE`."""
+    bad = UNSTORABLE.search(value)
+    if bad is not None:
+        raise ValueError(f"holds the control character U+{ord(bad.group()):04X} at position {bad.start()}: "
+                         "ids may not hold control characters (U+0000-U+001F, U+007F-U+009F) or lone surrogates")
+    return value
+
+
+#: A task id: 1-200 characters, none of them a control character or a lone surrogate.
+TaskId = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(storable_id)]
+
+#: A model name: 1-100 characters of [A-Za-z0-9._-].
+MODEL_NAME_PATTERN = r"^[A-Za-z0-9._-]{1,100}$"
+MODEL_NAME_RULE = "1-100 characters of [A-Za-z0-9._-]"
+ModelNameStr = Annotated[str, Field(min_length=1, max_length=100, pattern=MODEL_NAME_PATTERN,
+                                    description=f"Model name: {MODEL_NAME_RULE}.")]
 
 
 class Request(BaseModel):
@@ -38,7 +64,7 @@ class Batch(Request):
 
 
 class PredictRequest(Request):
-    task_id: str = Field(..., min_length=1, max_length=200)
+    task_id: TaskId
     X: list[list[Number]] = Field(..., examples=[[[1.0, 2.0, 3.0]]])
 
     _x_not_empty = field_validator("X")(_not_empty)
@@ -121,20 +147,16 @@ class ModelList(BaseModel):
 
 
 class ForkFrom(Request):
-    model: str = Field(..., min_length=1, max_length=200, description="The model to fork.")
+    model: ModelNameStr = Field(..., description="The model to fork.")
     version: int | None = Field(None, ge=0, le=2**31 - 1,
                                 description="Its version to start from (default: its current version).")
-
-
-MODEL_NAME_PATTERN = r"^[A-Za-z0-9._-]{1,100}$"
 
 
 class ModelCreate(Request):
     """A new model: its settings, or ``fork`` (an existing model at one of its versions; the
     settings are then the parent's, and none may be given)."""
 
-    name: str = Field(..., min_length=1, max_length=100, pattern=MODEL_NAME_PATTERN,
-                      description="1-100 characters of [A-Za-z0-9._-].", examples=["schools"])
+    name: ModelNameStr = Field(..., description=MODEL_NAME_RULE + ".", examples=["schools"])
     kind: Literal["regression", "classification"] | None = Field(None, description="Required unless forking.")
     estimator: str = Field("FCL3", min_length=1, max_length=100, description="Learner class in core (FCL3, STL, ...).")
     params: dict[str, Any] = Field(default_factory=dict, description='Other hyper-parameters, e.g. {"lambda2": 0.5}.')

@@ -35,6 +35,8 @@ import numpy as np
 import core
 from core.state import READABLE_FORMAT_VERSIONS
 
+from fcl3.schemas import storable_id
+
 MAGIC = "fcl3-model"
 FILE_VERSION = 1
 META = "__meta__"
@@ -164,6 +166,10 @@ def _state(header: dict[str, Any]) -> tuple[core.ModelState, set[str]]:
                 raise TypeError(f"task {i} needs a string id, an object meta and a list of arrays")
             if tid in out:
                 raise ValueError(f"task {tid!r} is listed twice")
+            try:
+                storable_id(tid)  # only the ids the API accepts: storable on every backend
+            except ValueError as exc:
+                raise ValueError(f"task {i}'s id {exc}") from None
             expected |= {f"t/{i}/{_check_name(n)}" for n in tnames}
             out[tid] = {"arrays": list(tnames), "meta": tmeta}
         if len(expected) != len(names) + sum(len(t["arrays"]) for t in tasks):

@@ -7,17 +7,24 @@ import re
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Request
+from pydantic import AfterValidator
+
+from fcl3.schemas import MODEL_NAME_PATTERN, MODEL_NAME_RULE, storable_id
 
 from ..config import Settings
 from ..reads import ModelReader
 from ..registry import HostedModel, ModelRegistry
 
-#: A model name: 1-100 characters of [A-Za-z0-9._-] (safe in a URL path, a file name, a Redis key).
-NAME_PATTERN = r"^[A-Za-z0-9._-]{1,100}$"
+#: A model name (fcl3.schemas.MODEL_NAME_RULE: safe in a URL path, a file name, a Redis key).
+NAME_PATTERN = MODEL_NAME_PATTERN
 _NAME = re.compile(NAME_PATTERN)
 
 ModelName = Annotated[str, Path(min_length=1, max_length=100, pattern=NAME_PATTERN,
-                                description="Model name: 1-100 characters of [A-Za-z0-9._-].")]
+                                description=f"Model name: {MODEL_NAME_RULE}.")]
+
+#: The ``{task_id}`` of a route: fcl3.schemas.TaskId's rule (no control character), as a path parameter.
+TaskIdPath = Annotated[str, Path(min_length=1, max_length=200, description="Task id: 1-200 characters, no control "
+                                 "character (U+0000-U+001F, U+007F-U+009F)."), AfterValidator(storable_id)]
 
 
 def is_model_name(name: str) -> bool:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import core
-from fcl3.schemas import Batch, PredictRequest
+from fcl3.schemas import UNSTORABLE, Batch, PredictRequest
 
 from .conftest import ESTIMATOR, PARAMS
 
@@ -57,7 +57,7 @@ def test_unknown_fields_are_refused(X, extra):
 
 @given(task_id=st.text(max_size=250))
 def test_predict_request_task_id_length(task_id):
-    ok = 1 <= len(task_id) <= 200
+    ok = 1 <= len(task_id) <= 200 and UNSTORABLE.search(task_id) is None  # no control character (issue 22)
     try:
         PredictRequest(task_id=task_id, X=[[1.0]])
         assert ok

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Response
+from fastapi import APIRouter, Header, Response
 
 from ... import usecases
 from ...idempotency import check_key
 from fcl3.schemas import Batch, EvaluationRows, EvaluationRowsOut, UpdateOut
-from ..deps import ModelDep, SettingsDep, check_size
+from ..deps import ModelDep, SettingsDep, TaskIdPath, check_size
 
 router = APIRouter(tags=["learning"])
 
@@ -31,7 +31,7 @@ IdempotencyKey = Annotated[str | None, Header(
 
 @router.post("/tasks/{task_id}/data", response_model=UpdateOut, responses=ERRORS)
 def post_batch(model: ModelDep, settings: SettingsDep, batch: Batch, response: Response,
-               task_id: str = Path(..., min_length=1, max_length=200),
+               task_id: TaskIdPath,
                idempotency_key: IdempotencyKey = None) -> UpdateOut:
     """Learn a labelled batch for a new or known task; answers once the update is committed.
     A batch of a known task is first scored by the model as it stood (``prequential``, beside
@@ -51,7 +51,7 @@ def post_batch(model: ModelDep, settings: SettingsDep, batch: Batch, response: R
     **{k: v for k, v in ERRORS.items() if k != 409},
     422: {"description": "Bad rows (the checks of a batch: width, NaN/inf, empty, lengths, labels, unknown fields)."}})
 def post_evaluation_rows(model: ModelDep, settings: SettingsDep, rows: EvaluationRows,
-                         task_id: str = Path(..., min_length=1, max_length=200)) -> EvaluationRowsOut:
+                         task_id: TaskIdPath) -> EvaluationRowsOut:
     """Store labelled rows as the task's evaluation set: never learned (the model's version and
     the task's samples do not move), kept up to EVALUATION_MAX_ROWS per task (then a uniform
     sample of all rows received). The task need not be learned yet. The set is scored at once

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
 
-from fcl3.schemas import PredictOut, PredictRequest
+from fcl3.schemas import MODEL_NAME_RULE, PredictOut, PredictRequest, TaskId
 
 from ... import security, usecases
 from ..deps import ModelName, check_size, hosted
@@ -63,7 +63,7 @@ class VersionQuery(BaseModel):
 class PredictQuery(VersionQuery):
     """The query of ``GET /predict``: the task and its rows."""
 
-    task_id: str = Field(..., min_length=1, max_length=200)
+    task_id: TaskId
     x: list[str] = Field(..., description="One feature row as comma-separated numbers; repeat for more rows.",
                          examples=["1.0,2.0,3.0"])
 
@@ -172,7 +172,7 @@ def _parameters(model: type[BaseModel], where: str = "query") -> list[dict[str, 
 
 
 _NAME_PARAMETER = {"name": "name", "in": "path", "required": True, "schema": _name.json_schema(),
-                   "description": "Model name: 1-100 characters of [A-Za-z0-9._-]."}
+                   "description": f"Model name: {MODEL_NAME_RULE}."}
 _BODY = {"required": True, "content": {"application/json": {"schema": PredictRequest.model_json_schema()}}}
 
 

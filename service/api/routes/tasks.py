@@ -14,7 +14,7 @@ from ... import usecases
 from ...events import Feed, keep_alive, stream
 from ...responses import task_out
 from fcl3.schemas import EvaluationOut, TaskList, TaskOut
-from ..deps import ModelDep, SettingsDep
+from ..deps import ModelDep, SettingsDep, TaskIdPath
 
 router = APIRouter(tags=["tasks"])
 
@@ -35,7 +35,7 @@ def list_tasks(model: ModelDep, offset: int = Query(0, ge=0, le=MAX_OFFSET),
 
 @router.get("/tasks/{task_id}", response_model=TaskOut,
             responses={404: {"description": "Unknown task (or unknown model, under /models/{name})."}})
-def get_task(model: ModelDep, task_id: str) -> TaskOut:
+def get_task(model: ModelDep, task_id: TaskIdPath) -> TaskOut:
     """One task: samples, batches, its latest code, assignment and outlier probability, its
     cumulative prequential score and its score on its evaluation rows."""
     row = model.reader.task_info(task_id)
