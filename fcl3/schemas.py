@@ -87,7 +87,8 @@ class UpdateOut(BaseModel):
     n_representatives: int
     version: int = Field(..., description="Model version after this update.")
     prequential: "Scores | None" = Field(None, description="The batch scored before it was learned (null: a new "
-                                         "task's first batch); what /predict answered just before the update.")
+                                         "task's first batch, or a batch whose errors overflow float64, left "
+                                         "unscored); what /predict answered just before the update.")
 
 
 class PredictOut(BaseModel):

@@ -65,6 +65,9 @@ class RegressionSums:
     def plain(self) -> "RegressionSums":
         return self
 
+    def finite(self) -> bool:
+        return bool(np.isfinite([self.se, self.ae, self.b_se, self.b_ae]).all())
+
     def scores(self) -> dict[str, Any]:
         """The Scores JSON (:class:`fcl3.schemas.RegressionScores`)."""
         n = self.n
@@ -95,6 +98,9 @@ class ClassificationSums:
     def plain(self) -> "ClassificationSums":
         """Without the batch's AUCs."""
         return replace(self, auc=None, b_auc=None)
+
+    def finite(self) -> bool:
+        return bool(np.isfinite([self.ll, self.b_ll]).all())
 
     def scores(self) -> dict[str, Any]:
         """The Scores JSON (:class:`fcl3.schemas.ClassificationScores`)."""
@@ -144,22 +150,27 @@ def batch_sums(kind: str, y: np.ndarray, out: np.ndarray, base: np.ndarray) -> S
 
 
 def add_sums(a: Sums | None, b: Sums | None) -> Sums | None:
-    """Sums of two sets of batches (without AUCs: they are not additive)."""
+    """Sums of two sets of batches (without AUCs: they are not additive). Sums are finite: when
+    adding ``b`` would overflow, ``b`` is left out (its rows stay unscored in the total, ``n``
+    says which rows count), as a batch whose own sums overflow is never scored."""
     if a is None or b is None:
         return None if a is None and b is None else (b if a is None else a).plain()
-    return a + b
+    with np.errstate(over="ignore"):
+        total = a + b
+    return total if total.finite() else a.plain()
 
 
 def scores(sums: Sums | None) -> dict[str, Any] | None:
     """The Scores JSON (:class:`fcl3.schemas.RegressionScores` or ``ClassificationScores``) of
-    sums; None without sums or rows."""
-    return None if sums is None or not sums.n else sums.scores()
+    sums; None without sums or rows, or for sums that are not finite (stored before they were
+    kept finite): an infinite error is not a figure to show."""
+    return None if sums is None or not sums.n or not sums.finite() else sums.scores()
 
 
 def score_rows(learner: core.LifelongLearner, task_id: str, X: np.ndarray, y: np.ndarray) -> Sums | None:
     """Sums (with AUC when both labels occur) of the learner on checked rows of ``task_id``;
-    ``None`` when the task is not learned or cannot be scored (overflow, another width, a
-    numerical failure: scoring never fails an update)."""
+    ``None`` when the task is not learned or cannot be scored (overflow of its predictions or
+    of its errors, another width, a numerical failure: scoring never fails an update)."""
     if task_id not in getattr(learner, "tasks_", {}) or X.shape[1] != learner.n_features_in_:
         return None
     try:
@@ -169,7 +180,12 @@ def score_rows(learner: core.LifelongLearner, task_id: str, X: np.ndarray, y: np
     except (ArithmeticError, np.linalg.LinAlgError, ValueError) as exc:
         log.warning("task %r could not be scored: %s", task_id, type(exc).__name__)
         return None
-    return batch_sums(learner.kind, y, out, base)
+    with np.errstate(over="ignore", invalid="ignore"):
+        sums = batch_sums(learner.kind, y, out, base)
+    if not sums.finite():  # errors too large for float64: no finite figure, and JSON cannot store one
+        log.warning("task %r could not be scored: its errors overflow", task_id)
+        return None
+    return sums
 
 
 def prequential(learner: core.LifelongLearner, task_id: str, X, y) -> Sums | None:
