@@ -86,8 +86,11 @@ _JSON = {"Content-Type": "application/json"}
 
 
 def segment(value: str) -> str:
-    """One path segment (task ids may hold any character)."""
-    return quote(str(value), safe="")
+    """One path segment, every reserved character quoted (task ids may hold any character), so
+    that a value can never change the route: "." and ".." (which a URL resolves: "/models/../x"
+    is "/x") are sent as "%2E" and "%2E%2E", which reach the server as the value itself."""
+    quoted = quote(str(value), safe="")
+    return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
 
 
 def model_path(name: str) -> str:

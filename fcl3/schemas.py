@@ -37,9 +37,11 @@ def storable_id(value: str) -> str:
 #: A task id: 1-200 characters, none of them a control character or a lone surrogate.
 TaskId = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(storable_id)]
 
-#: A model name: 1-100 characters of [A-Za-z0-9._-].
-MODEL_NAME_PATTERN = r"^[A-Za-z0-9._-]{1,100}$"
-MODEL_NAME_RULE = "1-100 characters of [A-Za-z0-9._-]"
+#: A model name: 1-100 characters of [A-Za-z0-9._-], not starting with "." (so never "." or "..",
+#: which a URL path would resolve, nor a hidden file name; a name is a path segment, a file name
+#: and a Redis key, and holds no "/" or "\\").
+MODEL_NAME_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$"
+MODEL_NAME_RULE = "1-100 characters of [A-Za-z0-9._-], not starting with '.'"
 ModelNameStr = Annotated[str, Field(min_length=1, max_length=100, pattern=MODEL_NAME_PATTERN,
                                     description=f"Model name: {MODEL_NAME_RULE}.")]
 
