@@ -20,6 +20,12 @@ from .writes import NewModel, learner_summary, representatives
 # "service.store": the logger name is part of each of its log lines (their "logger" field).
 log = logging.getLogger("service.store")
 
+#: The largest version an imported model may have (and a task counter in its file): 2^30. The
+#: version columns are 32-bit integers on PostgreSQL (at most 2^31 - 1, the bound of a fork's
+#: version too), so a model imported at 2^30 still has 2^30 updates before their end; a larger
+#: one (2^63 - 1 was stored on SQLite, then every update failed) is refused.
+MAX_IMPORTED_VERSION = 2**30
+
 
 def check_settings(model_settings: dict[str, Any]) -> core.LifelongLearner:
     """An unfitted learner for a new model's settings; :class:`core.InputError` (422) when the
@@ -69,6 +75,7 @@ def import_model(model: HostedModel, data: bytes) -> None:
         state, service = state_files.read_npz(data)
     except state_files.StateFileError as exc:
         raise core.InputError(f"bad model file: {exc}") from None
+    _check_finite(state)
     try:
         learner = core.load_state(state)
         learner.check_params()
@@ -88,6 +95,9 @@ def import_model(model: HostedModel, data: bytes) -> None:
                     "params": {k: v for k, v in params.items() if k != "kind"}, "d": None}
     version = service.get("version")
     version = version if isinstance(version, int) and not isinstance(version, bool) and version >= 0 else int(learner.is_fitted)
+    if version > MAX_IMPORTED_VERSION:
+        raise core.InputError(f"bad model file: version {version} is above the largest a model may have, "
+                              f"{MAX_IMPORTED_VERSION} (2^30)")
     tasks = service.get("tasks") if isinstance(service.get("tasks"), dict) else {}
     tasks = {t: _task_counters(tasks.get(t), version) for t in learner.task_ids}
     summary = service.get("summary") if isinstance(service.get("summary"), dict) else None
@@ -97,10 +107,20 @@ def import_model(model: HostedModel, data: bytes) -> None:
              extra={"event": "model_imported", "model": model.name, "version": version})
 
 
+def _check_finite(state: core.ModelState) -> None:
+    """:class:`core.InputError` (422) when an array of an imported state holds NaN or infinity:
+    no model the engine learns has one, and such a model would refuse every batch."""
+    named = [(f"array {k!r}", a) for k, a in state.arrays.items()]
+    named += [(f"array {k!r} of task {t!r}", a) for t, task in state.tasks.items() for k, a in task["arrays"].items()]
+    for what, a in named:
+        if a.dtype.kind in "fc" and not np.isfinite(a).all():
+            raise core.InputError(f"bad model file: {what} holds NaN or infinity")
+
+
 def _task_counters(info: Any, version: int) -> dict[str, Any]:
     info = info if isinstance(info, dict) else {}
     v, n = info.get("version"), info.get("n_batches")
-    ok = lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= 0  # noqa: E731
+    ok = lambda x: isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_IMPORTED_VERSION  # noqa: E731
     return {"version": v if ok(v) and v <= version else version, "n_batches": n if ok(n) else 0,
             "last_update": info.get("last_update") if isinstance(info.get("last_update"), dict) else {}}
 

@@ -132,11 +132,16 @@ def _load(npz, key: str) -> np.ndarray:
     return a
 
 
+def _no_constant(name: str) -> Any:
+    """NaN, Infinity and -Infinity are not JSON (Python's json reads them; PostgreSQL does not)."""
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def _header(a: np.ndarray) -> dict[str, Any]:
     if a.shape != () or a.dtype.kind != "U":
         raise StateFileError(f"{META!r} must be a 0-d unicode array holding JSON")
     try:
-        header = json.loads(str(a[()]))
+        header = json.loads(str(a[()]), parse_constant=_no_constant)
     except ValueError as exc:
         raise StateFileError(f"{META!r} is not JSON: {exc}") from None
     if not isinstance(header, dict) or header.get("format") != MAGIC:
