@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 
 Role = Literal["read", "write"]
 
@@ -94,6 +95,17 @@ def _role(request: Request, credentials: HTTPAuthorizationCredentials | None) ->
     if role is None:
         raise _unauthorized("unknown API key")
     return role
+
+
+def presented_role(request: Request) -> Role | None:
+    """The role of the key ``request`` presents, ``None`` for none or an unknown one (never a
+    401): for an open route that tells a keyed caller more (``/readyz``). With no key configured
+    the API is open and every caller is a writer."""
+    keys: KeyRing = request.app.state.keys
+    if not keys.enabled:
+        return "write"
+    scheme, token = get_authorization_scheme_param(request.headers.get("Authorization"))
+    return keys.role(token) if scheme.lower() == "bearer" else None
 
 
 async def require_read(request: Request,

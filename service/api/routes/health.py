@@ -6,6 +6,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
 from ...db import schema_present
+from ...security import presented_role
 
 router = APIRouter(tags=["health"])
 
@@ -18,27 +19,30 @@ async def healthz() -> dict:
 
 @router.get("/readyz")
 def readyz(request: Request) -> JSONResponse:
-    """Readiness: the database answers and holds the schema, and the lock backend answers."""
+    """Readiness: the database answers and holds the schema, and the lock backend answers.
+    Open: an anonymous caller gets each component's state by name (``ok``, ``unavailable``,
+    ``missing``); a caller with a valid key (or any caller when no key is configured) also
+    gets the details (the lock backend, the error), which may name hosts and ports."""
     state = request.app.state
     redact = state.redact
-    checks: dict[str, str] = {}
-    ok = True
+    checks: dict[str, tuple[str, str]] = {}  # component -> (state, details)
     try:
         with state.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
-        checks["database"] = "ok"
+        checks["database"] = ("ok", "ok")
         if schema_present(state.engine):
-            checks["schema"] = "ok"
+            checks["schema"] = ("ok", "ok")
         else:
-            checks["schema"] = "missing: run `alembic upgrade head`"
-            ok = False
+            checks["schema"] = ("missing", "missing: run `alembic upgrade head`")
     except Exception as exc:  # noqa: BLE001 - any failure means not ready
-        checks["database"] = redact(f"unavailable: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}")
-        ok = False
+        checks["database"] = ("unavailable", redact(f"unavailable: {type(exc).__name__}: "
+                                                    f"{(str(exc).splitlines() or [''])[0][:200]}"))
     try:
         state.locks.ping()
-        checks["lock"] = f"ok ({state.locks.backend})"
+        checks["lock"] = ("ok", f"ok ({state.locks.backend})")
     except Exception as exc:  # noqa: BLE001
-        checks["lock"] = redact(f"unavailable: {str(exc)[:200]}")
-        ok = False
-    return JSONResponse({"status": "ready" if ok else "not ready", **checks}, status_code=200 if ok else 503)
+        checks["lock"] = ("unavailable", redact(f"unavailable: {str(exc)[:200]}"))
+    ok = all(s == "ok" for s, _ in checks.values())
+    keyed = presented_role(request) is not None
+    shown = {name: details if keyed else s for name, (s, details) in checks.items()}
+    return JSONResponse({"status": "ready" if ok else "not ready", **shown}, status_code=200 if ok else 503)
