@@ -302,11 +302,12 @@ class LifelongLearner:
         raise NotImplementedError
 
     def _snapshot(self) -> dict[str, Any]:
+        """The learned attributes as they are, to restore after a failed update. References,
+        not copies: learning replaces attributes (``tasks_`` included: a new dict with the
+        task's new record), never mutates them in place, so the snapshot costs nothing however
+        many tasks there are (a test checks that a failed update leaves the model as it was)."""
         attrs = ("n_features_in_", "scaler_", "scaler_rows_", "stream_choice_", "tasks_") + self._state_attrs + self._meta_attrs
-        snap = {a: getattr(self, a) for a in attrs if hasattr(self, a)}
-        if "tasks_" in snap:
-            snap["tasks_"] = dict(snap["tasks_"])
-        return snap
+        return {a: getattr(self, a) for a in attrs if hasattr(self, a)}
 
     def _restore(self, snapshot: dict[str, Any]) -> None:
         attrs = ("n_features_in_", "scaler_", "scaler_rows_", "stream_choice_", "tasks_") + self._state_attrs + self._meta_attrs

@@ -446,3 +446,21 @@ def test_a_population_that_cannot_be_fitted_is_not_taken_as_fitted(monkeypatch):
     monkeypatch.setattr(FCL3, "_fit_population", fail)
     model.learn("c", rng.standard_normal((8, 3)), rng.standard_normal(8))
     np.testing.assert_array_equal(model.population_, fitted)
+
+
+def test_a_failed_update_leaves_the_tasks_as_they_were():
+    """The snapshot a failed update restores holds references (learning replaces ``tasks_``,
+    never mutates it): after a batch whose arithmetic overflows, the model has the very same
+    task dictionary and records, and predicts as before."""
+    from core.exceptions import InputError
+    rng = np.random.default_rng(0)
+    model = FCL3()
+    for tid in ("a", "b", "c"):
+        model.learn(tid, rng.standard_normal((10, 3)), rng.standard_normal(10))
+    tasks, record = model.tasks_, model.tasks_["a"]
+    X = rng.standard_normal((4, 3))
+    before = model.predict("a", X)
+    with pytest.raises(InputError):
+        model.learn("a", np.full((5, 3), 1e300), np.full(5, 1e300))
+    assert model.tasks_ is tasks and model.tasks_["a"] is record and len(tasks) == 3
+    np.testing.assert_array_equal(model.predict("a", X), before)
