@@ -29,6 +29,7 @@ from .population import (Population, fit_logistic_population, fit_population, lo
                          posterior_mean, refit_due, task_noises)
 from .preprocessing import SCALER_WARMUP_ROWS, Scaler, as_matrix, as_targets, label_convention
 from .state import ModelState, SquaredLossMoments, TaskData, TaskRecord, TaskRows, check_format
+from .task_map import TaskMap
 
 
 #: ``task_models`` values: every task's own empirical-Bayes model, or the paper's rule.
@@ -131,7 +132,7 @@ class LifelongLearner:
     def _init_learned(self, n_features: int) -> None:
         """Called once, on the first batch; subclasses extend it to create their arrays."""
         self.n_features_in_ = n_features
-        self.tasks_: dict[str, TaskRecord] = {}
+        self.tasks_: TaskMap[TaskRecord] = TaskMap()
         self.stream_choice_: dict[str, Any] | None = None
 
     @property
@@ -303,8 +304,8 @@ class LifelongLearner:
 
     def _snapshot(self) -> dict[str, Any]:
         """The learned attributes as they are, to restore after a failed update. References,
-        not copies: learning replaces attributes (``tasks_`` included: a new dict with the
-        task's new record), never mutates them in place, so the snapshot costs nothing however
+        not copies: learning replaces attributes (``tasks_`` included: a new
+        :class:`~core.task_map.TaskMap` with the task's new record), never mutates them in place, so the snapshot costs nothing however
         many tasks there are (a test checks that a failed update leaves the model as it was)."""
         attrs = ("n_features_in_", "scaler_", "scaler_rows_", "stream_choice_", "tasks_") + self._state_attrs + self._meta_attrs
         return {a: getattr(self, a) for a in attrs if hasattr(self, a)}
@@ -342,7 +343,7 @@ class LifelongLearner:
         """
         clone = copy.copy(self)
         if hasattr(self, "tasks_"):
-            clone.tasks_ = dict(self.tasks_)
+            clone.tasks_ = self.tasks_  # immutable: learning replaces it
         clone._forget_derived()
         return clone
 
@@ -673,7 +674,7 @@ class LifelongLearner:
         model._set_global_state(state)
         if set(state.meta["task_order"]) != set(state.tasks):
             raise ValueError("state is inconsistent: task_order does not list exactly the stored tasks")
-        model.tasks_ = {tid: model._task_record(state.tasks[tid]) for tid in state.meta["task_order"]}
+        model.tasks_ = TaskMap((tid, model._task_record(state.tasks[tid])) for tid in state.meta["task_order"])
         return model
 
     def _set_global_state(self, state: ModelState) -> None:
@@ -711,13 +712,13 @@ class LifelongLearner:
         model = self.copy()
         model._set_global_state(state)
         order = state.meta["task_order"]
-        known = {**model.tasks_}
+        known = dict(model.tasks_)
         missing = [t for t in order if t not in known and t not in state.tasks]
         if missing or set(known) - set(order):
             raise ValueError(f"state is inconsistent with this model: tasks {missing or sorted(set(known) - set(order))}")
         for tid, task in state.tasks.items():
             known[tid] = model._task_record(task)
-        model.tasks_ = {tid: known[tid] for tid in order}
+        model.tasks_ = TaskMap((tid, known[tid]) for tid in order)
         return model
 
     def _task_record(self, task: dict[str, Any]) -> TaskRecord:

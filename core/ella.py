@@ -224,7 +224,7 @@ class ELLA(LifelongLearner):
         record.arrays = {**record.arrays, "code": s}
         record.meta = {**record.meta, "init_slot": slot}
         self.A_, self.b_, self.n_tasks_, self.L_ = A, b, np.array(T, dtype=np.int64), L
-        self.tasks_ = {**self.tasks_, task_id: record}
+        self.tasks_ = self.tasks_.set(task_id, record)
         return UpdateResult(
             task_id=task_id, n_samples=record.n_samples, new_task=previous is None, code=s.copy(),
         )
@@ -235,7 +235,7 @@ class ELLA(LifelongLearner):
     def _library(self, task_id: str, exclude: TaskRecord | None) -> Library | None:
         """The basis re-solved without ``exclude``'s terms (its slope rows): ELLA has no
         representatives, only the span of ``L``."""
-        if not [t for t in self.tasks_ if t != task_id]:
+        if len(self.tasks_) == int(task_id in self.tasks_):  # no other task
             return None
         L = self.L_
         if exclude is not None and "code" in exclude.arrays:

@@ -481,7 +481,7 @@ class FCL3(LifelongLearner):
         self.D_, self.L_, self.S_ = D_new, L_new, S
         self.representatives_, self.n_learned_, self.n_seeded_columns_ = representatives, n_learned, seeded
         self.env_counts_, self.env_weights_, self.env_weighted_ = env_sums
-        self.tasks_ = {**self.tasks_, task_id: record}
+        self.tasks_ = self.tasks_.set(task_id, record)
         return UpdateResult(
             task_id=task_id, n_samples=record.n_samples, new_task=previous is None,
             code=s.copy(), assignment=Z.copy(), assignment_tasks=tuple(rep_ids),

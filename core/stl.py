@@ -14,7 +14,7 @@ class STL(LifelongLearner):
     """
 
     def _update(self, task_id: str, record: TaskRecord, previous: TaskRecord | None) -> UpdateResult:
-        self.tasks_ = {**self.tasks_, task_id: record}
+        self.tasks_ = self.tasks_.set(task_id, record)
         return UpdateResult(task_id=task_id, n_samples=record.n_samples, new_task=previous is None)
 
     def _theta(self, task_id: str) -> np.ndarray:
