@@ -305,8 +305,8 @@ class LifelongLearner:
     def _snapshot(self) -> dict[str, Any]:
         """The learned attributes as they are, to restore after a failed update. References,
         not copies: learning replaces attributes (``tasks_`` included: a new
-        :class:`~core.task_map.TaskMap` with the task's new record), never mutates them in place, so the snapshot costs nothing however
-        many tasks there are (a test checks that a failed update leaves the model as it was)."""
+        :class:`~core.task_map.TaskMap` with the task's new record), never mutates them in
+        place, so the snapshot costs nothing however many tasks there are."""
         attrs = ("n_features_in_", "scaler_", "scaler_rows_", "stream_choice_", "tasks_") + self._state_attrs + self._meta_attrs
         return {a: getattr(self, a) for a in attrs if hasattr(self, a)}
 

@@ -205,7 +205,9 @@ def logistic_fits(X: np.ndarray, y: np.ndarray, centres: np.ndarray, basis: np.n
     task's design) instead of the family's. ``intercept = (mean, variance)``: a proper prior
     on the intercept instead of the flat one. (With the flat prior a task whose rows one
     slope separates, or that holds one class, has a marginal likelihood that grows without
-    bound with ``omega``: the intercept runs off where the likelihood tends to 1.)
+    bound with ``omega``: the intercept runs off where the likelihood tends to 1.) With a proper
+    intercept prior, a task of at most :data:`~core.population.QUADRATURE_ROWS` rows gets its
+    exact evidence and posterior mean instead (:func:`core.population.small_task_posteriors`).
     """
     d1 = X.shape[1]
     d = d1 - 1
@@ -222,8 +224,18 @@ def logistic_fits(X: np.ndarray, y: np.ndarray, centres: np.ndarray, basis: np.n
     k, m = C.shape[0], omegas.size
     # every (omega, centre) pair's mode in one batch: row j * k + i is centre i at omega j
     Cs = np.tile(C, (m, 1))
-    Kinv = Kunit_inv[None, :, :] / np.repeat(omegas, k)[:, None, None]
     bias = None if intercept is None else (float(intercept[0]), 1.0 / max(float(intercept[1]), _TINY))
+    if bias is not None and X.shape[0] <= QUADRATURE_ROWS:
+        # a task of a few rows: the evidence and the posterior mean exactly, where Laplace's
+        # expansion at the mode of a likelihood this flat is far off
+        means = np.hstack([Cs, np.full((Cs.shape[0], 1), bias[0])])
+        covs = np.zeros((Cs.shape[0], d1, d1))
+        covs[:, :-1, :-1] = Kunit[None, :, :] * np.repeat(omegas, k)[:, None, None]
+        covs[:, -1, -1] = 1.0 / bias[1]
+        E, W, _ = small_task_posteriors(np.broadcast_to(X, (Cs.shape[0],) + X.shape),
+                                        np.broadcast_to(y, (Cs.shape[0], y.size)), means, covs)
+        return E.reshape(m, k).T.copy(), W.reshape(m, k, d1).transpose(1, 0, 2).copy()
+    Kinv = Kunit_inv[None, :, :] / np.repeat(omegas, k)[:, None, None]
     W, H = logistic_modes(X, y, Cs, Kinv, bias=bias)
     Z = W @ X.T
     hb = np.maximum(H[:, -1, -1], _TINY)
@@ -235,15 +247,6 @@ def logistic_fits(X: np.ndarray, y: np.ndarray, centres: np.ndarray, basis: np.n
          - 0.5 * (np.linalg.slogdet(Hs)[1] + d * np.log(np.repeat(omegas, k)) + logdet_unit + np.log(hb)))
     if bias is not None:  # the intercept's prior density at the mode (its normaliser included)
         E += -0.5 * bias[1] * (W[:, -1] - bias[0]) ** 2 + 0.5 * np.log(bias[1])
-        if X.shape[0] <= QUADRATURE_ROWS:
-            # a task of a few rows: the evidence and the posterior mean exactly, where Laplace's
-            # expansion at the mode of a likelihood this flat is far off
-            means = np.hstack([Cs, np.full((Cs.shape[0], 1), bias[0])])
-            covs = np.zeros((Cs.shape[0], d1, d1))
-            covs[:, :-1, :-1] = Kunit[None, :, :] * np.repeat(omegas, k)[:, None, None]
-            covs[:, -1, -1] = 1.0 / bias[1]
-            E, W, _ = small_task_posteriors(np.broadcast_to(X, (Cs.shape[0],) + X.shape),
-                                            np.broadcast_to(y, (Cs.shape[0], y.size)), means, covs)
     return E.reshape(m, k).T.copy(), W.reshape(m, k, d1).transpose(1, 0, 2).copy()
 
 

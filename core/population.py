@@ -149,11 +149,13 @@ def refit_due(fitted_tasks: int, updates_since: int, tasks: int, growth: float =
 
 def fit_population(tasks: list, start: Population | None = None, noise: float = 1.0,
                    prior_weight: float = PRIOR_WEIGHT, tol: float = EM_TOL, max_iter: int = EM_MAX_ITER,
-                   mean_scale: float | None = None, spread_scale: float | None = None) -> Population:
+                   mean_scale: float | None = None, spread_scale: float | None = None,
+                   with_mean_cov: bool = True) -> Population:
     """EM over every task's pseudo-observation ``(J, h)`` to convergence, from ``start``
     (:meth:`Population.initial` when ``None``), accelerated by SQUAREM (Varadhan & Roland
     2008: an extrapolation from two EM steps, kept when it is a valid population). ``noise``
-    is stored with the result: the stream's typical noise variance (:func:`task_noises`)."""
+    is stored with the result: the stream's typical noise variance (:func:`task_noises`);
+    with ``with_mean_cov``, the covariance of its mean (:func:`mean_covariance`)."""
     J, h = (np.array(c, dtype=float) for c in zip(*tasks))
     d = h.shape[1]
     x = (Population.initial(d) if start is None else start).to_array()[:-1]
@@ -176,15 +178,15 @@ def fit_population(tasks: list, start: Population | None = None, noise: float = 
         if moved < tol:
             break
     pop = Population(x[:d].copy(), x[d:].reshape(d, d).copy(), noise)
-    return dataclasses.replace(pop, mean_cov=mean_covariance(J, pop, mean_scale))
+    return dataclasses.replace(pop, mean_cov=mean_covariance(J, pop, mean_scale)) if with_mean_cov else pop
 
 
 def fit_logistic_population(tasks: list, start: Population | None = None, rounds: int = LAPLACE_ROUNDS,
-                            tol: float = LAPLACE_TOL, prior_weight: float = PRIOR_WEIGHT) -> Population:
+                            tol: float = LAPLACE_TOL) -> Population:
     """The population of logistic tasks ``[(X, y), ...]`` (scaled designs, bias last) that
     maximises their marginal likelihood (:func:`marginal_objective`: exact for tasks of at most
-    :data:`QUADRATURE_ROWS` rows, Laplace for the others; with the covariance's prior of
-    :func:`fit_population`). Each round replaces every task's likelihood by a Gaussian site
+    :data:`QUADRATURE_ROWS` rows, Laplace for the others; with the priors of
+    :func:`marginal_objective`). Each round replaces every task's likelihood by a Gaussian site
     under the current population — for a small task the one that gives its exact posterior
     mean and covariance (expectation propagation's moment matching), for the others the
     expansion at its posterior mode (:func:`logistic_pseudo_observation`) — runs
@@ -195,15 +197,16 @@ def fit_logistic_population(tasks: list, start: Population | None = None, rounds
     rows: it sets the intercepts' variance near zero where the exact marginal likelihood puts
     it near the variance a mixed model fitted by quadrature finds."""
     pop = Population.initial(tasks[0][0].shape[1]) if start is None else start
-    value, modes, sites = marginal_objective(tasks, pop, None, prior_weight)
+    value, modes, sites = marginal_objective(tasks, pop)
     for _ in range(rounds):
         try:
-            trial = fit_population(sites, pop, mean_scale=LOGISTIC_MEAN_SCALE, spread_scale=LOGISTIC_SPREAD_SCALE)
+            trial = fit_population(sites, pop, mean_scale=LOGISTIC_MEAN_SCALE, spread_scale=LOGISTIC_SPREAD_SCALE,
+                                   with_mean_cov=False)
         except np.linalg.LinAlgError:  # sites of extreme magnitude: no step from here
             break
         for _ in range(30):
             try:
-                trial_value, trial_modes, trial_sites = marginal_objective(tasks, trial, modes, prior_weight)
+                trial_value, trial_modes, trial_sites = marginal_objective(tasks, trial, modes)
             except np.linalg.LinAlgError:
                 trial_value = -np.inf
             if trial_value >= value:
@@ -219,12 +222,11 @@ def fit_logistic_population(tasks: list, start: Population | None = None, rounds
     return dataclasses.replace(pop, mean_cov=mean_covariance(J, pop, LOGISTIC_MEAN_SCALE))
 
 
-def marginal_objective(tasks: list, pop: Population, modes: list | None = None,
-                       prior_weight: float = PRIOR_WEIGHT) -> tuple[float, list, list]:
+def marginal_objective(tasks: list, pop: Population, modes: list | None = None) -> tuple[float, list, list]:
     """The logistic tasks' log marginal likelihood under ``pop`` — exact (to quadrature,
     :func:`small_task_posteriors`) for tasks of at most :data:`QUADRATURE_ROWS` rows, the
     Laplace approximation at the posterior mode for the others — plus the log priors of the
-    covariance (that of :func:`fit_population`'s EM) and of the mean (``N(0,
+    covariance (the Wishart prior of :data:`LOGISTIC_SPREAD_SCALE`) and of the mean (``N(0,
     LOGISTIC_MEAN_SCALE^2 I)``). Returns it, every task's posterior mode (``None`` for a small
     task; ``modes``: warm starts) and every task's Gaussian site ``(J, h)`` (see
     :func:`fit_logistic_population`)."""
