@@ -41,6 +41,18 @@ class Settings(BaseSettings):
     IDEMPOTENCY_PURGE_EVERY: float = Field(300.0, ge=0, description="At most one purge of expired "
                                            "Idempotency-Keys per this many seconds per process (on writes).")
     MAX_BODY_BYTES: int = Field(16 * 1024 * 1024, gt=0, description="Larger request bodies get 413.")
+    MAX_IMPORT_BYTES: int = Field(1024 * 1024 * 1024, gt=0, description="Larger model files (PUT/POST of an "
+                                  "exported state) get 413; the body is streamed to a temporary file, not "
+                                  "held in memory.")
+    MAX_IMPORT_INFLATED_BYTES: int = Field(4 * 1024 * 1024 * 1024, gt=0, description="A model file whose arrays "
+                                           "would take more than this once decompressed gets 413, before any "
+                                           "of them is allocated.")
+    HEADER_TIMEOUT: float = Field(10.0, gt=0, description="Seconds a client has to send a request's headers.")
+    BODY_TIMEOUT: float = Field(30.0, gt=0, description="Seconds a client has between two chunks of a "
+                                "request's body (an idle upload is dropped with 408).")
+    MAX_EVENT_STREAMS_PER_KEY: int = Field(16, gt=0, description="Open event streams (GET .../events) per API "
+                                           "key (per client address when the API is open), per process; one "
+                                           "more gets 429.")
     DB_POOL_SIZE: int = Field(20, gt=0, description="Database connections kept per process (as many again may overflow).")
     VERSION_POLL: float = Field(1.0, ge=0, description="Seconds a process serves its cached model without "
                                 "checking the stored version while its version watch (SQLite PRAGMA data_version, "
