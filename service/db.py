@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
+import sqlite3
 import sys
+import threading
+import urllib.parse
+import weakref
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy import exc as sa_exc
 
 from .config import Settings
 
@@ -29,19 +35,27 @@ def migrations_dir() -> Path:
 
 
 def make_engine(settings: Settings, pool_size: int | None = None, pre_ping: bool = False) -> Engine:
-    """The engine of ``settings``; ``pool_size`` overrides ``DB_POOL_SIZE`` (as many again may overflow)."""
+    """The engine of ``settings``; ``pool_size`` overrides ``DB_POOL_SIZE`` (as many again may overflow).
+
+    On an SQLite file, the file is guarded (:class:`StoreFile`): once it is deleted or replaced
+    under the running process, every use of the engine fails (503)."""
     url = settings.database_url
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        guard = StoreFile.of(engine)
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn, _record):  # WAL: readers never block the writer
+            if guard is not None:
+                guard.opened()  # before anything is written to the file
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute("PRAGMA synchronous=FULL")
             cur.close()
 
+        if guard is not None:
+            guard.install(engine)
         return engine
     connect_args = {}
     if url.startswith("postgresql"):
@@ -53,6 +67,101 @@ def make_engine(settings: Settings, pool_size: int | None = None, pre_ping: bool
     # threads open and close overflow connections on every request.
     size = pool_size or settings.DB_POOL_SIZE
     return create_engine(url, pool_pre_ping=pre_ping, pool_size=size, max_overflow=size, connect_args=connect_args)
+
+
+class StoreFile:
+    """The identity of an SQLite engine's file: ``(st_dev, st_ino)`` at its first connection.
+
+    A file deleted under a running process stays readable and writable by the connections
+    that have it open, but nothing written there survives the process: the next start finds
+    no file, or another one. So once the path no longer leads to the file first opened (it
+    was deleted, or replaced by another file, a copy of itself included), the engine refuses
+    every connection from the pool, opens none (nothing is created at the path) and refuses
+    every commit: each answers 503 naming the file, and ``/readyz`` is not ready, until the
+    process is restarted on the file now in place. The check is one ``stat`` of the path."""
+
+    _of: "weakref.WeakKeyDictionary[Engine, StoreFile]" = weakref.WeakKeyDictionary()
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.identity: tuple[int, int] | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, engine: Engine) -> "StoreFile | None":
+        """The guard of ``engine`` (made on the first call); None: not an SQLite file."""
+        guard = cls._of.get(engine)
+        if guard is None and engine.dialect.name == "sqlite":
+            from .locks import sqlite_file
+
+            path = sqlite_file(engine.url.render_as_string(hide_password=False))
+            if path is not None:
+                guard = cls._of.setdefault(engine, cls(path))
+        return guard
+
+    def problem(self) -> str | None:
+        """Why the file cannot be used any more; None while the path leads to the file opened."""
+        if self.identity is None:
+            return None
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            what = "deleted"
+        except OSError as exc:
+            what = f"unreachable ({exc.strerror})"
+        else:
+            if (st.st_dev, st.st_ino) == self.identity:
+                return None
+            what = "replaced by another file"
+        return (f"database file deleted or replaced under the running service: {self.path} was {what}; "
+                "nothing is written any more (what this process wrote since is not in the file at that path): "
+                "restart the service once the right file is in place")
+
+    def check(self) -> None:
+        """Raise ``sqlite3.OperationalError`` (answered 503) if the file is gone."""
+        why = self.problem()
+        if why is not None:
+            raise sqlite3.OperationalError(why)
+
+    def opened(self) -> None:
+        """At each new connection: take the file's identity (the first), else check it."""
+        with self._lock:
+            if self.identity is None:
+                try:
+                    st = os.stat(self.path)
+                except OSError:
+                    return  # gone already: the next connection takes the identity
+                self.identity = (st.st_dev, st.st_ino)
+                return
+        self.check()
+
+    def install(self, engine: Engine) -> None:
+        """Check the file before each new connection is opened, each pooled connection is
+        used, and each commit."""
+
+        @event.listens_for(engine, "do_connect")
+        def _open_existing(_dialect, _record, cargs, cparams):
+            if self.identity is not None:
+                self.check()
+                # only the file that exists: a vanished one is not created again at the path
+                cargs[:] = [f"file:{urllib.parse.quote(str(self.path))}?mode=rw"]
+                cparams["uri"] = True
+
+        @event.listens_for(engine, "checkout")
+        def _checkout(_dbapi_conn, _record, _proxy):
+            self.check()
+
+        @event.listens_for(engine, "commit")
+        def _commit(conn):
+            why = self.problem()
+            if why is not None:
+                raise sa_exc.OperationalError("COMMIT", None, sqlite3.OperationalError(why))
+
+
+def store_problem(engine: Engine) -> str | None:
+    """Why ``engine``'s SQLite file cannot be used any more (:class:`StoreFile`); else None."""
+    guard = StoreFile._of.get(engine)
+    return guard.problem() if guard is not None else None
 
 
 #: Connections that carry the model's arrays (reading the model row and changed task rows,

@@ -5,10 +5,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from ...db import schema_present
+from ...db import schema_present, store_problem
 from ...security import presented_role
 
 router = APIRouter(tags=["health"])
+
+
+class StoreGone(Exception):
+    """The database file this process opened was deleted or replaced (:class:`service.db.StoreFile`)."""
 
 
 @router.get("/healthz")
@@ -19,7 +23,8 @@ async def healthz() -> dict:
 
 @router.get("/readyz")
 def readyz(request: Request) -> JSONResponse:
-    """Readiness: the database answers and holds the schema, and the lock backend answers.
+    """Readiness: the database answers and holds the schema (an SQLite file is still the one
+    the process opened, not deleted or replaced), and the lock backend answers.
     Open: an anonymous caller gets each component's state by name (``ok``, ``unavailable``,
     ``missing``); a caller with a valid key (or any caller when no key is configured) also
     gets the details (the lock backend, the error), which may name hosts and ports."""
@@ -27,6 +32,9 @@ def readyz(request: Request) -> JSONResponse:
     redact = state.redact
     checks: dict[str, tuple[str, str]] = {}  # component -> (state, details)
     try:
+        gone = store_problem(state.engine)  # an SQLite file deleted or replaced under the process
+        if gone is not None:
+            raise StoreGone(gone)
         with state.engine.connect() as conn:
             conn.execute(text("SELECT 1"))
         checks["database"] = ("ok", "ok")
@@ -35,8 +43,9 @@ def readyz(request: Request) -> JSONResponse:
         else:
             checks["schema"] = ("missing", "missing: run `alembic upgrade head`")
     except Exception as exc:  # noqa: BLE001 - any failure means not ready
-        checks["database"] = ("unavailable", redact(f"unavailable: {type(exc).__name__}: "
-                                                    f"{(str(exc).splitlines() or [''])[0][:200]}"))
+        first = (str(exc).splitlines() or [""])[0]
+        checks["database"] = ("unavailable", redact(f"unavailable: {first}" if isinstance(exc, StoreGone) else
+                                                    f"unavailable: {type(exc).__name__}: {first[:200]}"))
     try:
         state.locks.ping()
         checks["lock"] = ("ok", f"ok ({state.locks.backend})")
