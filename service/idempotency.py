@@ -7,35 +7,66 @@ The life of a key, around the update of :func:`service.usecases.learn_once`::
         no row                 -> INSERT (hash, owner = this request, response NULL)
         other hash             -> KeyMismatch (422): the key was used for another task or body
         a response             -> Replayed: answer it again, apply nothing
-        no response, recent    -> KeyInFlight (409): the first request is still running
-        no response, older than the claim TTL (LOCK_TTL): abandoned (its process died)
+        no response, its holder alive and the claim younger than the claim TTL (LOCK_TTL)
+                               -> KeyInFlight (409): the first request is still running
+        no response, its holder gone, or the claim older than the claim TTL
                                -> take it over (owner = this request, compare-and-set)
     under the update lock:      verify the claim is still ours (else replay / 409)
     commit (the batch's own transaction):
         UPDATE idempotency_keys SET response, version WHERE owner = this request AND response IS NULL
         (0 rows: the claim was taken over -> KeyTakenOver, the whole commit is rolled back)
-    failure before the commit:  the claim is released (DELETE ... WHERE owner = this request)
+    failure before the commit:  the claim is released (DELETE ... WHERE owner = this request),
+                                or, if the database does not answer, as soon as it answers again
 
 So a key's response exists iff its batch is committed, and a batch is applied at most once
 per key: the key's row is written by the commit that stores the batch, guarded by the owner
-compare-and-set. Rows are purged ``IDEMPOTENCY_TTL`` after their last touch (at start-up and
-on writes, at most every ``IDEMPOTENCY_PURGE_EVERY`` seconds per process).
+compare-and-set. Taking a claim over is therefore always safe; who is judged gone only
+decides how soon a retry proceeds.
+
+**Holders.** A claim's ``owner`` is ``<holder>.<request>``: the holder names the process, so
+that a retry tells a first request still running from one whose process is gone:
+
+* PostgreSQL, ``g<lease>``: each process holds the session-level advisory lock
+  ``(LEASE_SPACE, lease)`` on a connection of its own (:class:`Lease`). The server drops it
+  the moment the process dies (its socket closes) or the database restarts, so a claim whose
+  lease nobody holds (``pg_try_advisory_xact_lock`` succeeds) is taken over at once, from any
+  machine. A lease lost while its process lives is taken again under a new id.
+* SQLite (one machine), ``p<pid>-<start>``: the process id and its start time (clock ticks
+  since boot, ``/proc``): a dead process, a zombie or a pid given to another process is gone.
+* A claim this process could not release (a database error inside the request, and the
+  release failing too) is *abandoned* (:meth:`IdempotencyKeys.abandon`): a retry reaching
+  this process takes it over at once, and it is released as soon as the database answers
+  again (every claim tries first; a thread retries every ``RELEASE_EVERY`` seconds), so a
+  retry reaching another process proceeds then.
+
+The claim TTL stays the outer bound: a claim older than that is taken over even if its holder
+lives (a hung request), and a claim whose holder cannot be told (an owner written before
+holders existed) waits for it.
+
+**Time** is the database's, never this process's: ``touched_at`` is stamped and compared in
+SQL (:func:`db_now`: ``now()`` on PostgreSQL, ``strftime(..., 'now')`` on SQLite), so a step of
+the process's wall clock neither expires a live claim nor purges a key early. Rows are purged
+``IDEMPOTENCY_TTL`` after their last touch (at start-up and on writes, at most every
+``IDEMPOTENCY_PURGE_EVERY`` seconds per process, counted on the monotonic clock).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
 import re
+import secrets
 import threading
 import time
-import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine, delete, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Engine, create_engine, delete, event, func, insert, select, update
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.pool import NullPool
 
 import core
 
@@ -43,9 +74,15 @@ from .tables import IdempotencyKeyRow
 from .writes import Commit, StaleWrite
 
 keys_t = IdempotencyKeyRow.__table__
+log = logging.getLogger("service.store")
 
 #: 1-255 printable ASCII characters (space included).
 KEY_PATTERN = re.compile(r"^[\x20-\x7e]{1,255}$")
+
+#: The first key of the advisory locks that are process leases on PostgreSQL ("FCL3").
+LEASE_SPACE = 0x46434C33
+#: Seconds between two attempts to release the claims this process abandoned.
+RELEASE_EVERY = 0.25
 
 
 class KeyMismatch(core.InputError):
@@ -57,7 +94,7 @@ class KeyInFlight(Exception):
 
 
 class KeyTakenOver(StaleWrite):
-    """At commit, the claim belonged to another request (this one's had expired): rolled back."""
+    """At commit, the claim belonged to another request (this one's was judged abandoned): rolled back."""
 
 
 class Replayed(Exception):
@@ -80,7 +117,7 @@ class Claim:
     def in_commit(self, conn, commit: Commit) -> None:
         """As a participant of the update's commit: store its answer under the key
         (:meth:`IdempotencyKeys.record`)."""
-        IdempotencyKeys.record(conn, self, commit.version, commit.answer, commit.at)
+        IdempotencyKeys.record(conn, self, commit.version, commit.answer)
 
 
 def check_key(key: str) -> str:
@@ -112,63 +149,256 @@ def request_hash(task_id: str, X: Any, y: Any) -> str:
     return h.hexdigest()
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def _aware(t: datetime) -> datetime:
-    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t
+def db_now(dialect: str, shift: float = 0.0):
+    """The database's clock ``shift`` seconds later (earlier if negative), as SQL: ``now()`` on
+    PostgreSQL; on SQLite ``strftime(..., 'now')`` in the text form SQLAlchemy stores there
+    (``YYYY-MM-DD HH:MM:SS.ffffff``), so that comparisons and the index hold."""
+    if dialect == "sqlite":
+        return func.strftime("%Y-%m-%d %H:%M:%f000", "now", f"{shift:+.6f} seconds")
+    now = func.now()
+    return now + timedelta(seconds=shift) if shift else now
 
 
 def _shown(key: str) -> str:
     return repr(key if len(key) <= 60 else key[:57] + "...")
 
 
+# ----------------------------------------------------------------------------- holders
+def _hex(text: str) -> int | None:
+    try:
+        return int(text, 16) if text else None
+    except ValueError:
+        return None
+
+
+def _process_start(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat``); None where
+    there is no ``/proc``; :class:`ProcessLookupError` if there is no such process or it is a
+    zombie (dead, not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self"):
+            raise ProcessLookupError(pid) from None
+        return None
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) ": state is field 3, starttime 22
+    if fields[0] in (b"Z", b"X", b"x"):
+        raise ProcessLookupError(pid)
+    return int(fields[19])
+
+
+_own: tuple[int, str] | None = None
+
+
+def local_holder() -> str:
+    """This process as a holder on one machine: ``p<pid>-<start>`` (hex)."""
+    global _own
+    pid = os.getpid()
+    if _own is None or _own[0] != pid:  # computed again in a forked child
+        try:
+            start = _process_start(pid) or 0
+        except ProcessLookupError:  # pragma: no cover - we exist
+            start = 0
+        _own = (pid, f"p{pid:x}-{start:x}")
+    return _own[1]
+
+
+def local_process_gone(pid: int, start: int) -> bool:
+    """Whether the process ``pid`` that started at ``start`` (0: unknown) is gone from this
+    machine: no such process, a zombie, or another process given the same pid since."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # PermissionError: it exists, as another user
+        pass
+    try:
+        started = _process_start(pid)
+    except ProcessLookupError:
+        return True
+    return started is not None and start != 0 and started != start
+
+
+class Lease:
+    """This process's liveness on PostgreSQL: the session-level advisory lock
+    ``(LEASE_SPACE, id)`` held on a connection of its own while the process lives. The server
+    drops it when that connection ends (the process died, the database restarted); it is
+    checked at most every ``CHECK_EVERY`` seconds when a claim asks for it, and a lost lease is
+    taken again under a new id."""
+
+    CHECK_EVERY = 1.0
+
+    def __init__(self, engine: Engine):
+        self._url = engine.url
+        self._engine: Engine | None = None
+        self._conn = None
+        self._pid = 0
+        self._checked = float("-inf")
+        self._guard = threading.Lock()
+        self.id: int | None = None
+
+    def holder(self) -> str:
+        """``g<id>`` of the lease this process holds now (taken first if need be; a database
+        error if it cannot be)."""
+        with self._guard:
+            if self._conn is not None and self._pid != os.getpid():  # forked: the parent's socket
+                self._conn = self.id = None
+            if self._conn is not None and time.monotonic() - self._checked >= self.CHECK_EVERY:
+                try:
+                    self._conn.exec_driver_sql("SELECT 1")
+                    self._checked = time.monotonic()
+                except DBAPIError:
+                    log.warning("Idempotency-Key lease %s lost (the database dropped its connection): taking a new one",
+                                self.id)
+                    self._drop()
+            if self._conn is None:
+                self._take()
+            return f"g{self.id:x}"
+
+    def _take(self) -> None:
+        if self._engine is None:
+            self._engine = create_engine(self._url, poolclass=NullPool, connect_args={"connect_timeout": 5})
+        conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            for _ in range(16):
+                lease = secrets.randbelow(2 ** 31 - 2) + 1
+                if conn.exec_driver_sql(f"SELECT pg_try_advisory_lock({LEASE_SPACE}, {lease})").scalar():
+                    self._conn, self.id, self._pid, self._checked = conn, lease, os.getpid(), time.monotonic()
+                    return
+        except BaseException:
+            conn.close()
+            raise
+        conn.close()
+        raise RuntimeError("no free Idempotency-Key lease id after 16 tries")  # pragma: no cover
+
+    def gone(self, conn, lease: int) -> bool:
+        """In a transaction of ``conn``: whether nobody holds the lease ``lease`` (its process
+        is gone). Not ours: ours is held while this process lives."""
+        if lease == self.id and self._conn is not None:
+            return False
+        if not 0 < lease < 2 ** 31:
+            return False
+        return bool(conn.exec_driver_sql(f"SELECT pg_try_advisory_xact_lock({LEASE_SPACE}, {lease})").scalar())
+
+    def _drop(self) -> None:
+        conn, self._conn, self.id = self._conn, None, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - a dead connection
+                pass
+
+    def close(self) -> None:
+        """Give the lease up (its claims are then gone); taken again by the next claim."""
+        with self._guard:
+            self._drop()
+            if self._engine is not None:
+                self._engine.dispose()
+                self._engine = None
+
+
+# ----------------------------------------------------------------------------- the keys
 class IdempotencyKeys:
     """The keys of every model on ``engine``. ``ttl``: how long a key is kept after its last
     touch (``IDEMPOTENCY_TTL``); ``claim_ttl``: after how long a claim with no response is
-    abandoned (``LOCK_TTL``); ``purge_every``: at most one purge per that many seconds."""
+    abandoned even if its holder lives (``LOCK_TTL``); ``purge_every``: at most one purge per
+    that many seconds."""
 
     def __init__(self, engine: Engine, ttl: float = 86400.0, claim_ttl: float = 30.0, purge_every: float = 300.0):
         self.engine, self.ttl, self.claim_ttl, self.purge_every = engine, ttl, claim_ttl, purge_every
+        self.dialect = engine.dialect.name
         self._last_purge = float("-inf")
         self._guard = threading.Lock()
+        self.lease = Lease(engine) if self.dialect == "postgresql" else None
+        self._abandoned: dict[str, Claim] = {}
+        self._pending = threading.Lock()
+        self._releaser: threading.Thread | None = None
+        event.listen(engine, "engine_disposed", self._disposed)
+
+    def _now(self, shift: float = 0.0):
+        return db_now(self.dialect, shift)
+
+    def _disposed(self, engine) -> None:
+        if self.lease is not None:
+            self.lease.close()
+
+    def holder(self) -> str:
+        """This process, as the holder of the claims it makes."""
+        return self.lease.holder() if self.lease is not None else local_holder()
 
     # ------------------------------------------------------------------ before the lock
     def claim(self, model_name: str, key: str, req_hash: str) -> Claim:
         """Claim ``key`` for this request; raises :class:`Replayed`, :class:`KeyMismatch` or
-        :class:`KeyInFlight` instead when the key is already used."""
-        owner = uuid.uuid4().hex
-        for _ in range(5):
-            now = _now()
-            try:
-                with self.engine.begin() as conn:
-                    row = conn.execute(select(keys_t).where(keys_t.c.model_name == model_name,
-                                                            keys_t.c.key == key)).first()
-                    if row is None:
-                        conn.execute(insert(keys_t).values(model_name=model_name, key=key, request_hash=req_hash,
-                                                           owner=owner, touched_at=now))
-                        return Claim(model_name, key, owner, req_hash)
-                    self._answer_used(row, model_name, key, req_hash, now)
-                    # abandoned by a request that never committed: take it over (compare-and-set)
-                    res = conn.execute(update(keys_t).where(
-                        keys_t.c.model_name == model_name, keys_t.c.key == key, keys_t.c.owner == row.owner,
-                        keys_t.c.response.is_(None)).values(owner=owner, request_hash=req_hash, touched_at=now))
-                    if res.rowcount == 1:
-                        return Claim(model_name, key, owner, req_hash)
-            except IntegrityError:
-                pass  # inserted by a concurrent request meanwhile: look again
+        :class:`KeyInFlight` instead when the key is already used. A database error leaves
+        the claim abandoned (it may have been written)."""
+        self.flush()
+        holder = self.holder()
+        claim = Claim(model_name, key, f"{holder}.{secrets.token_hex(16)}"[:32], req_hash)
+        try:
+            for _ in range(5):
+                try:
+                    with self.engine.begin() as conn:
+                        if self._claim(conn, claim):
+                            return claim
+                except IntegrityError:
+                    pass  # inserted by a concurrent request meanwhile: look again
+        except DBAPIError:
+            self.abandon(claim)
+            raise
         raise KeyInFlight(self._in_flight_message(model_name, key))
 
-    def _answer_used(self, row, model_name: str, key: str, req_hash: str, now: datetime) -> None:
-        """A row of another request: raise what it means (returns only if it is abandoned)."""
-        if row.request_hash != req_hash:
-            raise KeyMismatch(f"Idempotency-Key {_shown(key)} was already used on model {model_name!r} with "
-                              "another request (a different task id or batch): use a new key for a new batch")
+    def _claim(self, conn, claim: Claim) -> bool:
+        where = (keys_t.c.model_name == claim.model_name, keys_t.c.key == claim.key)
+        row = conn.execute(select(keys_t.c.owner, keys_t.c.request_hash, keys_t.c.response,
+                                  (keys_t.c.touched_at < self._now(-self.claim_ttl)).label("expired"))
+                           .where(*where)).first()
+        if row is None:
+            conn.execute(insert(keys_t).values(model_name=claim.model_name, key=claim.key,
+                                               request_hash=claim.request_hash, owner=claim.owner,
+                                               touched_at=self._now()))
+            return True
+        if row.request_hash != claim.request_hash:
+            raise KeyMismatch(f"Idempotency-Key {_shown(claim.key)} was already used on model {claim.model_name!r} "
+                              "with another request (a different task id or batch): use a new key for a new batch")
         if row.response is not None:
             raise Replayed(row.response)
-        if _aware(row.touched_at) > now - timedelta(seconds=self.claim_ttl):
-            raise KeyInFlight(self._in_flight_message(model_name, key))
+        if not row.expired and not self.gone(conn, row.owner):
+            raise KeyInFlight(self._in_flight_message(claim.model_name, claim.key))
+        # its request can no longer commit (or ran past the claim TTL): take it over (compare-and-set)
+        res = conn.execute(update(keys_t).where(*where, keys_t.c.owner == row.owner, keys_t.c.response.is_(None))
+                           .values(owner=claim.owner, request_hash=claim.request_hash, touched_at=self._now()))
+        if res.rowcount != 1:
+            return False
+        self._forget(row.owner)
+        log.info("Idempotency-Key claim taken over", extra={
+            "event": "idempotency_takeover", "model": claim.model_name, "holder": row.owner.partition(".")[0],
+            "expired": bool(row.expired)})
+        return True
+
+    def gone(self, conn, owner: str) -> bool:
+        """Whether the request that holds a claim as ``owner`` can no longer commit: this process
+        abandoned it, or its process is gone (see the module's *Holders*). In a transaction of
+        ``conn``; False when it cannot be told."""
+        if owner in self._abandoned:
+            return True
+        holder, dot, _ = owner.partition(".")
+        if not dot:
+            return False
+        if holder.startswith("g") and self.lease is not None:
+            lease = _hex(holder[1:])
+            return lease is not None and self.lease.gone(conn, lease)
+        if holder.startswith("p") and self.lease is None:
+            pid, _, start = holder[1:].partition("-")
+            pid_n, start_n = _hex(pid), _hex(start)
+            if pid_n is None or start_n is None or holder == local_holder():
+                return False
+            return local_process_gone(pid_n, start_n)
+        return False
 
     def _in_flight_message(self, model_name: str, key: str) -> str:
         return (f"a request with Idempotency-Key {_shown(key)} is still running on model {model_name!r}: "
@@ -191,7 +421,7 @@ class IdempotencyKeys:
             with self.engine.begin() as conn:
                 conn.execute(insert(keys_t).values(model_name=claim.model_name, key=claim.key,
                                                    request_hash=claim.request_hash, owner=claim.owner,
-                                                   touched_at=_now()))
+                                                   touched_at=self._now()))
         except IntegrityError:
             raise KeyInFlight(self._in_flight_message(claim.model_name, claim.key)) from None
 
@@ -207,12 +437,14 @@ class IdempotencyKeys:
 
     # ------------------------------------------------------------------ in the commit
     @staticmethod
-    def record(conn, claim: Claim, version: int, response: dict[str, Any], now: datetime) -> None:
-        """In the commit's transaction: store the answer; :class:`KeyTakenOver` if the claim
-        is no longer this request's (the caller's transaction then rolls back)."""
+    def record(conn, claim: Claim, version: int, response: dict[str, Any]) -> None:
+        """In the commit's transaction: store the answer (stamped by the database's clock);
+        :class:`KeyTakenOver` if the claim is no longer this request's (the caller's
+        transaction then rolls back)."""
         res = conn.execute(update(keys_t).where(
             keys_t.c.model_name == claim.model_name, keys_t.c.key == claim.key, keys_t.c.owner == claim.owner,
-            keys_t.c.response.is_(None)).values(version=version, response=response, touched_at=now))
+            keys_t.c.response.is_(None)).values(version=version, response=response,
+                                                touched_at=db_now(conn.dialect.name)))
         if res.rowcount != 1:
             raise KeyTakenOver(f"Idempotency-Key {_shown(claim.key)} of model {claim.model_name!r} was taken over by "
                                "another request while this one ran; this batch was NOT applied by this request")
@@ -223,6 +455,47 @@ class IdempotencyKeys:
         with self.engine.begin() as conn:
             conn.execute(delete(keys_t).where(keys_t.c.model_name == claim.model_name, keys_t.c.key == claim.key,
                                               keys_t.c.owner == claim.owner, keys_t.c.response.is_(None)))
+        self._forget(claim.owner)
+
+    def abandon(self, claim: Claim) -> None:
+        """A claim this process could not release (the database did not answer): a retry
+        reaching this process takes it over at once, and it is released as soon as the
+        database answers again (by the next claim, or a thread retrying every
+        ``RELEASE_EVERY`` seconds). Releasing a claim that was never written, or whose batch
+        did commit, deletes nothing."""
+        with self._pending:
+            self._abandoned[claim.owner] = claim
+            if self._releaser is None:
+                self._releaser = threading.Thread(target=self._release_abandoned, name="fcl3-claim-release",
+                                                  daemon=True)
+                self._releaser.start()
+
+    def _forget(self, owner: str) -> None:
+        if owner in self._abandoned:
+            with self._pending:
+                self._abandoned.pop(owner, None)
+
+    def flush(self) -> bool:
+        """Release the claims this process abandoned; whether none is left."""
+        with self._pending:
+            claims = list(self._abandoned.values())
+        for claim in claims:
+            try:
+                self.release(claim)
+            except Exception:  # noqa: BLE001 - the database still fails: later
+                return False
+            log.info("abandoned Idempotency-Key claim released", extra={
+                "event": "idempotency_release", "model": claim.model_name})
+        return True
+
+    def _release_abandoned(self) -> None:
+        while True:
+            time.sleep(RELEASE_EVERY)
+            self.flush()
+            with self._pending:
+                if not self._abandoned:
+                    self._releaser = None
+                    return
 
     @staticmethod
     def delete_model(conn, model_name: str) -> None:
@@ -230,10 +503,10 @@ class IdempotencyKeys:
         conn.execute(delete(keys_t).where(keys_t.c.model_name == model_name))
 
     def purge(self) -> int:
-        """Delete every key (of every model) not touched for ``ttl`` seconds; how many."""
-        cutoff = _now() - timedelta(seconds=self.ttl)
+        """Delete every key (of every model) not touched for ``ttl`` seconds by the database's
+        clock; how many."""
         with self.engine.begin() as conn:
-            n = conn.execute(delete(keys_t).where(keys_t.c.touched_at < cutoff)).rowcount
+            n = conn.execute(delete(keys_t).where(keys_t.c.touched_at < self._now(-self.ttl))).rowcount
         self._last_purge = time.monotonic()
         return int(n or 0)
 

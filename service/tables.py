@@ -134,9 +134,12 @@ class IdempotencyKeyRow(Base):
 
     Claimed (``response`` null, ``owner`` the claiming request) before the update; its
     ``response`` and ``version`` are written by the update's own commit, in the transaction
-    that stores the batch. ``touched_at`` (claim, take-over, commit) drives both the expiry
-    of an abandoned claim (``LOCK_TTL``) and the purge (``IDEMPOTENCY_TTL``). No foreign key
-    to ``models``: the default model may be created by the very update that claims a key."""
+    that stores the batch. ``owner`` is ``<holder>.<request>``, the holder naming the claiming
+    process (its PostgreSQL lease ``g<id>``, or ``p<pid>-<start>`` on SQLite), so that a claim
+    whose process is gone is taken over at once. ``touched_at`` (claim, take-over, commit),
+    always stamped by the database's clock, drives both the expiry of a claim (``LOCK_TTL``)
+    and the purge (``IDEMPOTENCY_TTL``). No foreign key to ``models``: the default model may be
+    created by the very update that claims a key."""
 
     __tablename__ = "idempotency_keys"
     __table_args__ = (Index("ix_idempotency_keys_touched_at", "touched_at"),)

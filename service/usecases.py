@@ -159,7 +159,8 @@ def learn_once(model: HostedModel, task_id: str, X, y, key: str) -> tuple[dict[s
     with another task or body is :class:`service.idempotency.KeyMismatch` (422), a key whose
     first request still runs is :class:`service.idempotency.KeyInFlight` (409)), checked again
     under the lock, and its answer is stored by the commit that stores the batch. An update
-    that fails releases the claim. See :mod:`service.idempotency`."""
+    that fails releases the claim (at once, or as soon as the database answers again). See
+    :mod:`service.idempotency`."""
     keys = model.keys
     purge_keys(keys, every=True)
     h = request_hash(task_id, X, y)
@@ -196,11 +197,14 @@ def _replayed(model: HostedModel, key: str, response: dict[str, Any], count: boo
 
 
 def _release(keys: IdempotencyKeys, claim: Claim) -> None:
+    """Release the failed request's claim; if the database does not answer, abandon it
+    (released as soon as the database answers again, see :meth:`IdempotencyKeys.abandon`)."""
     try:
         keys.release(claim)
-    except Exception as exc:  # noqa: BLE001 - it expires after LOCK_TTL anyway
-        log.warning("could not release Idempotency-Key claim on model %r (it expires by itself): %s",
-                    claim.model_name, type(exc).__name__)
+    except Exception as exc:  # noqa: BLE001 - the request's own error is the one to answer
+        keys.abandon(claim)
+        log.warning("could not release Idempotency-Key claim on model %r (%s): released as soon as the database "
+                    "answers again", claim.model_name, type(exc).__name__)
 
 
 def purge_keys(keys: IdempotencyKeys, every: bool = False) -> None:
