@@ -49,6 +49,9 @@ class Call(Generic[T]):
     replay_safe: bool = False
     #: 409 means "retry" (a batch: its key still in flight, or a stale writer refused).
     retry_conflict: bool = False
+    #: Busy answers (409 above, 503) are retried for ``Retries.patience`` seconds, past
+    #: ``Retries.total`` (a batch: what a crashed request holds lasts up to ``LOCK_TTL``).
+    patient: bool = False
     #: A retry that gets 404 means done (delete).
     missing_ok_on_retry: bool = False
 
@@ -164,7 +167,7 @@ def learn(model: str, task_id: str, X: Any, y: Any, key: str) -> Call[tuple[Upda
         return UpdateOut.model_validate_json(r.content), r.headers.get("Idempotent-Replayed") == "true"
 
     return Call("POST", f"{_task_path(model, task_id)}/data", parse, content=_json({"X": _rows(X), "y": _values(y)}),
-                headers={**_JSON, "Idempotency-Key": key}, replay_safe=True, retry_conflict=True)
+                headers={**_JSON, "Idempotency-Key": key}, replay_safe=True, retry_conflict=True, patient=True)
 
 
 def new_key(idempotency_key: str | None) -> str:
@@ -225,12 +228,17 @@ def _timeout(timeout: float | httpx.Timeout | None) -> httpx.Timeout:
     return httpx.Timeout(timeout, connect=min(timeout, 10.0) if timeout else None)
 
 
+def _retries(total: int) -> Retries:
+    """``retries=N``: N retries, and the default patience with busy batches; 0: none at all."""
+    return Retries(total=total) if total > 0 else Retries(total=0, patience=0.0)
+
+
 class Options:
     """A client's settings, checked once: base URL, retries, headers (key, user agent), timeout."""
 
     def __init__(self, url: str, api_key: str | None, timeout: float | httpx.Timeout | None,
                  retries: int | Retries, headers: dict[str, str] | None):
         self.url = url.rstrip("/")
-        self.retries = retries if isinstance(retries, Retries) else Retries(total=int(retries))
+        self.retries = retries if isinstance(retries, Retries) else _retries(int(retries))
         self.headers = _headers(api_key, headers)
         self.timeout = _timeout(timeout)

@@ -17,7 +17,7 @@ from .. import _calls as calls
 from .._calls import DEFAULT_URL, BatchResult, Call, Options
 from ..errors import error_from, unreachable
 from ..events import Event, EventStream
-from ..retries import Retries, wait_after_error, wait_after_response
+from ..retries import Attempts, Retries, wait_after_error, wait_after_response
 from ..schemas import EvaluationOut, EvaluationRowsOut, ModelList, ModelOut, PredictOut, TaskList, TaskOut, UpdateOut
 
 T = TypeVar("T")
@@ -31,7 +31,10 @@ class Client:
     ``timeout``: seconds to wait for each answer (and at most 10 to connect), or an
     :class:`httpx.Timeout`; a request that timed out is retried when that is safe, then raises
     :class:`TimedOut`; ``retries``: how many times a request is retried when that is safe (or a
-    :class:`Retries`); ``transport``: an httpx transport (tests); ``trust_env``: use the proxies
+    :class:`Retries`); besides, a batch answered 409 (its key still in flight) or 503 (nothing
+    applied) is retried for at least ``Retries.patience`` seconds (60), longer than what a
+    crashed request leaves behind lasts (the service's ``LOCK_TTL``, 30 s by default;
+    ``retries=0``: never retried); ``transport``: an httpx transport (tests); ``trust_env``: use the proxies
     and certificates of the environment (``HTTPS_PROXY``, ``NO_PROXY``, ...). Use it as a
     context manager (``with`` / ``async with``), or close it (``close()`` / ``await aclose()``).
     """
@@ -63,21 +66,20 @@ class Client:
     def _send(self, call: Call[T]) -> tuple[T, int]:
         """Send ``call`` until it has its answer, retrying when that is safe: the result and the
         number of attempts."""
-        attempt = 0
+        attempts = Attempts(call, self._o.retries)
         while True:
             try:
                 response = self._http.request(
                     call.method, call.path, params=call.params, content=call.content, headers=call.headers)
             except httpx.TransportError as exc:
-                wait = wait_after_error(call, self._o.retries, attempt, exc)
+                wait = attempts.after_error(exc)
                 if wait is None:
-                    raise unreachable(call, self._http.base_url, exc, attempt + 1, self._o.timeout) from exc
+                    raise unreachable(call, self._http.base_url, exc, attempts.made, self._o.timeout) from exc
             else:
-                wait = wait_after_response(call, self._o.retries, attempt, response)
+                wait = attempts.after_response(response)
                 if wait is None:
-                    return calls.finish(call, response, attempt), attempt + 1
+                    return calls.finish(call, response, attempts.retried), attempts.made
             time.sleep(wait)
-            attempt += 1
 
     # --- models ----------------------------------------------------------------------
     def create_model(
