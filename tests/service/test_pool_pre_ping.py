@@ -12,7 +12,6 @@ import threading
 import time
 
 import numpy as np
-import pytest
 from sqlalchemy import text
 
 from .conftest import pg_admin, regression_batch
