@@ -262,7 +262,9 @@ class Lease:
 
     def _take(self) -> None:
         if self._engine is None:
-            self._engine = create_engine(self._url, poolclass=NullPool, connect_args={"connect_timeout": 5})
+            libpq = self._url.get_driver_name() in ("psycopg", "psycopg2")
+            self._engine = create_engine(self._url, poolclass=NullPool,
+                                         connect_args={"connect_timeout": 5} if libpq else {})
         conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         try:
             for _ in range(16):

@@ -61,6 +61,19 @@ def key_rows(url: str, model: str) -> list:
         engine.dispose()
 
 
+def retry_until_not_409(c, X, y, key: str, within: float = 5.0) -> tuple[httpx.Response, float, int]:
+    """Send the batch until it is not answered 409: the answer, the seconds it took and the 409s
+    on the way. (PostgreSQL drops a dead session's advisory locks when its backend notices the
+    socket closed and exits: a few milliseconds after the process died, not at the same instant.)"""
+    t0, conflicts = time.monotonic(), 0
+    while True:
+        r = post(c, X, y, key)
+        if r.status_code != 409 or time.monotonic() - t0 > within:
+            return r, time.monotonic() - t0, conflicts
+        conflicts += 1
+        time.sleep(0.02)
+
+
 def start_holder(url: str, model: str, key: str, digest: str) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, url, model, key, digest], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -85,10 +98,10 @@ def test_a_claim_whose_process_was_killed_is_taken_over_at_once(app):
     finally:
         holder.kill()  # SIGKILL: nothing of it runs again
         holder.wait(10)
-    t0 = time.monotonic()
-    r = post(c, X, y, "crash")
+    r, seconds, conflicts = retry_until_not_409(c, X, y, "crash")
     assert r.status_code == 200, r.text
-    assert time.monotonic() - t0 < 5 and r.json()["version"] == 1 and "Idempotent-Replayed" not in r.headers
+    assert r.json()["version"] == 1 and "Idempotent-Replayed" not in r.headers
+    assert seconds < 5 and (conflicts == 0 if app.backend == "sqlite" else True)  # at once: no expiry waited for
     again = post(c, X, y, "crash")
     assert again.status_code == 200 and again.headers["Idempotent-Replayed"] == "true" and again.json() == r.json()
     m = c.get("/model").json()
@@ -223,10 +236,10 @@ def test_a_claim_left_by_a_restarted_database_is_taken_over_from_another_process
         holder = start_holder(proxied, name, "restart", request_hash("t", X, y))
         assert post(c, X, y, "restart").status_code == 409  # its lease is held
         proxy.stop()  # its connections die, as in a restart; the process lives
-        t0 = time.monotonic()
-        r = post(c, X, y, "restart")
+        r, seconds, _ = retry_until_not_409(c, X, y, "restart")
         assert r.status_code == 200 and r.json()["version"] == 1, r.text
-        assert time.monotonic() - t0 < 5
+        assert seconds < 5  # LOCK_TTL is 60 s
+        assert post(c, X, y, "restart").headers["Idempotent-Replayed"] == "true"
     finally:
         proxy.stop()
         if holder is not None:
