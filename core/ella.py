@@ -69,6 +69,8 @@ import numpy as np
 from .base import LifelongLearner, TaskRecord, UpdateResult
 from .evidence import RIDGE, Family, Library
 from .exceptions import InputError
+from .params import (BASE_CONSTRAINTS, MAX_COMPONENTS, MAX_WEIGHT, Boolean, check_system_size, integer, real,
+                     validate_params)
 from .preprocessing import Scaler, as_matrix, as_targets
 from .solvers import lasso_gram
 
@@ -111,6 +113,10 @@ class ELLA(LifelongLearner):
         (:mod:`core.evidence`);
         ``"paper"``: ``theta_t = L s_t``.
 
+    Every parameter has a range (``_parameter_constraints``, :mod:`core.params`), checked by
+    :meth:`check_params` and before any update; on the first batch, ``(features + 1)`` times
+    ``n_components`` at most :data:`core.params.MAX_SYSTEM_SIZE` bounds the basis.
+
     Examples
     --------
     >>> import numpy as np
@@ -146,19 +152,31 @@ class ELLA(LifelongLearner):
         self.ridge = ridge
         self.init_with_first_tasks = init_with_first_tasks
 
+    #: The range of every hyper-parameter (:mod:`core.params`); the basis's size is checked on
+    #: the first batch (:data:`core.params.MAX_SYSTEM_SIZE`).
+    _parameter_constraints = {
+        **BASE_CONSTRAINTS,
+        "n_components": [integer(1, MAX_COMPONENTS)],
+        "code_l1": [real(0.0, MAX_WEIGHT)],
+        "ridge": [real(0.0, MAX_WEIGHT, closed="right")],  # > 0: A is singular early on
+        "init_with_first_tasks": [Boolean()],
+    }
+
     # ----------------------------------------------------------------- parameters
     def _check_params(self) -> None:
-        super()._check_params()
-        k = self.n_components
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise InputError(f"n_components must be an integer >= 1, got {k!r}")
-        if not (np.isfinite(self.code_l1) and self.code_l1 >= 0):
-            raise InputError(f"code_l1 must be a finite number >= 0, got {self.code_l1!r}")
-        if not (np.isfinite(self.ridge) and self.ridge > 0):
-            raise InputError(f"ridge must be a finite number > 0 (A is singular early on), got {self.ridge!r}")
-        rs = self.random_state
-        if isinstance(rs, bool) or not isinstance(rs, (int, np.integer)) or rs < 0:
-            raise InputError(f"random_state must be an integer >= 0, got {rs!r}")
+        validate_params(self)
+
+    def _check_size(self, n_features: int) -> None:
+        check_system_size(self, n_features + 1, self.n_components, "the basis L")
+
+    def learn(self, task_id: str, X, y) -> UpdateResult:
+        """:meth:`core.LifelongLearner.learn`; the first batch is refused (:class:`InputError`)
+        when the basis's system would be larger than :data:`core.params.MAX_SYSTEM_SIZE`."""
+        if not self.is_fitted:
+            self._check_params()
+            X = as_matrix(X, None)
+            self._check_size(X.shape[1])
+        return super().learn(task_id, X, y)
 
     # ----------------------------------------------------------------- learned state
     @property
@@ -261,6 +279,7 @@ class ELLA(LifelongLearner):
             scaler = self.scaler_
             A, T, L = self.A_, int(self.n_tasks_), self.L_
         else:
+            self._check_size(X.shape[1])
             scaler = Scaler.fit(X, y01, self.kind, self.standardize)
             d, k = X.shape[1] + 1, int(self.n_components)
             A, T = np.zeros((d * k, d * k)), 0

@@ -80,9 +80,11 @@ import numpy as np
 
 from .base import LifelongLearner, TaskRecord, UpdateResult
 from .evidence import OWN_SCALE, POPULATION, RIDGE, Family, Library
-from .exceptions import InputError
 from .losses import half_hessian
+from .params import (BASE_CONSTRAINTS, MAX_COMPONENTS, MAX_OUTER_ITER, MAX_WEIGHT, Boolean, NoneValue, Options,
+                     check_system_size, integer, real, validate_params)
 from .population import Population
+from .preprocessing import as_matrix
 from .solvers import (admm_assignment, fista_quadratic_l1, kronecker_sum_pcg, plus_kron_terms,
                       solve_ridge_ball, solve_rows_in_ball)
 
@@ -151,6 +153,11 @@ class FCL3(LifelongLearner):
         strength are estimated from the whole stream by the evidence, and each task's
         posterior mean integrates the strength out (:mod:`core.evidence`). ``"paper"``:
         ``theta_t = D s_t``, the paper's model.
+
+    Every parameter has a range (``_parameter_constraints``, :mod:`core.params`), checked by
+    :meth:`check_params` and before any update: ``max_outer_iter`` at most 1,000 and ``tol > 0``
+    bound the alternation, ``n_components`` at most 100 and, on the first batch, ``d`` times
+    ``n_components`` at most :data:`core.params.MAX_SYSTEM_SIZE` bound the decoder.
     """
 
     _state_attrs = ("D_", "L_", "A_", "b_", "M_", "C_", "S_", "population_", "population_mean_cov_",
@@ -190,27 +197,37 @@ class FCL3(LifelongLearner):
         self.z_init = z_init
         self.seed_columns = seed_columns
 
+    #: The range of every hyper-parameter (:mod:`core.params`): they bound the work of one
+    #: update (``max_outer_iter``, ``tol``, ``n_components``; the decoder's size is checked on
+    #: the first batch, :data:`core.params.MAX_SYSTEM_SIZE`).
+    _parameter_constraints = {
+        **BASE_CONSTRAINTS,
+        "n_components": [integer(1, MAX_COMPONENTS)],
+        **{name: [real(0.0, MAX_WEIGHT)] for name in ("lambda1", "lambda2", "alpha", "gamma", "encoder_weight")},
+        **{name: [real(0.0, MAX_WEIGHT, closed="right")] for name in ("assignment_ridge", "ridge", "encoder_ridge")},
+        "phi": [Options(("identity", "tanh"))],
+        "max_norm": [NoneValue(), real(0.0, MAX_WEIGHT, closed="right")],
+        "joint": [Boolean()],
+        "max_outer_iter": [integer(0, MAX_OUTER_ITER)],
+        "tol": [real(0.0, 1.0, closed="right")],
+        "task_intercept": [Boolean()],
+        "z_init": [Options(("single_task", "uniform"))],
+        "seed_columns": [Options(("novel", "first"))],
+    }
+
     # ------------------------------------------------------------------ checks
     def _check_params(self) -> None:
-        super()._check_params()
-        if not (isinstance(self.n_components, (int, np.integer)) and self.n_components >= 1):
-            raise InputError(f"n_components must be an integer >= 1, got {self.n_components!r}")
-        for name in ("lambda1", "lambda2", "alpha", "gamma", "encoder_weight"):
-            value = getattr(self, name)
-            if not (np.isfinite(value) and value >= 0):
-                raise InputError(f"{name} must be a finite number >= 0, got {value!r}")
-        for name in ("assignment_ridge", "ridge", "encoder_ridge"):
-            value = getattr(self, name)
-            if not (np.isfinite(value) and value > 0):
-                raise InputError(f"{name} must be a finite number > 0, got {value!r}")
-        if self.max_norm is not None and not (np.isfinite(self.max_norm) and self.max_norm > 0):
-            raise InputError(f"max_norm must be > 0 or None, got {self.max_norm!r}")
-        if self.z_init not in ("single_task", "uniform"):
-            raise InputError(f"z_init must be 'single_task' or 'uniform', got {self.z_init!r}")
-        if self.seed_columns not in ("novel", "first"):
-            raise InputError(f"seed_columns must be 'novel' or 'first', got {self.seed_columns!r}")
-        if self.phi not in ("identity", "tanh"):
-            raise InputError(f"phi must be 'identity' or 'tanh', got {self.phi!r}")
+        validate_params(self)
+
+    def learn(self, task_id: str, X, y) -> UpdateResult:
+        """:meth:`core.LifelongLearner.learn`; the first batch is refused (:class:`InputError`)
+        when the decoder's system would be larger than :data:`core.params.MAX_SYSTEM_SIZE`."""
+        if not self.is_fitted:
+            self._check_params()
+            X = as_matrix(X, None)
+            d = X.shape[1] + (0 if self.task_intercept else 1)
+            check_system_size(self, d, self.n_components, "the decoder D")
+        return super().learn(task_id, X, y)
 
     # ------------------------------------------------------------------ state
     def _init_learned(self, n_features: int) -> None:

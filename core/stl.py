@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import LifelongLearner, TaskRecord, UpdateResult
+from .params import BASE_CONSTRAINTS, validate_params
 
 
 class STL(LifelongLearner):
@@ -12,6 +13,12 @@ class STL(LifelongLearner):
     It uses the same single-task learner (and so the same ``mu``, scaling and bias handling)
     as every lifelong model, so differences in the benchmark come from sharing alone.
     """
+
+    #: The range of every hyper-parameter (:mod:`core.params`).
+    _parameter_constraints = dict(BASE_CONSTRAINTS)
+
+    def _check_params(self) -> None:
+        validate_params(self)
 
     def _update(self, task_id: str, record: TaskRecord, previous: TaskRecord | None) -> UpdateResult:
         self.tasks_ = self.tasks_.set(task_id, record)
