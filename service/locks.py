@@ -5,11 +5,22 @@ process.
 The lock only keeps writers from wasting work on each other: it can expire while its holder
 still runs (GC pause, slow solve), so it is *not* the write guard. The guard is the version
 compare-and-set in :mod:`service.writes`, inside the commit's transaction.
+
+**No update holds a lock past ``LOCK_TTL``**, on every backend: a hold ends ``LOCK_TTL``
+seconds after it was acquired even if its holder still runs (Redis: the key's expiry; file
+locks: a timer of the holding process unlocks the file; in-process locks: the next writer
+takes the expired lock over). It is not renewed: an update that outlives it keeps computing,
+another writer may then take the lock and commit first, and the late commit is refused by the
+version check (409, "NOT applied", nothing stored: the client retries). The expired holder's
+release is a no-op that logs a warning. The hyper-parameters' ranges (:mod:`core.params`)
+bound the work of one update, so an update always ends, and a graceful shutdown waits for at
+most the updates in flight.
 """
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
 import threading
 import time
@@ -34,26 +45,44 @@ class LockBackendDown(Exception):
 
 class LocalLocks:
     """In-process locks: correct for a single process (an in-memory SQLite database, or
-    PostgreSQL without Redis in one process)."""
+    PostgreSQL without Redis in one process). A hold expires ``ttl`` seconds after it was
+    acquired: a writer waiting then takes the lock over."""
 
     backend = "in-process"
 
     def __init__(self, ttl: float, wait: float):
         self.ttl, self.wait = ttl, wait
-        self._locks: dict[str, threading.Lock] = {}
-        self._guard = threading.Lock()
+        self._held: dict[str, tuple[object, float]] = {}  # name -> (holder's token, expiry on the monotonic clock)
+        self._changed = threading.Condition()
 
     @contextmanager
     def hold(self, name: str, ttl: float | None = None, wait: float | None = None) -> Iterator[None]:
-        with self._guard:
-            lock = self._locks.setdefault(name, threading.Lock())
+        ttl = self.ttl if ttl is None else ttl
         wait = self.wait if wait is None else wait
-        if not lock.acquire(timeout=wait):
-            raise LockBusy(name, wait)
+        token = object()
+        deadline = time.monotonic() + wait
+        with self._changed:
+            while True:
+                now = time.monotonic()
+                held = self._held.get(name)
+                if held is None or held[1] <= now:
+                    if held is not None:
+                        log.warning("update lock %r held past its TTL (%gs): taken over; the version check "
+                                    "decides which commit applies", name, ttl)
+                    self._held[name] = (token, now + ttl)
+                    break
+                if now >= deadline:
+                    raise LockBusy(name, wait)
+                self._changed.wait(min(deadline, held[1]) - now)
         try:
             yield
         finally:
-            lock.release()
+            with self._changed:
+                if self._held.get(name, (None,))[0] is token:
+                    del self._held[name]
+                    self._changed.notify_all()
+                else:
+                    log.warning("update lock %r expired before release", name)
 
     def ping(self) -> None:
         return None
@@ -65,54 +94,97 @@ class LocalLocks:
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$")
 
 
+class _FileHold:
+    """One process's ``flock`` on a lock file: released once, by its holder or by the timer
+    that ends it at the TTL, whichever comes first."""
+
+    def __init__(self, fd: int, name: str):
+        self.fd, self.name = fd, name
+        self._guard = threading.Lock()
+        self.expired = False
+
+    def expire(self) -> None:
+        import fcntl
+
+        with self._guard:
+            if self.fd < 0 or self.expired:
+                return
+            self.expired = True
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+        log.warning("update lock %r held past its TTL: unlocked while its update still runs; the version "
+                    "check decides which commit applies", self.name)
+
+    def release(self) -> None:
+        import fcntl
+
+        with self._guard:
+            fd, self.fd = self.fd, -1
+            if fd < 0:
+                return
+            try:
+                if not self.expired:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+        if self.expired:
+            log.warning("update lock %r expired before release", self.name)
+
+
 class FileLocks:
     """Cross-process locks of one machine: one lock file per model in ``directory`` (next to
-    the SQLite database), held with ``flock`` through the ``filelock`` library.
+    the SQLite database), held with ``flock``.
 
     Writers of every process queue on it (polling every 10 ms) for at most ``wait`` seconds,
     then :class:`LockBusy` (503 + Retry-After). The kernel releases a lock when its process
-    dies, so a crashed holder never blocks the others and no TTL is needed (``ttl`` is kept
-    for the idempotency claims, see :mod:`service.idempotency`). Threads of one process first
-    queue on an in-process lock, so at most one of them polls the file."""
+    dies; a holder that lives on past ``ttl`` seconds has its lock unlocked by a timer of its
+    own process (the module notes say what follows). Threads of one process first queue on an
+    in-process lock (with the same TTL), so at most one of them polls the file."""
 
     backend = "file"
 
     def __init__(self, directory: str | Path, ttl: float, wait: float):
-        import filelock
-
-        self._filelock = filelock
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.ttl, self.wait = ttl, wait
         self._local = LocalLocks(ttl, wait)
-        self._files: dict[str, object] = {}
-        self._guard = threading.Lock()
 
     def path(self, name: str) -> Path:
         stem = name if _SAFE_NAME.match(name) else "h-" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
         return self.directory / f"{stem}.lock"
 
-    def _file(self, name: str):
-        with self._guard:
-            lock = self._files.get(name)
-            if lock is None:  # thread_local: each thread acquires with its own descriptor
-                lock = self._files[name] = self._filelock.FileLock(str(self.path(name)), thread_local=True)
-            return lock
+    def _acquire(self, name: str, deadline: float, wait: float) -> int:
+        """A descriptor of ``name``'s lock file holding its ``flock``; :class:`LockBusy` after ``deadline``."""
+        import fcntl
+
+        fd = os.open(self.path(name), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return fd
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise LockBusy(name, wait) from None
+                    time.sleep(0.01)
+        except BaseException:
+            os.close(fd)
+            raise
 
     @contextmanager
     def hold(self, name: str, ttl: float | None = None, wait: float | None = None) -> Iterator[None]:
+        ttl = self.ttl if ttl is None else ttl
         wait = self.wait if wait is None else wait
         deadline = time.monotonic() + wait
-        with self._local.hold(name, wait=wait):
-            lock = self._file(name)
-            try:
-                lock.acquire(timeout=max(0.0, deadline - time.monotonic()), poll_interval=0.01)
-            except self._filelock.Timeout:
-                raise LockBusy(name, wait) from None
+        with self._local.hold(name, ttl=ttl, wait=wait):
+            held = _FileHold(self._acquire(name, deadline, wait), name)
+            timer = threading.Timer(ttl, held.expire)
+            timer.daemon = True
+            timer.start()
             try:
                 yield
             finally:
-                lock.release()
+                timer.cancel()
+                held.release()
 
     def ping(self) -> None:
         if not self.directory.is_dir():
@@ -123,7 +195,8 @@ class FileLocks:
 
 
 class RedisLocks:
-    """redis-py ``Lock`` per model: ``timeout`` = TTL, ``blocking_timeout`` = how long to wait.
+    """redis-py ``Lock`` per model: ``timeout`` = TTL (the key expires then, never renewed),
+    ``blocking_timeout`` = how long to wait.
 
     Acquire and release happen in one ``with`` in one thread (``thread_local`` tokens)."""
 
