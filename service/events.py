@@ -26,6 +26,11 @@ hold them: a fork, an import or a database upgraded from before the log; or the 
 version of this model: deleted and created again), it gets ``event: reset`` with the current
 version, and the stream goes on from there.
 
+Cap: at most ``MAX_EVENT_STREAMS_PER_KEY`` streams are open per API key (per client address
+when the API is open) in one process (:class:`StreamSlots`); one more is answered 429 with
+``Retry-After``. A stream's slot is freed when its response ends, however it ends: the
+client hangs up or disconnects, ``max_seconds`` pass, the model is deleted, the server exits.
+
 Shutdown: uvicorn waits for open responses before it runs the app's shutdown; sse-starlette
 sees the server told to exit and sets the stream's shutdown event, on which :func:`stream`
 ends its body within a second (a stream also ends when the watch closes: :meth:`Hub.close`).
@@ -48,13 +53,60 @@ from .scores import figures_of
 PAGE = 500
 
 
+class StreamSlot:
+    """One open stream's place in its key's count; :meth:`release` frees it (once)."""
+
+    def __init__(self, slots: "StreamSlots", key: str):
+        self._slots, self.key = slots, key
+        self._released = False
+
+    def release(self) -> None:
+        self._slots._release(self)
+
+
+class StreamSlots:
+    """The open event streams of one process, counted per key (an API key's digest, or a
+    client address when the API is open)."""
+
+    def __init__(self):
+        self._open: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def claim(self, key: str, cap: int) -> StreamSlot | None:
+        """A slot for one more stream of ``key``; ``None`` when ``cap`` of them are open."""
+        with self._lock:
+            n = self._open.get(key, 0)
+            if n >= cap:
+                return None
+            self._open[key] = n + 1
+        return StreamSlot(self, key)
+
+    def _release(self, slot: StreamSlot) -> None:
+        with self._lock:
+            if slot._released:
+                return
+            slot._released = True
+            n = self._open.get(slot.key, 0) - 1
+            if n > 0:
+                self._open[slot.key] = n
+            else:
+                self._open.pop(slot.key, None)
+
+    def count(self, key: str | None = None) -> int:
+        """Streams open for ``key`` (``None``: for every key)."""
+        with self._lock:
+            return sum(self._open.values()) if key is None else self._open.get(key, 0)
+
+
 class Hub:
-    """The streams of one process, by model name: who to wake up when a model may have changed."""
+    """The streams of one process, by model name: who to wake up when a model may have changed
+    (and :attr:`slots`, how many are open per key)."""
 
     def __init__(self):
         self._subs: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
         self._lock = threading.Lock()
         self.closed = False
+        self.slots = StreamSlots()
 
     def subscribe(self, name: str) -> tuple[asyncio.AbstractEventLoop, asyncio.Event]:
         sub = (asyncio.get_running_loop(), asyncio.Event())
