@@ -392,6 +392,7 @@ def serve(host, port, workers, database_url, sqlite_path, redis_url, log_level, 
         from pydantic import ValidationError
 
         from service.config import Settings
+        from service.server import HTTP_PROTOCOL
     except ImportError as exc:
         raise click.ClickException(f"the service's dependencies are not installed ({exc.name}): "
                                    "pip install fcl3 (with the service), not only the client") from None
@@ -415,7 +416,7 @@ def serve(host, port, workers, database_url, sqlite_path, redis_url, log_level, 
         raise click.ClickException("bad setting: " + "; ".join(lines)) from None
     where = config.DATABASE_URL and "the database of DATABASE_URL" or f"SQLite file {config.SQLITE_PATH}"
     click.echo(f"fcl3 serve: http://{host}:{port} on {where}", err=True)
-    uvicorn.run("service.main:app", host=host, port=port, workers=workers,
+    uvicorn.run("service.main:app", host=host, port=port, workers=workers, http=HTTP_PROTOCOL,  # HEADER_TIMEOUT
                 log_level=(config.LOG_LEVEL or "info").lower())
 
 

@@ -26,9 +26,9 @@ from .registry import ModelRegistry, Shared
 from .locks import make_locks
 from .memory import limit_malloc_arenas
 from .watch import make_watch
-from .middleware import BodyLimit, RequestContext
+from .middleware import BodyGate, BodyRule, RequestContext, RouteRules
 from .api.deps import model_name
-from .security import FORBIDDEN, UNAUTHORIZED, KeyRing, Redactor, require_read, require_write
+from .security import FORBIDDEN, UNAUTHORIZED, KeyRing, Redactor, Role, require_read, require_write
 
 log = logging.getLogger("service")
 
@@ -89,29 +89,47 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.redact = redact
     app.state.keys = keys
-    app.add_middleware(BodyLimit, max_bytes=settings.MAX_BODY_BYTES)
+    # Which key and which body limit each route has, recorded as its router is included: the
+    # body gate checks both from the headers, before any of a body is read.
+    rules = RouteRules(BodyRule(None, settings.MAX_BODY_BYTES))
+    app.add_middleware(BodyGate, rules=rules, keys=keys, timeout=settings.BODY_TIMEOUT)
     app.add_middleware(RequestContext)  # outermost: sees every answer, 413 included
     install_error_handlers(app)
     auth_errors = {401: UNAUTHORIZED}
     write_errors = {**auth_errors, 403: FORBIDDEN}
+    guards = {"read": (Depends(require_read), auth_errors), "write": (Depends(require_write), write_errors)}
+
+    def include(router, role: Role | None = None, *, named: bool = False, checks_key: bool = False,
+                limit: tuple[int, str] = (settings.MAX_BODY_BYTES, "MAX_BODY_BYTES")) -> None:
+        """Include ``router`` behind a ``role`` key (its dependency, unless the router checks the
+        key itself), under ``/models/{name}`` when ``named``, with bodies up to ``limit``."""
+        dependencies, responses = [], {}
+        if role is not None and not checks_key:
+            dependencies, responses = [guards[role][0]], dict(guards[role][1])
+        prefix = ""
+        if named:  # the routes of one model, on any model (the same route functions; see service.api.deps)
+            prefix = "/models/{name}"
+            dependencies.append(Depends(model_name))
+            responses[404] = {"description": "Unknown model."}
+        rules.add(router, BodyRule(role, *limit), prefix)
+        app.include_router(router, prefix=prefix, dependencies=dependencies, responses=responses)
+
     # The routes of one model, twice: on the default model (MODEL_NAME), and under
-    # /models/{name} on any model (the same route functions; see service.api.deps).
-    named = {"prefix": "/models/{name}", "responses": {404: {"description": "Unknown model."}}}
+    # /models/{name} on any model.
     # Routes are matched in the order they are included: the hot read route and the open probes
     # first (matching /healthz after every other router took half of its time).
-    app.include_router(predict.router)  # both forms, GET and POST: one endpoint, which checks the read key
-    app.include_router(health.router)  # /healthz, /readyz: open
-    app.include_router(tasks.router, dependencies=[Depends(require_read)], responses=auth_errors)
-    app.include_router(tasks.router, dependencies=[Depends(require_read), Depends(model_name)],
-                       **{**named, "responses": {**auth_errors, **named["responses"]}})
-    app.include_router(data.router, dependencies=[Depends(require_write)], responses=write_errors)
-    app.include_router(data.router, dependencies=[Depends(require_write), Depends(model_name)],
-                       **{**named, "responses": {**write_errors, **named["responses"]}})
-    app.include_router(default_model.router, dependencies=[Depends(require_read)], responses=auth_errors)
-    app.include_router(models.write_router, dependencies=[Depends(require_write)], responses=write_errors)
-    app.include_router(models.read_router, dependencies=[Depends(require_read)], responses=auth_errors)
-    app.include_router(prometheus.router)  # /metrics: open
-    app.include_router(ui.router)  # /ui: the dashboard's page and assets (its data comes from the API, keyed)
+    include(predict.router, "read", checks_key=True)  # both forms, GET and POST: one endpoint, which checks the read key
+    include(health.router)  # /healthz, /readyz: open
+    include(tasks.router, "read")
+    include(tasks.router, "read", named=True)
+    include(data.router, "write")
+    include(data.router, "write", named=True)
+    include(default_model.router, "read")
+    include(models.write_router, "write")
+    include(models.import_router, "write", limit=(settings.MAX_IMPORT_BYTES, "MAX_IMPORT_BYTES"))
+    include(models.read_router, "read")
+    include(prometheus.router)  # /metrics: open
+    include(ui.router)  # /ui: the dashboard's page and assets (its data comes from the API, keyed)
     return app
 
 

@@ -1,12 +1,19 @@
 """Pure ASGI middleware: the request context (request id, access log line, request metrics,
-generic 500) and the request body limit (413)."""
+generic 500) and the request body gate (key checked before the body, 413, 408)."""
 from __future__ import annotations
 
 import json
 import logging
+import re
 import time
+from dataclasses import dataclass
+
+import anyio
+from fastapi import HTTPException
+from starlette.routing import compile_path
 
 from . import logs, metrics
+from .security import KeyRing, Role, refusal
 
 log = logging.getLogger("service")
 
@@ -60,45 +67,131 @@ class RequestContext:
             logs.request_id.reset(token)
 
 
-class BodyLimit:
-    """Pure ASGI middleware: 413 for a body over ``max_bytes``, declared (Content-Length) or
-    streamed (chunked). The body is read here, up to the limit, then handed on unchanged."""
+@dataclass(frozen=True)
+class BodyRule:
+    """What a route asks of a request body: the key it needs (``None``: an open route) and the
+    largest body it takes, with the setting that sets it (named in the 413)."""
 
-    def __init__(self, app, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+    role: Role | None
+    max_bytes: int
+    setting: str = "MAX_BODY_BYTES"
+
+
+class RouteRules:
+    """The :class:`BodyRule` of each route, found from the method and the path alone: before
+    routing, so before any of the body is read. :func:`service.main.create_app` adds each router
+    as it includes it, with the key its dependencies ask for; a path no rule matches gets
+    ``default`` (the app answers it 404 or 405 without reading the body)."""
+
+    def __init__(self, default: BodyRule):
+        self.default = default
+        self._rules: list[tuple[re.Pattern, frozenset[str], BodyRule]] = []
+
+    def add(self, router, rule: BodyRule, prefix: str = "") -> None:
+        """Every route of ``router`` (included under ``prefix``) gets ``rule``."""
+        for route in router.routes:
+            methods = getattr(route, "methods", None)
+            if methods:  # a mount (static files) keeps the default
+                regex, _, _ = compile_path(prefix + route.path)
+                self._rules.append((regex, frozenset(methods), rule))
+
+    def lookup(self, method: str, path: str) -> BodyRule:
+        for regex, methods, rule in self._rules:
+            if method in methods and regex.match(path):
+                return rule
+        return self.default
+
+
+class BodyRefused(HTTPException):
+    """A body over its limit (413) or idle past ``BODY_TIMEOUT`` (408), raised from ``receive``:
+    the app's error handlers answer it like any ``HTTPException``."""
+
+
+class BodyGate:
+    """Pure ASGI middleware for every request that has a body (a ``Content-Length`` above 0 or
+    a ``Transfer-Encoding``). Before the app runs, from the headers alone: the API key the route
+    needs (401/403, :func:`service.security.refusal`) and a declared length over the route's limit
+    (413). Then the body is handed on as the app reads it, never buffered here: past the limit
+    ``receive`` raises 413, and a client that sends nothing for ``timeout`` seconds while the body
+    is incomplete gets 408. An answer given before the whole body arrived closes the connection,
+    so that the rest of the body is never read."""
+
+    def __init__(self, app, rules: RouteRules, keys: KeyRing, timeout: float):
+        self.app, self.rules, self.keys, self.timeout = app, rules, keys, timeout
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+        if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            return await self._reject(send)
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # client went away
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                return await self._reject(send)
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        replayed = False
+        declared = authorization = None
+        chunked = False
+        for name, value in scope.get("headers") or ():
+            if name == b"content-length":
+                declared = value
+            elif name == b"transfer-encoding":
+                chunked = True
+            elif name == b"authorization" and authorization is None:
+                authorization = value.decode("latin-1")
+        if not chunked and (declared is None or declared == b"0"):
+            return await self.app(scope, receive, send)  # no body (RFC 9112, 6.3)
+        path, root = scope["path"], scope.get("root_path", "")
+        rule = self.rules.lookup(scope["method"], path[len(root):] if root and path.startswith(root) else path)
+        if rule.role is not None:
+            refused = refusal(self.keys, authorization, rule.role)
+            if refused is not None:
+                return await _answer(send, refused.status_code, refused.detail, refused.headers)
+        if declared is not None and declared.isdigit() and int(declared) > rule.max_bytes:
+            return await _answer(send, 413, _too_large(rule))
+        body = _Body(receive, send, rule, self.timeout)
+        try:
+            await self.app(scope, body.receive, body.send)
+        except BodyRefused as exc:  # not answered by the app's handlers (e.g. read outside a route)
+            if body.started:
+                raise
+            await _answer(send, exc.status_code, exc.detail)
 
-        async def replay():
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-            return await receive()
 
-        await self.app(scope, replay, send)
+class _Body:
+    """One request's ``receive`` and ``send``, as :class:`BodyGate` hands them to the app."""
 
-    async def _reject(self, send):
-        body = b'{"detail":"request body larger than %d bytes (MAX_BODY_BYTES)"}' % self.max_bytes
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
-        await send({"type": "http.response.body", "body": body})
+    def __init__(self, receive, send, rule: BodyRule, timeout: float):
+        self._receive, self._send, self.rule, self.timeout = receive, send, rule, timeout
+        self.size = 0
+        self.complete = self.started = False
+
+    async def receive(self):
+        if self.complete:
+            return await self._receive()  # e.g. a streaming response waiting for the disconnect
+        try:
+            with anyio.fail_after(self.timeout):
+                message = await self._receive()
+        except TimeoutError:
+            raise BodyRefused(408, f"no request body received for {self.timeout:g} s (BODY_TIMEOUT)") from None
+        if message["type"] != "http.request":  # the client went away
+            self.complete = True
+            return message
+        self.size += len(message.get("body", b""))
+        if self.size > self.rule.max_bytes:
+            raise BodyRefused(413, _too_large(self.rule))
+        self.complete = not message.get("more_body", False)
+        return message
+
+    async def send(self, message):
+        if message["type"] == "http.response.start":
+            self.started = True
+            if not self.complete:
+                message = {**message, "headers": [*message.get("headers", []), (b"connection", b"close")]}
+        await self._send(message)
+
+
+def _too_large(rule: BodyRule) -> str:
+    return f"request body larger than {rule.max_bytes} bytes ({rule.setting})"
+
+
+async def _answer(send, status: int, detail: str, headers: dict | None = None) -> None:
+    """A JSON ``{"detail": ...}`` answer that closes the connection (the body is left unread)."""
+    body = json.dumps({"detail": detail}).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+        *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()),
+        (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})

@@ -9,6 +9,9 @@ An entry is either the key itself or ``sha256:<64 hex>``, the SHA-256 of the key
 deployment need store only hashes. Keys are kept only as digests; a presented key is hashed
 and compared with :func:`hmac.compare_digest` against every configured digest (no early
 exit). With no key configured at all the API is open and says so at start-up.
+A request with a body has its key checked from its headers before any of the body is read
+(:func:`refusal`, called by :class:`service.middleware.BodyGate`); the route's dependencies
+check it again, and alone for requests without a body.
 ``/healthz``, ``/readyz``, ``/metrics``, ``/docs``, ``/redoc``, ``/openapi.json`` and the dashboard's
 page ``/ui`` (static files; its data comes from the keyed routes) are always open.
 """
@@ -81,6 +84,11 @@ UNAUTHORIZED = {"description": "Missing or unknown API key (`Authorization: Bear
 FORBIDDEN = {"description": "A read key on a route that changes the model."}
 
 
+MISSING_KEY = "missing API key: send `Authorization: Bearer <key>`"
+UNKNOWN_KEY = "unknown API key"
+READ_ONLY_KEY = "this key may only read: posting data needs a write key"
+
+
 def _unauthorized(message: str) -> HTTPException:
     return HTTPException(401, message, headers={"WWW-Authenticate": "Bearer"})
 
@@ -90,11 +98,28 @@ def _role(request: Request, credentials: HTTPAuthorizationCredentials | None) ->
     if not keys.enabled:
         return "write"
     if credentials is None:
-        raise _unauthorized("missing API key: send `Authorization: Bearer <key>`")
+        raise _unauthorized(MISSING_KEY)
     role = keys.role(credentials.credentials)
     if role is None:
-        raise _unauthorized("unknown API key")
+        raise _unauthorized(UNKNOWN_KEY)
     return role
+
+
+def refusal(keys: KeyRing, authorization: str | None, needed: Role) -> HTTPException | None:
+    """The 401 or 403 that a request with this ``Authorization`` header gets on a route that
+    needs a ``needed`` key, or ``None`` when the key may pass: the same answer as the routes'
+    dependencies, decided from the header alone (before any of the body is read)."""
+    if not keys.enabled:
+        return None
+    scheme, token = get_authorization_scheme_param(authorization)
+    if not (authorization and scheme and token) or scheme.lower() != "bearer":  # as HTTPBearer reads it
+        return _unauthorized(MISSING_KEY)
+    role = keys.role(token)
+    if role is None:
+        return _unauthorized(UNKNOWN_KEY)
+    if needed == "write" and role != "write":
+        return HTTPException(403, READ_ONLY_KEY)
+    return None
 
 
 def presented_role(request: Request) -> Role | None:
@@ -116,7 +141,7 @@ async def require_read(request: Request,
 async def require_write(request: Request,
                         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
     if _role(request, credentials) != "write":
-        raise HTTPException(403, "this key may only read: posting data needs a write key")
+        raise HTTPException(403, READ_ONLY_KEY)
 
 
 # ----------------------------------------------------------------------------- redaction

@@ -21,14 +21,23 @@ the engine ignores it. A model learned offline is served, and a served one studi
 Every failure to read a file is :class:`StateFileError` (a ``ValueError``) with the reason:
 not a zip, truncated, pickled or object arrays, an entry too large once inflated, missing or
 extra entries, malformed JSON, an unknown format or state format version.
+
+The size of the arrays is known before any of them is read: :func:`inflated_size` adds up
+each entry's ``.npy`` header (shape and dtype) from the zip directory, and :func:`read_npz`
+with ``max_inflated`` refuses a larger file (:class:`StateFileTooLarge`) before allocating.
+A file may be given as bytes, a path or a binary file object (the server spools an upload to
+a temporary file and reads it from there).
 """
 from __future__ import annotations
 
 import io
 import json
+import math
+import os
 import re
 import zipfile
-from typing import Any
+from contextlib import contextmanager
+from typing import IO, Any, Iterator, Union
 
 import numpy as np
 
@@ -46,8 +55,20 @@ MAX_INFLATION = 64
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 
+#: A model file: its bytes, its path, or a binary file object open on it (seekable).
+Source = Union[bytes, bytearray, memoryview, str, "os.PathLike[str]", IO[bytes]]
+
+
 class StateFileError(ValueError):
     """The bytes are not a model file this version can read (the message says why)."""
+
+
+class StateFileTooLarge(StateFileError):
+    """The file's arrays would take more than the allowed bytes once loaded."""
+
+    def __init__(self, inflated: int, limit: int):
+        super().__init__(f"the file's arrays take {inflated} bytes once loaded; at most {limit} are allowed")
+        self.inflated, self.limit = inflated, limit
 
 
 def _check_name(name: str) -> str:
@@ -79,47 +100,113 @@ def to_npz(state: core.ModelState, service: dict[str, Any] | None = None) -> byt
     return buf.getvalue()
 
 
-def read_npz(data: bytes) -> tuple[core.ModelState, dict[str, Any]]:
-    """The :class:`core.ModelState` in ``data`` and the server's ``service`` JSON;
-    :class:`StateFileError` with the reason for anything else."""
-    if not isinstance(data, (bytes, bytearray, memoryview)) or len(data) == 0:
-        raise StateFileError("empty body: send the .npz file of a model (GET /models/{name}/state makes one)")
-    data = bytes(data)
-    try:
-        zf = zipfile.ZipFile(io.BytesIO(data))
-        infos = zf.infolist()
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
-        raise StateFileError(f"not an .npz file (a zip of .npy arrays): {exc}") from None
-    limit = MAX_INFLATION * len(data) + 65536
-    if sum(i.file_size for i in infos) > limit:
-        raise StateFileError(f"the file inflates to more than {limit} bytes: refused")
-    try:
-        npz = np.load(io.BytesIO(data), allow_pickle=False)
-    except Exception as exc:  # noqa: BLE001 - any reader failure is a bad file
-        raise StateFileError(f"not a readable .npz file: {type(exc).__name__}: {exc}") from None
-    if not isinstance(npz, np.lib.npyio.NpzFile):
-        raise StateFileError("a single .npy array, not an .npz file of a model")
-    with npz:
-        files = set(npz.files)
-        if META not in files:
-            raise StateFileError(f"no {META!r} entry: not a model file written by to_npz / GET /models/{{name}}/state")
-        header = _header(_load(npz, META))
-        state, expected = _state(header)
-        extra = files - expected - {META}
-        if extra:
-            raise StateFileError(f"unexpected entries in the file: {sorted(extra)[:5]}")
-        missing = expected - files
-        if missing:
-            raise StateFileError(f"entries missing from the file: {sorted(missing)[:5]}")
-        state.arrays = {name: _load(npz, f"a/{name}") for name in header["arrays"]}
-        for i, (task_id, task) in enumerate(state.tasks.items()):
-            task["arrays"] = {name: _load(npz, f"t/{i}/{name}") for name in task["arrays"]}
+def read_npz(source: Source, max_inflated: int | None = None) -> tuple[core.ModelState, dict[str, Any]]:
+    """The :class:`core.ModelState` in ``source`` and the server's ``service`` JSON;
+    :class:`StateFileError` with the reason for anything else, and :class:`StateFileTooLarge`
+    when its arrays would take more than ``max_inflated`` bytes (checked before any is read)."""
+    with _opened(source) as (fp, length):
+        inflated = _inflated_size(fp, length)
+        if max_inflated is not None and inflated > max_inflated:
+            raise StateFileTooLarge(inflated, max_inflated)
+        fp.seek(0)
+        try:
+            npz = np.load(fp, allow_pickle=False)
+        except Exception as exc:  # noqa: BLE001 - any reader failure is a bad file
+            raise StateFileError(f"not a readable .npz file: {type(exc).__name__}: {exc}") from None
+        if not isinstance(npz, np.lib.npyio.NpzFile):
+            raise StateFileError("a single .npy array, not an .npz file of a model")
+        with npz:
+            files = set(npz.files)
+            if META not in files:
+                raise StateFileError(f"no {META!r} entry: not a model file written by to_npz / GET /models/{{name}}/state")
+            header = _header(_load(npz, META))
+            state, expected = _state(header)
+            extra = files - expected - {META}
+            if extra:
+                raise StateFileError(f"unexpected entries in the file: {sorted(extra)[:5]}")
+            missing = expected - files
+            if missing:
+                raise StateFileError(f"entries missing from the file: {sorted(missing)[:5]}")
+            state.arrays = {name: _load(npz, f"a/{name}") for name in header["arrays"]}
+            for i, (task_id, task) in enumerate(state.tasks.items()):
+                task["arrays"] = {name: _load(npz, f"t/{i}/{name}") for name in task["arrays"]}
     return state, header.get("service") or {}
 
 
-def from_npz(data: bytes) -> core.ModelState:
-    """The :class:`core.ModelState` in ``data`` (for :func:`core.load_state`)."""
-    return read_npz(data)[0]
+def inflated_size(source: Source) -> int:
+    """The bytes the entries of the ``.npz`` file ``source`` take once loaded, read from the
+    zip directory and each ``.npy`` header alone (nothing is inflated); :class:`StateFileError`
+    for a file that is not a zip of arrays, or an entry whose header claims more than it holds."""
+    with _opened(source) as (fp, length):
+        return _inflated_size(fp, length)
+
+
+@contextmanager
+def _opened(source: Source) -> Iterator[tuple[IO[bytes], int]]:
+    """``source`` as a seekable binary file and its length (a path is opened and closed here)."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        fp: IO[bytes] = io.BytesIO(source)
+    elif isinstance(source, (str, os.PathLike)):
+        fp = open(source, "rb")
+    else:
+        fp = source
+    try:
+        length = fp.seek(0, os.SEEK_END)
+        fp.seek(0)
+        if length == 0:
+            raise StateFileError("empty body: send the .npz file of a model (GET /models/{name}/state makes one)")
+        yield fp, length
+    finally:
+        if fp is not source:
+            fp.close()
+
+
+def _inflated_size(fp: IO[bytes], length: int) -> int:
+    try:
+        zf = zipfile.ZipFile(fp)
+        infos = zf.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        raise StateFileError(f"not an .npz file (a zip of .npy arrays): {exc}") from None
+    limit = MAX_INFLATION * length + 65536
+    if sum(i.file_size for i in infos) > limit:
+        raise StateFileError(f"the file inflates to more than {limit} bytes: refused")
+    total = 0
+    for info in infos:
+        total += _entry_size(zf, info)
+    return total
+
+
+def _entry_size(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> int:
+    """The bytes numpy allocates to load one entry: its array's, from the ``.npy`` header, or
+    the entry's own size for one that is not an array (numpy returns those as bytes)."""
+    fmt = np.lib.format
+    try:
+        with zf.open(info) as member:
+            if member.read(len(fmt.MAGIC_PREFIX)) != fmt.MAGIC_PREFIX:
+                return info.file_size
+            member.seek(0)
+            version = fmt.read_magic(member)
+            if version == (1, 0):
+                shape, _, dtype = fmt.read_array_header_1_0(member)
+            elif version == (2, 0):
+                shape, _, dtype = fmt.read_array_header_2_0(member)
+            else:
+                raise ValueError(f".npy format version {version} is not supported")
+            start = member.tell()
+    except Exception as exc:  # noqa: BLE001 - a truncated member, a bad header...
+        raise StateFileError(f"entry {info.filename!r} is unreadable: {type(exc).__name__}: {exc}") from None
+    if dtype.hasobject:
+        raise StateFileError(f"entry {info.filename!r} holds Python objects: refused")
+    size = math.prod(int(n) for n in shape) * dtype.itemsize
+    if start + size > info.file_size:
+        raise StateFileError(f"entry {info.filename!r} claims {size} bytes of data but holds "
+                             f"{max(info.file_size - start, 0)}")
+    return size
+
+
+def from_npz(source: Source) -> core.ModelState:
+    """The :class:`core.ModelState` in ``source`` (for :func:`core.load_state`)."""
+    return read_npz(source)[0]
 
 
 def _load(npz, key: str) -> np.ndarray:

@@ -441,14 +441,14 @@ def test_each_malformed_file_is_refused_with_its_reason_and_nothing_stored(backe
 
 
 def test_an_oversized_file_gets_413_and_nothing_stored(make_client):
-    c = make_client(MAX_BODY_BYTES=4096)
+    c = make_client(MAX_IMPORT_BYTES=4096)  # an import's own limit (issue 22, row 11)
     src = new_model(c)
     _learn_some(c, src, seed=11)
     good = c.get(f"/models/{src}/state").content
     assert len(good) > 4096
     name = unique_name()
     r = c.post(f"/models/{name}/state", content=good)
-    assert r.status_code == 413 and "MAX_BODY_BYTES" in r.json()["detail"]
+    assert r.status_code == 413 and "MAX_IMPORT_BYTES" in r.json()["detail"]
     assert c.get(f"/models/{name}").status_code == 404
 
 

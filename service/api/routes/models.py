@@ -1,16 +1,26 @@
 """/models: the models of this service and their lifecycle — create (or fork), list,
 describe, delete, export and import (``/models/{name}/state``, one ``.npz`` file).
 
+An import has its own routers and limits: its body (up to ``MAX_IMPORT_BYTES``, enforced by
+:class:`service.middleware.BodyGate`) is streamed to a temporary file, never held in memory;
+the file is refused with 413 if its arrays would take more than ``MAX_IMPORT_INFLATED_BYTES``
+once loaded (read from the zip directory and the ``.npy`` headers, before any array exists),
+then loaded from disk.
+
 The routes of one model (learn, predict, tasks) live in their own routers, included both
 on the default model and under ``/models/{name}`` (see :func:`service.main.create_app`).
 """
 from __future__ import annotations
 
-from fastapi import APIRouter, Query, Request, Response
+import tempfile
+
+import core
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
+from starlette.requests import ClientDisconnect
 
-from ... import lifecycle
+from ... import lifecycle, state_files
 from ...reads import list_models
 from ...responses import model_out
 from fcl3.schemas import ModelCreate, ModelList, ModelOut
@@ -20,6 +30,11 @@ from .tasks import MAX_OFFSET
 
 write_router = APIRouter(tags=["models"])
 read_router = APIRouter(tags=["models"])
+#: ``POST /models/{name}/state`` alone: included with the body limit ``MAX_IMPORT_BYTES``.
+import_router = APIRouter(tags=["models"])
+
+#: Bytes of an upload gathered before each write to the temporary file (in the thread pool).
+SPOOL_BYTES = 1024 * 1024
 
 NPZ = "application/octet-stream"
 UNKNOWN = {404: {"description": "Unknown model."}}
@@ -82,9 +97,10 @@ def export_model(request: Request, name: ModelName) -> NpzResponse:
                                       "X-Model-Version": str(version)})
 
 
-@write_router.post("/models/{name}/state", response_model=ModelOut, status_code=201, responses={
+@import_router.post("/models/{name}/state", response_model=ModelOut, status_code=201, responses={
+    408: {"description": "The client sent nothing for BODY_TIMEOUT seconds before the whole file arrived."},
     409: {"description": "The name is taken."},
-    413: {"description": "File over MAX_BODY_BYTES."},
+    413: {"description": "File over MAX_IMPORT_BYTES, or its arrays over MAX_IMPORT_INFLATED_BYTES once loaded."},
     422: {"description": "Not a model file: malformed, truncated, pickled, wrong format (the reason is given)."},
     503: {"description": "The database is down."}},
     openapi_extra={"requestBody": {"required": True, "content": {NPZ: {"schema": {"type": "string", "format": "binary"}}}}})
@@ -92,7 +108,43 @@ async def import_model(request: Request, name: ModelName) -> JSONResponse:
     """Create the model ``name`` from an exported ``.npz`` file sent as the body; its
     predictions equal the exported model's. Nothing is stored unless the whole file loads."""
     model = hosted(request, name)
-    data = await request.body()  # at most MAX_BODY_BYTES (BodyLimit)
-    await run_in_threadpool(lifecycle.import_model, model, data)
+    max_inflated = request.app.state.settings.MAX_IMPORT_INFLATED_BYTES
+    with tempfile.NamedTemporaryFile(prefix="fcl3-import-", suffix=".npz") as file:
+        await _spool(request, file)
+        await run_in_threadpool(_check_inflated_size, file, max_inflated)
+        await run_in_threadpool(lifecycle.import_model, model, file)
     out = await run_in_threadpool(model.reader.model_info)
     return JSONResponse(model_out(out).model_dump(mode="json"), status_code=201)
+
+
+async def _spool(request: Request, file) -> None:
+    """The request body into ``file``, written in the thread pool by pieces of about SPOOL_BYTES."""
+    pending: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            pending.append(chunk)
+            size += len(chunk)
+            if size >= SPOOL_BYTES:
+                await run_in_threadpool(file.writelines, pending)
+                pending, size = [], 0
+    except ClientDisconnect:
+        raise HTTPException(400, "the client went away before the whole file arrived") from None
+    await run_in_threadpool(_write_out, file, pending)
+
+
+def _write_out(file, pending: list[bytes]) -> None:
+    file.writelines(pending)
+    file.flush()
+
+
+def _check_inflated_size(file, max_inflated: int) -> None:
+    """413 when the file's arrays would take more than ``max_inflated`` bytes once loaded; 422
+    when its directory or a header is malformed (nothing of the arrays is read)."""
+    try:
+        inflated = state_files.inflated_size(file)
+    except state_files.StateFileError as exc:
+        raise core.InputError(f"bad model file: {exc}") from None
+    if inflated > max_inflated:
+        raise HTTPException(413, f"the file's arrays take {inflated} bytes once loaded; at most {max_inflated} "
+                                 "(MAX_IMPORT_INFLATED_BYTES)")
