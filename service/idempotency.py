@@ -64,7 +64,7 @@ from datetime import timedelta
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine, create_engine, delete, event, func, insert, select, update
+from sqlalchemy import Engine, bindparam, create_engine, delete, event, func, insert, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.pool import NullPool
 
@@ -157,6 +157,36 @@ def db_now(dialect: str, shift: float = 0.0):
         return func.strftime("%Y-%m-%d %H:%M:%f000", "now", f"{shift:+.6f} seconds")
     now = func.now()
     return now + timedelta(seconds=shift) if shift else now
+
+
+# The statements of a claim's life, built once (building them cost more than a round trip):
+# the key is ``w_model``/``w_key``, the owner compared ``w_owner``; the SET clause of
+# ``_stamped`` comes from the parameters given to ``execute`` (column names), and
+# ``touched_at`` is always the database's clock.
+_KEY = (keys_t.c.model_name == bindparam("w_model"), keys_t.c.key == bindparam("w_key"))
+_OURS = (*_KEY, keys_t.c.owner == bindparam("w_owner"), keys_t.c.response.is_(None))
+_ROW = select(keys_t).where(*_KEY)
+_ANSWER = select(keys_t.c.response, keys_t.c.request_hash).where(*_KEY)
+_RELEASE = delete(keys_t).where(*_OURS)
+_STAMPED: dict[str, tuple] = {}
+
+
+def _stamped(dialect: str):
+    """``(INSERT, UPDATE ... WHERE the claim is the owner's and unanswered)``, each stamping
+    ``touched_at`` with the database's clock."""
+    if dialect not in _STAMPED:
+        now = db_now(dialect)
+        _STAMPED[dialect] = (insert(keys_t).values(touched_at=now), update(keys_t).where(*_OURS).values(touched_at=now))
+    return _STAMPED[dialect]
+
+
+def _key(claim: "Claim", owner: str | None = None) -> dict[str, str]:
+    return {"w_model": claim.model_name, "w_key": claim.key, "w_owner": claim.owner if owner is None else owner}
+
+
+def _row(claim: "Claim") -> dict[str, str]:
+    return {"model_name": claim.model_name, "key": claim.key, "request_hash": claim.request_hash,
+            "owner": claim.owner}
 
 
 def _shown(key: str) -> str:
@@ -320,10 +350,10 @@ class IdempotencyKeys:
         self._abandoned: dict[str, Claim] = {}
         self._pending = threading.Lock()
         self._releaser: threading.Thread | None = None
+        self._find = select(keys_t.c.owner, keys_t.c.request_hash, keys_t.c.response,
+                            (keys_t.c.touched_at < db_now(self.dialect, -claim_ttl)).label("expired")).where(*_KEY)
+        self._insert, self._set = _stamped(self.dialect)
         event.listen(engine, "engine_disposed", self._disposed)
-
-    def _now(self, shift: float = 0.0):
-        return db_now(self.dialect, shift)
 
     def _disposed(self, engine) -> None:
         if self.lease is not None:
@@ -355,14 +385,9 @@ class IdempotencyKeys:
         raise KeyInFlight(self._in_flight_message(model_name, key))
 
     def _claim(self, conn, claim: Claim) -> bool:
-        where = (keys_t.c.model_name == claim.model_name, keys_t.c.key == claim.key)
-        row = conn.execute(select(keys_t.c.owner, keys_t.c.request_hash, keys_t.c.response,
-                                  (keys_t.c.touched_at < self._now(-self.claim_ttl)).label("expired"))
-                           .where(*where)).first()
+        row = conn.execute(self._find, _key(claim)).first()
         if row is None:
-            conn.execute(insert(keys_t).values(model_name=claim.model_name, key=claim.key,
-                                               request_hash=claim.request_hash, owner=claim.owner,
-                                               touched_at=self._now()))
+            conn.execute(self._insert, _row(claim))
             return True
         if row.request_hash != claim.request_hash:
             raise KeyMismatch(f"Idempotency-Key {_shown(claim.key)} was already used on model {claim.model_name!r} "
@@ -372,8 +397,8 @@ class IdempotencyKeys:
         if not row.expired and not self.gone(conn, row.owner):
             raise KeyInFlight(self._in_flight_message(claim.model_name, claim.key))
         # its request can no longer commit (or ran past the claim TTL): take it over (compare-and-set)
-        res = conn.execute(update(keys_t).where(*where, keys_t.c.owner == row.owner, keys_t.c.response.is_(None))
-                           .values(owner=claim.owner, request_hash=claim.request_hash, touched_at=self._now()))
+        res = conn.execute(self._set, {**_key(claim, row.owner), "owner": claim.owner,
+                                       "request_hash": claim.request_hash})
         if res.rowcount != 1:
             return False
         self._forget(row.owner)
@@ -411,8 +436,7 @@ class IdempotencyKeys:
         """Under the update lock: the claim is still this request's (else :class:`Replayed`
         or :class:`KeyInFlight`). A claim purged meanwhile is claimed again."""
         with self.engine.begin() as conn:
-            row = conn.execute(select(keys_t).where(keys_t.c.model_name == claim.model_name,
-                                                    keys_t.c.key == claim.key)).first()
+            row = conn.execute(_ROW, _key(claim)).first()
             if row is not None and row.owner == claim.owner and row.response is None:
                 return
             if row is not None:
@@ -421,9 +445,7 @@ class IdempotencyKeys:
                 raise KeyInFlight(self._in_flight_message(claim.model_name, claim.key))
         try:
             with self.engine.begin() as conn:
-                conn.execute(insert(keys_t).values(model_name=claim.model_name, key=claim.key,
-                                                   request_hash=claim.request_hash, owner=claim.owner,
-                                                   touched_at=self._now()))
+                conn.execute(self._insert, _row(claim))
         except IntegrityError:
             raise KeyInFlight(self._in_flight_message(claim.model_name, claim.key)) from None
 
@@ -431,8 +453,7 @@ class IdempotencyKeys:
         """After :class:`KeyTakenOver`: raise :class:`Replayed` if the other request committed,
         else :class:`KeyInFlight`."""
         with self.engine.connect() as conn:
-            row = conn.execute(select(keys_t.c.response, keys_t.c.request_hash).where(
-                keys_t.c.model_name == claim.model_name, keys_t.c.key == claim.key)).first()
+            row = conn.execute(_ANSWER, _key(claim)).first()
         if row is not None and row.response is not None and row.request_hash == claim.request_hash:
             raise Replayed(row.response)
         raise KeyInFlight(self._in_flight_message(claim.model_name, claim.key))
@@ -443,10 +464,7 @@ class IdempotencyKeys:
         """In the commit's transaction: store the answer (stamped by the database's clock);
         :class:`KeyTakenOver` if the claim is no longer this request's (the caller's
         transaction then rolls back)."""
-        res = conn.execute(update(keys_t).where(
-            keys_t.c.model_name == claim.model_name, keys_t.c.key == claim.key, keys_t.c.owner == claim.owner,
-            keys_t.c.response.is_(None)).values(version=version, response=response,
-                                                touched_at=db_now(conn.dialect.name)))
+        res = conn.execute(_stamped(conn.dialect.name)[1], {**_key(claim), "version": version, "response": response})
         if res.rowcount != 1:
             raise KeyTakenOver(f"Idempotency-Key {_shown(claim.key)} of model {claim.model_name!r} was taken over by "
                                "another request while this one ran; this batch was NOT applied by this request")
@@ -455,8 +473,7 @@ class IdempotencyKeys:
     def release(self, claim: Claim) -> None:
         """Drop an unanswered claim (the update failed: a retry may use the key at once)."""
         with self.engine.begin() as conn:
-            conn.execute(delete(keys_t).where(keys_t.c.model_name == claim.model_name, keys_t.c.key == claim.key,
-                                              keys_t.c.owner == claim.owner, keys_t.c.response.is_(None)))
+            conn.execute(_RELEASE, _key(claim))
         self._forget(claim.owner)
 
     def abandon(self, claim: Claim) -> None:
@@ -508,7 +525,7 @@ class IdempotencyKeys:
         """Delete every key (of every model) not touched for ``ttl`` seconds by the database's
         clock; how many."""
         with self.engine.begin() as conn:
-            n = conn.execute(delete(keys_t).where(keys_t.c.touched_at < self._now(-self.ttl))).rowcount
+            n = conn.execute(delete(keys_t).where(keys_t.c.touched_at < db_now(self.dialect, -self.ttl))).rowcount
         self._last_purge = time.monotonic()
         return int(n or 0)
 
