@@ -218,6 +218,23 @@ def test_postgres_cut_off_the_claim_is_released_when_the_database_answers(make_c
         proxy.stop()
 
 
+def test_postgres_restarted_the_claim_is_released_when_it_is_back(make_client, request, pg_cluster):
+    """PostgreSQL itself stops (``fast``: every session dropped) between the update's learning
+    and its commit: 503, the claim left behind. Once it is started again, the claim is
+    released without any request and the retry is learned once."""
+    c = make_client("postgres", _request=request, DATABASE_URL=pg_cluster.url(), LOCK_TTL=60, DB_CONNECT_TIMEOUT=1)
+    name = c.app.state.settings.MODEL_NAME
+    c.batch = regression_batch(np.random.default_rng(8))
+    r = _fail_commit_while(c, lambda: pg_cluster.stop("fast"))
+    assert r.status_code == 503, r.text
+    pg_cluster.start()
+    _wait_released(pg_cluster.url(), name)  # before: kept for LOCK_TTL
+    retry = post(c, *c.batch, "outage")
+    assert retry.status_code == 200 and retry.json()["version"] == 1, retry.text
+    assert post(c, *c.batch, "outage").headers["Idempotent-Replayed"] == "true"
+    assert c.get("/model").json()["n_batches"] == 1
+
+
 def test_a_claim_left_by_a_restarted_database_is_taken_over_from_another_process(make_client, request,
                                                                                  pg_database):
     """The claim's process lives on, but the database restarted (here: its connections cut):
