@@ -170,13 +170,11 @@ def _inflated_size(fp: IO[bytes], length: int) -> int:
     limit = MAX_INFLATION * length + 65536
     if sum(i.file_size for i in infos) > limit:
         raise StateFileError(f"the file inflates to more than {limit} bytes: refused")
-    total = 0
-    for info in infos:
-        total += _entry_size(zf, info)
-    return total
+    parsed: dict[bytes, tuple[tuple[int, ...], np.dtype]] = {}  # the tasks' entries share a few headers
+    return sum(_entry_size(zf, info, parsed) for info in infos)
 
 
-def _entry_size(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> int:
+def _entry_size(zf: zipfile.ZipFile, info: zipfile.ZipInfo, parsed: dict) -> int:
     """The bytes numpy allocates to load one entry: its array's, from the ``.npy`` header, or
     the entry's own size for one that is not an array (numpy returns those as bytes)."""
     fmt = np.lib.format
@@ -186,13 +184,17 @@ def _entry_size(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> int:
                 return info.file_size
             member.seek(0)
             version = fmt.read_magic(member)
-            if version == (1, 0):
-                shape, _, dtype = fmt.read_array_header_1_0(member)
-            elif version == (2, 0):
-                shape, _, dtype = fmt.read_array_header_2_0(member)
-            else:
+            if version not in ((1, 0), (2, 0)):
                 raise ValueError(f".npy format version {version} is not supported")
+            width = 2 if version == (1, 0) else 4
+            prefix = member.read(width)
+            head = prefix + member.read(int.from_bytes(prefix, "little") if len(prefix) == width else 0)
             start = member.tell()
+        if head not in parsed:
+            read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+            shape, _, dtype = read(io.BytesIO(head))
+            parsed[head] = (shape, dtype)
+        shape, dtype = parsed[head]
     except Exception as exc:  # noqa: BLE001 - a truncated member, a bad header...
         raise StateFileError(f"entry {info.filename!r} is unreadable: {type(exc).__name__}: {exc}") from None
     if dtype.hasobject:
