@@ -7,8 +7,10 @@ protocol (httptools when installed, else h11, as ``--http auto`` picks) with the
 servers have (nginx ``client_header_timeout``, Apache ``RequestReadTimeout``, Go
 ``ReadHeaderTimeout``): a connection that has not sent a request's whole headers
 ``HEADER_TIMEOUT`` seconds after it opened, or after the first byte of its next request, is
-closed (with 408 if it sent part of them). The body's own idle timeout (``BODY_TIMEOUT``, 408)
-is :class:`service.middleware.BodyGate`'s.
+closed (with 408 if it sent part of them). Headers larger than ``MAX_HEADER_BYTES`` (uvicorn's
+``--h11-max-incomplete-event-size`` when given) get 431 and the connection is closed: h11
+stops at 16 KiB by itself, httptools would keep every byte until the deadline. The body's own
+idle timeout (``BODY_TIMEOUT``, 408) is :class:`service.middleware.BodyGate`'s.
 
 ``fcl3 serve`` and the Docker image run with it; by hand::
 
@@ -30,19 +32,28 @@ else:
 #: What ``uvicorn --http`` takes to run with :class:`HttpProtocol`.
 HTTP_PROTOCOL = "service.server:HttpProtocol"
 
-_TIMEOUT_MESSAGE = b"request headers not received in time (HEADER_TIMEOUT)"
-_TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
-                     b"content-length: %d\r\nconnection: close\r\n\r\n%s"
-                     % (len(_TIMEOUT_MESSAGE), _TIMEOUT_MESSAGE))
+#: The most bytes of a request's line and headers (a long GET /predict query included).
+MAX_HEADER_BYTES = 64 * 1024
+
+
+def _closing(status: bytes, message: bytes) -> bytes:
+    return (b"HTTP/1.1 %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n%s" % (status, len(message), message))
+
+
+_TIMED_OUT = _closing(b"408 Request Timeout", b"request headers not received in time (HEADER_TIMEOUT)")
+_TOO_LARGE = _closing(b"431 Request Header Fields Too Large", b"request line and headers too large")
 
 
 class HttpProtocol(_Base):
     """uvicorn's HTTP/1.1 protocol, which closes a connection whose request headers are not
-    complete ``HEADER_TIMEOUT`` seconds after the connection opened or the request began."""
+    complete ``HEADER_TIMEOUT`` seconds after the connection opened or the request began, or
+    are larger than ``max_header_bytes``."""
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, config, *args, **kwargs):
+        super().__init__(config, *args, **kwargs)
         self.header_timeout = get_settings().HEADER_TIMEOUT
+        self.max_header_bytes = config.h11_max_incomplete_event_size or MAX_HEADER_BYTES
         self._header_timer: asyncio.TimerHandle | None = None
         self._waiting_cycle = None  # the cycle that was current when the timer was armed
         self._header_bytes = 0
@@ -57,8 +68,13 @@ class HttpProtocol(_Base):
         if self._header_timer is not None:
             self._header_bytes += len(data)
         super().data_received(data)
-        if self._header_timer is not None and self.cycle is not self._waiting_cycle:
-            self._disarm()  # the headers are complete: the request has its cycle
+        if self._header_timer is not None:
+            if self.cycle is not self._waiting_cycle:
+                self._disarm()  # the headers are complete: the request has its cycle
+            elif self._header_bytes > self.max_header_bytes and not self.transport.is_closing():
+                self._disarm()
+                self.transport.write(_TOO_LARGE)
+                self.transport.close()
 
     def connection_lost(self, exc) -> None:
         self._disarm()
@@ -81,5 +97,5 @@ class HttpProtocol(_Base):
         if self.transport.is_closing() or self.cycle is not self._waiting_cycle:
             return
         if self._header_bytes:  # part of a request: say why; an idle connection is just closed
-            self.transport.write(_TIMEOUT_RESPONSE)
+            self.transport.write(_TIMED_OUT)
         self.transport.close()
