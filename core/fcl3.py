@@ -155,8 +155,8 @@ class FCL3(LifelongLearner):
         ``theta_t = D s_t``, the paper's model.
 
     Every parameter has a range (``_parameter_constraints``, :mod:`core.params`), checked by
-    :meth:`check_params` and before any update: ``max_outer_iter`` at most 1,000 and ``tol > 0``
-    bound the alternation, ``n_components`` at most 100 and, on the first batch, ``d`` times
+    :meth:`check_params` and before any update: ``max_outer_iter`` at most 200 and ``tol > 0``
+    bound the alternation, ``n_components`` at most 50 and, on the first batch, ``d`` times
     ``n_components`` at most :data:`core.params.MAX_SYSTEM_SIZE` bound the decoder.
     """
 
