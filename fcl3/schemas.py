@@ -162,7 +162,9 @@ class ModelCreate(Request):
     name: ModelNameStr = Field(..., description=MODEL_NAME_RULE + ".", examples=["schools"])
     kind: Literal["regression", "classification"] | None = Field(None, description="Required unless forking.")
     estimator: str = Field("FCL3", min_length=1, max_length=100, description="Learner class in core (FCL3, STL, ...).")
-    params: dict[str, Any] = Field(default_factory=dict, description='Other hyper-parameters, e.g. {"lambda2": 0.5}.')
+    params: dict[str, Any] = Field(default_factory=dict, description='Other hyper-parameters, e.g. {"lambda2": 0.5}; '
+                                   "each within its range (core.params: e.g. n_components 1-50, max_outer_iter "
+                                   "0-200, tol in (0, 1]), else 422 naming it and its range.")
     d: int | None = Field(None, gt=0, le=10**6, description="Number of features; null: fixed by the first batch.")
     fork: ForkFrom | None = Field(None, description="Create the model as this model was at this version.")
 
