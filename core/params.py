@@ -161,10 +161,11 @@ def check_system_size(learner: Any, rows: int, components: int, what: str) -> No
     size = int(rows) * int(components)
     if size > MAX_SYSTEM_SIZE:
         mb = 8 * size**2 / 1e6
+        fits = MAX_SYSTEM_SIZE // int(rows)
+        hint = f"use fewer features or a smaller n_components (at most {fits} here)" if fits else "use fewer features"
         raise InputError(
             f"{type(learner).__name__}: {what} would have {rows:,} x {components:,} = {size:,} unknowns "
-            f"(its statistics {mb:,.0f} MB), more than the {MAX_SYSTEM_SIZE:,} a model may have: use fewer "
-            f"features or a smaller n_components (at most {max(1, MAX_SYSTEM_SIZE // int(rows))} here)")
+            f"(its statistics {mb:,.0f} MB), more than the {MAX_SYSTEM_SIZE:,} a model may have: {hint}")
 
 
 #: Every learner's parameters shared through :class:`core.LifelongLearner`.

@@ -139,3 +139,8 @@ def test_describe_renders_one_row_per_parameter():
     for name in names:
         assert f"| `{name}` |" in table
     assert "no range declared" not in table
+
+
+def test_a_batch_too_wide_for_any_component_count_says_so():
+    with pytest.raises(core.InputError, match=r"3,500 x 1 = 3,500 unknowns .* use fewer features$"):
+        core.FCL3(n_components=1).learn("a", np.ones((2, 3500)), np.ones(2))

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
+import time
 
+import httpx
 import numpy as np
 import pytest
 
@@ -104,13 +109,6 @@ def test_sigterm_during_the_longest_updates_the_ranges_allow_ends_the_server_pro
     """The issue's model kept an update running for ever, so SIGTERM never ended the server.
     With every parameter at the costly end of its range, updates keep ending: SIGTERM in the
     middle of a stream of them stops the server gracefully within seconds."""
-    import os
-    import signal
-    import threading
-    import time
-
-    import httpx
-
     server = spawn(server_env, log_path=tmp_path / "server.log").start()
     name = unique_name("slow")
     answered: list[int] = []
@@ -144,3 +142,27 @@ def test_sigterm_during_the_longest_updates_the_ranges_allow_ends_the_server_pro
     assert time.monotonic() - t0 < 15
     assert server.proc.returncode in (0, -signal.SIGTERM)
     th.join(10)
+
+
+def test_a_model_stored_with_a_parameter_out_of_range_still_reads_but_refuses_updates(backend_client):
+    """A model stored before the ranges existed (the issue's tol = -1): its reads go on; an
+    update is refused with 422 naming the parameter, instead of running for ever under the lock."""
+    from service.writes import NewModel
+
+    c = backend_client
+    name = unique_name("old")
+    rng = np.random.default_rng(6)
+    learner = core.FCL3(n_components=2)
+    learner.learn("t", *map(np.array, regression_batch(rng)))
+    learner.tol, learner.max_outer_iter = -1, 100_000_000  # as stored before the ranges existed
+    settings = {"estimator": "FCL3", "kind": "regression", "params": learner.get_params(), "d": None}
+    settings["params"].pop("kind")
+    c.app.state.models.get(name).writer.create(NewModel(learner, settings, version=1))
+    probe = regression_batch(rng)[0]
+    assert c.post(f"/models/{name}/predict", json={"task_id": "t", "X": probe}).status_code == 200
+    assert c.get(f"/models/{name}").status_code == 200
+    t0 = time.monotonic()
+    r = c.post(f"/models/{name}/tasks/t/data", json=dict(zip("Xy", regression_batch(rng))))
+    assert r.status_code == 422 and "max_outer_iter must be an integer in [0, 200]" in r.json()["detail"], r.text
+    assert time.monotonic() - t0 < 5
+    assert c.get(f"/models/{name}").json()["version"] == 1
