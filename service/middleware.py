@@ -2,13 +2,13 @@
 generic 500) and the request body gate (key checked before the body, 413, 408)."""
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
 import time
 from dataclasses import dataclass
 
-import anyio
 from fastapi import HTTPException
 from starlette.routing import compile_path
 
@@ -162,7 +162,7 @@ class _Body:
         if self.complete:
             return await self._receive()  # e.g. a streaming response waiting for the disconnect
         try:
-            with anyio.fail_after(self.timeout):
+            async with asyncio.timeout(self.timeout):  # uvicorn runs on asyncio (anyio's fail_after: 2.5x the cost)
                 message = await self._receive()
         except TimeoutError:
             raise BodyRefused(408, f"no request body received for {self.timeout:g} s (BODY_TIMEOUT)") from None
