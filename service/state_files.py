@@ -171,28 +171,46 @@ def _inflated_size(fp: IO[bytes], length: int) -> int:
     if sum(i.file_size for i in infos) > limit:
         raise StateFileError(f"the file inflates to more than {limit} bytes: refused")
     parsed: dict[bytes, tuple[tuple[int, ...], np.dtype]] = {}  # the tasks' entries share a few headers
-    return sum(_entry_size(zf, info, parsed) for info in infos)
+    return sum(_entry_size(zf, fp, info, parsed) for info in infos)
 
 
-def _entry_size(zf: zipfile.ZipFile, info: zipfile.ZipInfo, parsed: dict) -> int:
+def _entry_start(zf: zipfile.ZipFile, fp: IO[bytes], info: zipfile.ZipInfo, n: int) -> bytes:
+    """The first ``n`` bytes of an entry's data: read in place for a stored entry (as np.savez
+    writes them; its local header says where the data starts), through zipfile otherwise."""
+    if info.compress_type != zipfile.ZIP_STORED:
+        with zf.open(info) as member:
+            return member.read(n)
+    fp.seek(info.header_offset)
+    local = fp.read(30)
+    if len(local) < 30 or local[:4] != b"PK\x03\x04":
+        raise ValueError("bad local file header")
+    fp.seek(info.header_offset + 30 + int.from_bytes(local[26:28], "little") + int.from_bytes(local[28:30], "little"))
+    return fp.read(min(n, info.file_size))
+
+
+def _entry_size(zf: zipfile.ZipFile, fp: IO[bytes], info: zipfile.ZipInfo, parsed: dict) -> int:
     """The bytes numpy allocates to load one entry: its array's, from the ``.npy`` header, or
     the entry's own size for one that is not an array (numpy returns those as bytes)."""
     fmt = np.lib.format
     try:
-        with zf.open(info) as member:
-            if member.read(len(fmt.MAGIC_PREFIX)) != fmt.MAGIC_PREFIX:
-                return info.file_size
-            member.seek(0)
-            version = fmt.read_magic(member)
-            if version not in ((1, 0), (2, 0)):
-                raise ValueError(f".npy format version {version} is not supported")
-            width = 2 if version == (1, 0) else 4
-            prefix = member.read(width)
-            head = prefix + member.read(int.from_bytes(prefix, "little") if len(prefix) == width else 0)
-            start = member.tell()
+        start = _entry_start(zf, fp, info, 12)
+        if start[:len(fmt.MAGIC_PREFIX)] != fmt.MAGIC_PREFIX:
+            return info.file_size
+        version = (start[6], start[7])
+        if version not in ((1, 0), (2, 0)):
+            raise ValueError(f".npy format version {version} is not supported")
+        width = 2 if version == (1, 0) else 4
+        if len(start) < 8 + width:
+            raise ValueError("truncated .npy header")
+        offset = 8 + width + int.from_bytes(start[8:8 + width], "little")
+        head = _entry_start(zf, fp, info, offset)
+        if len(head) < offset:
+            raise ValueError("truncated .npy header")
         if head not in parsed:
             read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
-            shape, _, dtype = read(io.BytesIO(head))
+            stream = io.BytesIO(head)
+            fmt.read_magic(stream)
+            shape, _, dtype = read(stream)
             parsed[head] = (shape, dtype)
         shape, dtype = parsed[head]
     except Exception as exc:  # noqa: BLE001 - a truncated member, a bad header...
@@ -200,9 +218,9 @@ def _entry_size(zf: zipfile.ZipFile, info: zipfile.ZipInfo, parsed: dict) -> int
     if dtype.hasobject:
         raise StateFileError(f"entry {info.filename!r} holds Python objects: refused")
     size = math.prod(int(n) for n in shape) * dtype.itemsize
-    if start + size > info.file_size:
+    if offset + size > info.file_size:
         raise StateFileError(f"entry {info.filename!r} claims {size} bytes of data but holds "
-                             f"{max(info.file_size - start, 0)}")
+                             f"{max(info.file_size - offset, 0)}")
     return size
 
 

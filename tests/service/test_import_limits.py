@@ -194,3 +194,23 @@ def test_an_entry_claiming_more_data_than_it_holds_is_422_unallocated(backend, s
     assert r.status_code == 422 and "claims 200000000 bytes of data but holds 80" in r.json()["detail"], r.text
     assert peak < 50 * 1024 * 1024, peak
     absent(c, name, before)
+
+
+def test_inflated_size_is_what_loading_allocates(make_client):
+    """Stored or deflated entries, .npy headers 1.0 and 2.0, entries that are not arrays."""
+    from service.state_files import StateFileError, inflated_size
+
+    good = learned_export(make_client())
+    assert inflated_size(good) == inflated_size(deflated(good)) == loaded_bytes(good)
+    v2 = io.BytesIO()
+    np.lib.format.write_array(v2, np.zeros((3, 5), dtype=np.float32), version=(2, 0))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        z.writestr("x.npy", v2.getvalue())
+        z.writestr("raw", b"12345")
+    assert inflated_size(out.getvalue()) == 3 * 5 * 4 + 5
+    cut = io.BytesIO()
+    with zipfile.ZipFile(cut, "w") as z:
+        z.writestr("x.npy", v2.getvalue()[:20])  # the header cut short
+    with pytest.raises(StateFileError, match="unreadable"):
+        inflated_size(cut.getvalue())
