@@ -1,7 +1,7 @@
 """/models: the models of this service and their lifecycle — create (or fork), list,
 describe, delete, export and import (``/models/{name}/state``, one ``.npz`` file).
 
-An import has its own routers and limits: its body (up to ``MAX_IMPORT_BYTES``, enforced by
+An import has its own router and limits: its body (up to ``MAX_IMPORT_BYTES``, enforced by
 :class:`service.middleware.BodyGate`) is streamed to a temporary file, never held in memory;
 the file is refused with 413 if its arrays would take more than ``MAX_IMPORT_INFLATED_BYTES``
 once loaded (read from the zip directory and the ``.npy`` headers, before any array exists),
