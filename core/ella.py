@@ -166,8 +166,11 @@ class ELLA(LifelongLearner):
     def _check_params(self) -> None:
         validate_params(self)
 
-    def _check_size(self, n_features: int) -> None:
-        check_system_size(self, n_features + 1, self.n_components, "the basis L")
+    def check_size(self, n_features: int) -> None:
+        """:class:`InputError` when the basis for ``n_features`` features would have more than
+        :data:`core.params.MAX_SYSTEM_SIZE` unknowns (a service may call it when a model's
+        number of features is known at creation)."""
+        check_system_size(self, int(n_features) + 1, self.n_components, "the basis L")
 
     def learn(self, task_id: str, X, y) -> UpdateResult:
         """:meth:`core.LifelongLearner.learn`; the first batch is refused (:class:`InputError`)
@@ -175,7 +178,7 @@ class ELLA(LifelongLearner):
         if not self.is_fitted:
             self._check_params()
             X = as_matrix(X, None)
-            self._check_size(X.shape[1])
+            self.check_size(X.shape[1])
         return super().learn(task_id, X, y)
 
     # ----------------------------------------------------------------- learned state
@@ -279,7 +282,7 @@ class ELLA(LifelongLearner):
             scaler = self.scaler_
             A, T, L = self.A_, int(self.n_tasks_), self.L_
         else:
-            self._check_size(X.shape[1])
+            self.check_size(X.shape[1])
             scaler = Scaler.fit(X, y01, self.kind, self.standardize)
             d, k = X.shape[1] + 1, int(self.n_components)
             A, T = np.zeros((d * k, d * k)), 0

@@ -225,9 +225,15 @@ class FCL3(LifelongLearner):
         if not self.is_fitted:
             self._check_params()
             X = as_matrix(X, None)
-            d = X.shape[1] + (0 if self.task_intercept else 1)
-            check_system_size(self, d, self.n_components, "the decoder D")
+            self.check_size(X.shape[1])
         return super().learn(task_id, X, y)
+
+    def check_size(self, n_features: int) -> None:
+        """:class:`InputError` when the decoder for ``n_features`` features would have more than
+        :data:`core.params.MAX_SYSTEM_SIZE` unknowns (a service may call it when a model's
+        number of features is known at creation)."""
+        d = int(n_features) + (0 if self.task_intercept else 1)
+        check_system_size(self, d, self.n_components, "the decoder D")
 
     # ------------------------------------------------------------------ state
     def _init_learned(self, n_features: int) -> None:

@@ -144,3 +144,10 @@ def test_describe_renders_one_row_per_parameter():
 def test_a_batch_too_wide_for_any_component_count_says_so():
     with pytest.raises(core.InputError, match=r"3,500 x 1 = 3,500 unknowns .* use fewer features$"):
         core.FCL3(n_components=1).learn("a", np.ones((2, 3500)), np.ones(2))
+
+
+@pytest.mark.parametrize("cls", [core.FCL3, core.ELLA], ids=lambda c: c.__name__)
+def test_check_size_tells_before_any_batch(cls):
+    cls(n_components=5).check_size(500)
+    with pytest.raises(core.InputError, match="n_components"):
+        cls(n_components=5).check_size(1000)
