@@ -77,7 +77,8 @@ class Server:
 
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "uvicorn", self.app, "--host", "127.0.0.1", "--port", str(self.port),
-               "--workers", str(self.workers), "--log-level", self.log_level]
+               "--workers", str(self.workers), "--log-level", self.log_level,
+               "--http", "service.server:HttpProtocol"]
         return cmd if self.access_log else cmd + ["--no-access-log"]
 
     def start(self, timeout: float = 30.0) -> "Server":

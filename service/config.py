@@ -44,9 +44,10 @@ class Settings(BaseSettings):
     MAX_IMPORT_BYTES: int = Field(1024 * 1024 * 1024, gt=0, description="Larger model files (PUT/POST of an "
                                   "exported state) get 413; the body is streamed to a temporary file, not "
                                   "held in memory.")
-    MAX_IMPORT_INFLATED_BYTES: int = Field(4 * 1024 * 1024 * 1024, gt=0, description="A model file whose arrays "
+    MAX_IMPORT_INFLATED_BYTES: int = Field(1024 * 1024 * 1024, gt=0, description="A model file whose arrays "
                                            "would take more than this once decompressed gets 413, before any "
-                                           "of them is allocated.")
+                                           "of them is allocated. An import briefly needs about three times "
+                                           "this in the worker: set it to a third of what one worker may use.")
     HEADER_TIMEOUT: float = Field(10.0, gt=0, description="Seconds a client has to send a request's headers.")
     BODY_TIMEOUT: float = Field(30.0, gt=0, description="Seconds a client has between two chunks of a "
                                 "request's body (an idle upload is dropped with 408).")
