@@ -1,0 +1,1037 @@
+"""Fault suite: real servers, a real client, faults injected and undone; is every acknowledged
+batch stored exactly once? (``python -m benchmarks.faults``, issue 22 part 2).
+
+    python -m benchmarks.faults [--quick] [--faults kill9-sqlite,disk-full,...] [--json PATH]
+                                [--writers 3] [--workers 2] [--quiet]
+
+Each fault runs ``uvicorn service.main:app`` (:class:`benchmarks.launcher.Server`, ``--workers
+2`` by default) on a loopback port with its own store: a fresh SQLite file in a temporary
+directory, or a throwaway PostgreSQL database (made on ``--pg-admin-url``, dropped at the end)
+with its own Redis key prefix — or, where PostgreSQL or Redis is the fault, a PostgreSQL
+cluster (``initdb`` + ``pg_ctl`` in a temporary directory, a spare port) or a ``redis-server``
+(a spare port, no persistence) started for the fault alone: the machine's shared servers are
+never stopped. Meanwhile ``--writers`` threads, each with the shipped :class:`fcl3.Client`
+(default retries: a batch answered 503 or 409 is retried for ``Retries.patience`` = 60 s, a
+lost connection is retried with the same ``Idempotency-Key``), send labelled regression
+batches (8 rows, 4 features, 4 tasks; every batch's rows are its label), and one reader asks for
+predictions. A fault run: writes for ``warm`` seconds; the fault injected, held ``hold``
+seconds, undone (its *end*); writes until the first acknowledged batch after the end (at most
+``recover_cap`` s) and ``after`` seconds more; then up to 5 batches acknowledged before the
+fault are sent again with their own keys (a client retrying after a lost answer: each must be
+answered as a replay, not applied); the writers stop and the store is read back directly
+(SQLAlchemy, not the API).
+
+The faults (``--faults``, default all):
+
+* ``kill9-sqlite`` / ``kill9-postgres``: ``kill -9`` of the server's whole process group
+  (master and both workers) during writes, then the server started again; ``cycles`` times.
+  The fault's end: the restarted server answers ``/readyz``. SQLite (the embedded default: file
+  locks) and PostgreSQL + Redis (shared servers, a throwaway database, its own prefix).
+* ``postgres-restart``: a throwaway cluster stopped (``pg_ctl stop -m fast``: every connection
+  dropped), held, started again on the same port; Redis: the shared one, its own prefix.
+* ``redis-restart``: a throwaway ``redis-server`` killed (SIGTERM; ``--save ''``, so the lock
+  keys go with it), held, started again on the same port; PostgreSQL: the shared server.
+* ``disk-full``: the SQLite file on a small tmpfs (root: ``mount -t tmpfs -o size=64m``), the
+  rest of the tmpfs filled by a file written until ``ENOSPC``, held, the file deleted. Not
+  root: not injected (said so in the results).
+* ``sqlite-removed``: the SQLite file unlinked under the running server (its ``-wal`` and
+  ``-shm`` left, as ``rm fcl3.db`` does), held; the end: the server restarted (an operator's
+  remedy: a fresh empty store). Batches acknowledged before the removal went with the file and
+  are reported apart (``removed_with_file``); the accounting covers the later ones.
+* ``clock-sqlite`` / ``clock-postgres``: the server runs under libfaketime (``LD_PRELOAD``,
+  ``FAKETIME_TIMESTAMP_FILE`` re-read every second, the monotonic clock left alone: an NTP step
+  moves the wall clock only); the wall clock stepped 2 days forward, held, stepped back (the
+  end). ``IDEMPOTENCY_PURGE_EVERY=1`` so that a purge of expired keys runs during the step
+  (default: at most every 300 s per process). The batches sent again with their keys are sent
+  while the clock is 2 days ahead. Without libfaketime: not injected.
+
+Figures per fault: ``acknowledged`` (batches answered 200), ``stored`` (rows of ``batches``
+read back), ``lost`` (acknowledged, not stored), ``unacked_stored`` (stored although the client
+gave up on it), ``duplicates`` (a batch stored more than once), ``ack_equals_stored`` (the
+stored batches are exactly the acknowledged ones, each once, at the version it was
+acknowledged with, and the model's version and its tasks' batch and row counts agree), the
+statuses of every write and read attempt (``5xx``: all of them; ``5xx_not_503``: 500 and such;
+a 503 means "nothing applied, retry"), what the client gave up with, and ``recovery_s``:
+seconds from the fault's end to the first acknowledged batch (each cycle's, the largest).
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+import numpy as np
+
+from benchmarks.common import machine, progress_bar, write_json
+from benchmarks.launcher import (ROOT, Server, create_throwaway_database, drop_throwaway_backend, free_port,
+                                 migrate, redis_prefix)
+
+MODEL = "faults"
+WRITE_KEY = "faults-write-key"
+READ_KEY = "faults-read-key"
+D, ROWS, TASKS = 4, 8, 4
+DEFAULT_JSON = ROOT / "docs" / "results" / "faults.json"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds of each phase of a fault run (see the module's docstring)."""
+
+    warm: float
+    hold: float
+    after: float
+    recover_cap: float
+    cycles: int  # kill -9 cycles
+    join: float  # at most this long for the writers' last calls once told to stop
+
+
+QUICK = Timing(warm=1.5, hold=2.0, after=1.5, recover_cap=30.0, cycles=1, join=75.0)
+FULL = Timing(warm=5.0, hold=10.0, after=8.0, recover_cap=90.0, cycles=4, join=120.0)
+
+
+# ----------------------------------------------------------------------------- throwaway servers
+def find_pg_bindir() -> Path | None:
+    """The newest ``/usr/lib/postgresql/*/bin`` holding ``initdb``, or None."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: [int(v) if v.isdigit() else 0
+                                                                                 for v in Path(p).parts[-3].split(".")])
+    return Path(found[-1]).parent if found else None
+
+
+class PgCluster:
+    """A PostgreSQL cluster of one fault run: ``initdb`` in a temporary directory (its socket
+    there too), a spare loopback port, no fsync; run as ``postgres`` when we are root (initdb
+    refuses root). Stopped and started again on the same port."""
+
+    def __init__(self, bindir: Path):
+        self.bindir = bindir
+        self.dir = Path(tempfile.mkdtemp(prefix="fcl3-faults-pg-"))
+        self.data, self.log = self.dir / "data", self.dir / "pg.log"
+        self.port = free_port()
+        self.as_postgres = os.geteuid() == 0
+        if self.as_postgres:
+            shutil.chown(self.dir, "postgres", "postgres")
+
+    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        cmd = [str(self.bindir / args[0]), *args[1:]]
+        if self.as_postgres:
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=120)
+
+    def init(self) -> "PgCluster":
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
+        return self
+
+    def start(self) -> None:
+        opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop", check=False)
+
+    def admin_url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def cleanup(self) -> None:
+        self.stop("immediate")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RedisProcess:
+    """A ``redis-server`` of one fault run on a spare loopback port, no persistence."""
+
+    def __init__(self):
+        self.binary = shutil.which("redis-server")
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        import redis
+
+        self.proc = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--daemonize", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=1)
+        deadline = time.monotonic() + 10
+        try:
+            while True:
+                try:
+                    client.ping()
+                    return
+                except redis.exceptions.ConnectionError:
+                    if time.monotonic() > deadline or self.proc.poll() is not None:
+                        raise
+                    time.sleep(0.05)
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+# ----------------------------------------------------------------------------- the client side
+@dataclass
+class Batch:
+    """One labelled batch: what was sent and what became of it."""
+
+    writer: int
+    task: str
+    X: list[list[float]]
+    y: list[float]
+    key: str
+    t_sent: float
+    t_ack: float | None = None
+    version: int | None = None
+    replayed: bool = False
+    attempts: int = 0
+    error: str | None = None
+
+    @property
+    def label(self) -> bytes:
+        return batch_label(self.task, self.X, self.y)
+
+
+def batch_label(task: str, X, y) -> bytes:
+    """A batch's identity: its task and the exact bytes of its rows and targets (every batch
+    sent is different, so a stored batch is matched to the one sent)."""
+    return (task.encode() + b"\0" + np.ascontiguousarray(X, dtype=np.float64).tobytes() + b"\0"
+            + np.ascontiguousarray(y, dtype=np.float64).tobytes())
+
+
+class Ledger:
+    """Every batch sent and every HTTP attempt's status (or transport error), thread-safe."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.batches: list[Batch] = []
+        self.statuses: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self.server_errors: list[tuple[float, str]] = []  # (when, "write 500"): every 5xx answer
+        self.reads_ok = 0
+        self.reads_failed: Counter[str] = Counter()
+
+    def add(self, b: Batch) -> None:
+        with self.lock:
+            self.batches.append(b)
+
+    def note(self, kind: str, status: int | None, error: str | None = None) -> None:
+        with self.lock:
+            if status is not None:
+                self.statuses[f"{kind} {status}"] += 1
+                if status >= 500:
+                    self.server_errors.append((time.monotonic(), f"{kind} {status}"))
+            else:
+                self.errors[f"{kind} {error}"] += 1
+
+    def acks(self) -> list[Batch]:
+        with self.lock:
+            return [b for b in self.batches if b.version is not None and b.t_ack is not None]
+
+
+class CountingTransport(httpx.HTTPTransport):
+    """httpx's transport, noting every attempt's status in a :class:`Ledger` (the client's
+    retries hide them from its caller)."""
+
+    def __init__(self, ledger: Ledger):
+        super().__init__()
+        self.ledger = ledger
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        kind = "write" if request.url.path.endswith("/data") else "read"
+        try:
+            response = super().handle_request(request)
+        except httpx.TransportError as exc:
+            self.ledger.note(kind, None, type(exc).__name__)
+            raise
+        self.ledger.note(kind, response.status_code)
+        return response
+
+
+def make_client(url: str, key: str, ledger: Ledger):
+    from fcl3 import Client
+
+    return Client(url, key, timeout=15.0, transport=CountingTransport(ledger), trust_env=False)
+
+
+class Load:
+    """``n`` writer threads and one reader against ``url`` until :meth:`stop`."""
+
+    def __init__(self, url: str, n: int, seed: int, ledger: Ledger):
+        self.url, self.n, self.seed, self.ledger = url, n, seed, ledger
+        self.weights = {f"t{t}": np.random.default_rng(1000 + t).normal(size=D) for t in range(TASKS)}
+        self._stop = threading.Event()
+        self.threads = [threading.Thread(target=self._write, args=(i,), daemon=True) for i in range(n)]
+        self.threads.append(threading.Thread(target=self._read, daemon=True))
+
+    def start(self) -> "Load":
+        for t in self.threads:
+            t.start()
+        return self
+
+    def _write(self, i: int) -> None:
+        from fcl3 import FCL3Error
+
+        rng = np.random.default_rng(self.seed * 100 + i)
+        with make_client(self.url, WRITE_KEY, self.ledger) as client:
+            k = 0
+            while not self._stop.is_set():
+                task = f"t{(i + k) % TASKS}"
+                X = rng.normal(size=(ROWS, D))
+                y = X @ self.weights[task] + 0.1 * rng.normal(size=ROWS)
+                b = Batch(i, task, X.tolist(), y.tolist(), str(uuid.uuid4()), time.monotonic())
+                self.ledger.add(b)
+                try:
+                    res = client.learn_batch(MODEL, task, b.X, b.y, idempotency_key=b.key)
+                except FCL3Error as exc:
+                    b.error = f"{type(exc).__name__}: {str(exc)[:200]}"
+                    self._stop.wait(0.2)
+                except Exception as exc:  # noqa: BLE001 - a bug of the client's is a result too
+                    b.error = f"{type(exc).__name__}: {str(exc)[:200]}"
+                    self._stop.wait(0.2)
+                else:
+                    b.t_ack = time.monotonic()  # before the version: acks() reads both
+                    b.version, b.replayed, b.attempts = res.update.version, res.replayed, res.attempts
+                k += 1
+
+    def _read(self) -> None:
+        from fcl3 import FCL3Error
+
+        rng = np.random.default_rng(self.seed)
+        while not self._stop.is_set() and len({b.task for b in self.ledger.acks()}) < TASKS:
+            self._stop.wait(0.05)  # every task learned once: a prediction has an answer
+        with make_client(self.url, READ_KEY, self.ledger) as client:
+            while not self._stop.is_set():
+                try:
+                    client.predict(MODEL, f"t{rng.integers(TASKS)}", rng.normal(size=(2, D)).tolist())
+                    self.ledger.reads_ok += 1
+                except FCL3Error as exc:
+                    self.ledger.reads_failed[type(exc).__name__] += 1
+                    self._stop.wait(0.2)
+                self._stop.wait(0.05)
+
+    def stop(self, join: float) -> int:
+        """Tell every thread to stop; wait up to ``join`` s for their last calls; how many are
+        still running."""
+        self._stop.set()
+        deadline = time.monotonic() + join
+        for t in self.threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return sum(t.is_alive() for t in self.threads)
+
+
+def probe(url: str, ledger: Ledger, seed: int, stop: threading.Event, cap: float) -> None:
+    """From the fault's end: a new batch every 0.1 s (a client that never retries, so no
+    backoff of its own delays it) until one is acknowledged: when the service writes again."""
+    from fcl3 import FCL3Error
+    from fcl3 import Client
+
+    rng = np.random.default_rng(10_000 + seed)
+    w = np.random.default_rng(1000).normal(size=D)
+    deadline = time.monotonic() + cap
+    with Client(url, WRITE_KEY, timeout=15.0, retries=0, transport=CountingTransport(ledger), trust_env=False) as c:
+        while not stop.is_set() and time.monotonic() < deadline:
+            X = rng.normal(size=(ROWS, D))
+            b = Batch(-1, "t0", X.tolist(), (X @ w).tolist(), str(uuid.uuid4()), time.monotonic())
+            ledger.add(b)
+            try:
+                res = c.learn_batch(MODEL, b.task, b.X, b.y, idempotency_key=b.key)
+            except FCL3Error as exc:
+                b.error = f"probe {type(exc).__name__}: {str(exc)[:200]}"
+                stop.wait(0.1)
+            else:
+                b.t_ack = time.monotonic()
+                b.version, b.replayed, b.attempts = res.update.version, res.replayed, res.attempts
+                return
+
+
+def resend(url: str, batches: list[Batch], ledger: Ledger) -> list[dict]:
+    """Send ``batches`` (acknowledged ones) again with their own keys, as a client that lost
+    the answers would: each must come back as a replay at its acknowledged version."""
+    from fcl3 import FCL3Error
+
+    out = []
+    with make_client(url, WRITE_KEY, ledger) as client:
+        for b in batches:
+            try:
+                res = client.learn_batch(MODEL, b.task, b.X, b.y, idempotency_key=b.key)
+                out.append({"replayed": res.replayed, "version": res.update.version, "acked_version": b.version})
+            except FCL3Error as exc:
+                out.append({"error": f"{type(exc).__name__}: {str(exc)[:200]}", "acked_version": b.version})
+    return out
+
+
+# ----------------------------------------------------------------------------- the store, read back
+def read_back(db_url: str) -> dict[str, Any]:
+    """The model's row, its tasks' counts and every stored batch, straight from the database."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            version = conn.execute(text("SELECT version FROM models WHERE name = :m"), {"m": MODEL}).scalar()
+            tasks = conn.execute(text("SELECT task_id, n_samples, n_batches FROM tasks WHERE model_name = :m"),
+                                 {"m": MODEL}).all()
+            rows = conn.execute(text('SELECT version, task_id, n_samples, "X", y FROM batches '
+                                     "WHERE model_name = :m ORDER BY version"), {"m": MODEL}).all()
+    finally:
+        engine.dispose()
+    import io
+
+    stored = [{"version": r[0], "task": r[1], "n": r[2],
+               "label": batch_label(r[1], np.load(io.BytesIO(bytes(r[3]))), np.load(io.BytesIO(bytes(r[4]))))}
+              for r in rows]
+    return {"model_version": version, "tasks": [tuple(t) for t in tasks], "batches": stored}
+
+
+def account(sent: list[Batch], store: dict[str, Any], before: list[Batch] = ()) -> dict[str, Any]:
+    """Acknowledged against stored. ``before``: batches left out of the accounting (acknowledged
+    before a removal of the store); those found stored anyway are counted as ``resurrected``."""
+    stored_at: dict[bytes, list[int]] = {}
+    for s in store["batches"]:
+        stored_at.setdefault(s["label"], []).append(s["version"])
+    acked = [b for b in sent if b.version is not None]
+    sent_labels = {b.label for b in sent}
+    before_labels = {b.label for b in before}
+    lost = [b for b in acked if b.label not in stored_at]
+    wrong_version = [b for b in acked if b.label in stored_at and b.version not in stored_at[b.label]]
+    unacked_stored = [b for b in sent if b.version is None and b.label in stored_at]
+    duplicates = sum(len(v) - 1 for v in stored_at.values())
+    unknown = [lab for lab in stored_at if lab not in sent_labels and lab not in before_labels]
+    resurrected = [lab for lab in stored_at if lab in before_labels]
+    versions = [s["version"] for s in store["batches"]]
+    task_batches = sum(t[2] for t in store["tasks"])
+    task_rows = sum(t[1] for t in store["tasks"])
+    counts_agree = (versions == list(range(1, len(versions) + 1)) and (store["model_version"] or 0) == len(versions)
+                    and task_batches == len(versions) and task_rows == sum(s["n"] for s in store["batches"]))
+    gave_up = Counter(b.error.split(":", 1)[0] for b in sent if b.error and b.writer >= 0)
+    return {
+        "acknowledged": len(acked),
+        "stored": len(store["batches"]),
+        "lost": len(lost),
+        "unacked_stored": len(unacked_stored),
+        "duplicates": duplicates,
+        "acked_version_mismatch": len(wrong_version),
+        "stored_unknown": len(unknown),
+        "resurrected": len(resurrected),
+        "model_version": store["model_version"],
+        "task_batches": task_batches,
+        "task_rows": task_rows,
+        "acked_rows": sum(len(b.y) for b in acked),
+        "counts_agree": counts_agree,
+        "ack_equals_stored": not (lost or unacked_stored or duplicates or wrong_version or unknown or resurrected)
+        and counts_agree and len(acked) == len(store["batches"]),
+        "sent": len(sent),
+        "gave_up": dict(gave_up),
+        "replayed_answers": sum(b.replayed for b in acked),
+        "gave_up_examples": [b.error for b in sent if b.error and b.writer >= 0][:3],
+        "probe_attempts": sum(1 for b in sent if b.writer < 0),
+    }
+
+
+# ----------------------------------------------------------------------------- one fault run
+class NotInjected(Exception):
+    """The fault cannot be injected on this machine (the reason is the message)."""
+
+
+@dataclass
+class Run:
+    """What a fault's hooks share: the run's directory, the server, its store's URL and env."""
+
+    name: str
+    args: argparse.Namespace
+    timing: Timing
+    dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    db_url: str = ""
+    server: Server | None = None
+    cleanups: list[Callable[[], None]] = field(default_factory=list)
+    notes: dict[str, Any] = field(default_factory=dict)
+    phase: str = "setup"
+
+    def start_server(self, timeout: float = 60.0) -> Server:
+        if self.server is None:
+            self.server = Server(self.env, workers=self.args.workers, log_path=self.dir / "server.log",
+                                 access_log=False)
+        self.server.start(timeout)
+        self.server.wait_workers()
+        return self.server
+
+
+def base_env(args) -> dict[str, str]:
+    return {"MODEL_NAME": MODEL, "API_WRITE_KEYS": WRITE_KEY, "API_READ_KEYS": READ_KEY, "FCL3_ESTIMATOR": "FCL3",
+            "FCL3_KIND": "regression", "LOG_LEVEL": "INFO", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1", "DATABASE_URL": "", "REDIS_URL": ""}  # empty: unset
+
+
+def use_sqlite(run: Run, directory: Path | None = None) -> None:
+    path = (directory or run.dir) / "fcl3.db"
+    run.env.update(SQLITE_PATH=str(path))
+    run.db_url = f"sqlite:///{path}"
+    run.notes["store"] = "sqlite (file locks)"
+
+
+def use_postgres(run: Run, admin_url: str, redis_url: str) -> None:
+    """A throwaway database on ``admin_url``'s server, migrated; the lock on ``redis_url``
+    under a prefix of this run's own."""
+    dbname, url = create_throwaway_database(admin_url, "faults")
+    prefix = redis_prefix("faults")
+    run.cleanups.append(lambda: drop_throwaway_backend(admin_url, dbname, redis_url, prefix))
+    run.env.update(DATABASE_URL=url, REDIS_URL=redis_url, REDIS_PREFIX=prefix, AUTO_CREATE_SCHEMA="false")
+    migrate({**os.environ, **run.env})
+    run.db_url = url
+    run.notes["store"] = f"postgresql database {dbname} + redis prefix {prefix}"
+
+
+# --- the faults: each is (setup, inject, undo); undo's return is the fault's end ------------
+class Fault:
+    """A fault: ``setup`` gives the run its store and starts what it needs (not the API
+    server), ``inject`` and ``undo`` make and end it; ``how``: one line for the results."""
+
+    name = ""
+    how = ""
+    cycles = 1
+    hold: float | None = None  # seconds the fault lasts (None: the timing's)
+    store_replaced = False  # the store is gone after the fault: acks before it are not counted
+
+    def setup(self, run: Run) -> None:
+        use_sqlite(run)
+
+    def inject(self, run: Run) -> None:
+        raise NotImplementedError
+
+    def undo(self, run: Run) -> None:
+        raise NotImplementedError
+
+    def during_hold(self, run: Run, early: list[Batch], ledger: Ledger) -> list[dict] | None:
+        """While the fault lasts (after ``inject``): the batches ``early`` sent again, if this
+        fault wants them sent then (else they are sent after the recovery)."""
+        return None
+
+
+class Kill9(Fault):
+    how = ("kill -9 (SIGKILL) of the server's whole process group (master and workers) during writes, "
+           "the server started again 1 s later on the same port (as a supervisor would); "
+           "end = /readyz answers 200 again")
+    hold = 1.0
+
+    def __init__(self, backend: str):
+        self.backend = backend
+        self.name = f"kill9-{backend}"
+
+    def setup(self, run: Run) -> None:
+        if self.backend == "sqlite":
+            use_sqlite(run)
+        else:
+            use_postgres(run, run.args.pg_admin_url, run.args.redis_url)
+
+    def inject(self, run: Run) -> None:
+        run.server.kill9()
+
+    def undo(self, run: Run) -> None:
+        run.start_server()
+
+
+class PostgresRestart(Fault):
+    name = "postgres-restart"
+    how = ("a throwaway PostgreSQL cluster (initdb + pg_ctl, spare port) stopped with pg_ctl stop -m fast "
+           "(every connection dropped), held, started again on the same port; end = pg_ctl start returned")
+
+    def setup(self, run: Run) -> None:
+        bindir = find_pg_bindir()
+        if bindir is None:
+            raise NotInjected("no PostgreSQL server binaries (/usr/lib/postgresql/*/bin/initdb)")
+        self.cluster = PgCluster(bindir).init()
+        run.cleanups.append(self.cluster.cleanup)
+        self.cluster.start()
+        use_postgres(run, self.cluster.admin_url(), run.args.redis_url)
+        run.notes["postgres"] = f"throwaway cluster on port {self.cluster.port} ({bindir})"
+
+    def inject(self, run: Run) -> None:
+        self.cluster.stop("fast")
+
+    def undo(self, run: Run) -> None:
+        self.cluster.start()
+
+
+class RedisRestart(Fault):
+    name = "redis-restart"
+    how = ("a throwaway redis-server (spare port, --save '' --appendonly no) stopped with SIGTERM (its lock keys "
+           "gone with it), held, started again on the same port; end = it answers PING")
+
+    def setup(self, run: Run) -> None:
+        if shutil.which("redis-server") is None:
+            raise NotInjected("no redis-server binary on PATH")
+        self.redis = RedisProcess()
+        run.cleanups.append(self.redis.stop)
+        self.redis.start()
+        use_postgres(run, run.args.pg_admin_url, self.redis.url)
+        run.notes["redis"] = f"throwaway redis-server on port {self.redis.port}"
+
+    def inject(self, run: Run) -> None:
+        self.redis.stop()
+
+    def undo(self, run: Run) -> None:
+        self.redis.start()
+
+
+class DiskFull(Fault):
+    name = "disk-full"
+    how = ("the SQLite file on its own 64 MB tmpfs (mount -t tmpfs, as root); the tmpfs filled by a file written "
+           "until ENOSPC, held, the file deleted; end = the file deleted")
+    SIZE_MB = 64
+
+    def setup(self, run: Run) -> None:
+        if os.geteuid() != 0:
+            raise NotInjected("not root: no tmpfs can be mounted (run as root, or give the suite a quota-limited "
+                              "directory)")
+        self.mount = run.dir / "disk"
+        self.mount.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.SIZE_MB}m", "fcl3-faults", str(self.mount)],
+                       check=True, capture_output=True)
+        run.cleanups.append(lambda: subprocess.run(["umount", "-l", str(self.mount)], capture_output=True))
+        use_sqlite(run, self.mount)
+        self.filler = self.mount / "filler"
+
+    def inject(self, run: Run) -> None:
+        chunk = b"\0" * (1 << 20)
+        with open(self.filler, "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(chunk)
+            except OSError:  # ENOSPC: now with smaller writes, to the last page
+                pass
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+            except OSError:
+                pass
+        st = os.statvfs(self.mount)
+        run.notes["free_bytes_when_full"] = st.f_bavail * st.f_frsize
+        run.notes["filler_mb"] = round(self.filler.stat().st_size / 2**20, 1)
+
+    def undo(self, run: Run) -> None:
+        self.filler.unlink()
+
+
+class SqliteRemoved(Fault):
+    name = "sqlite-removed"
+    how = ("the SQLite file unlinked under the running server (its -wal and -shm left, as `rm fcl3.db` does), "
+           "held; then the server restarted (an operator's remedy: a new empty store); end = the restarted "
+           "server answers /readyz")
+    store_replaced = True
+
+    def inject(self, run: Run) -> None:
+        Path(run.env["SQLITE_PATH"]).unlink()
+
+    def undo(self, run: Run) -> None:
+        run.server.stop()
+        run.start_server()
+
+
+class ClockStep(Fault):
+    how = ("the server's wall clock stepped +2 days (an LD_PRELOAD shim compiled here with cc: clock_gettime "
+           "CLOCK_REALTIME[_COARSE], gettimeofday and time() shifted by the seconds in a file re-read every 0.1 s; "
+           "the monotonic clock untouched, as an NTP step; SQLite's 'now' moves with it, PostgreSQL's now() does "
+           "not), held 2 s more than a purge needs (IDEMPOTENCY_PURGE_EVERY=1) while the batches acknowledged "
+           "before the step are sent again with their keys, stepped back; end = stepped back")
+
+    def __init__(self, backend: str):
+        self.backend = backend
+        self.name = f"clock-{backend}"
+
+    def setup(self, run: Run) -> None:
+        lib = build_clock_shim(run.dir)
+        if self.backend == "sqlite":
+            use_sqlite(run)
+        else:
+            use_postgres(run, run.args.pg_admin_url, run.args.redis_url)
+        self.file = run.dir / "clock-offset"
+        self.file.write_text("0\n")
+        run.env.update(LD_PRELOAD=str(lib), FCL3_CLOCK_OFFSET_FILE=str(self.file), IDEMPOTENCY_PURGE_EVERY="1")
+
+    def _set(self, seconds: int) -> None:
+        tmp = self.file.with_suffix(".tmp")
+        tmp.write_text(f"{seconds}\n")
+        os.replace(tmp, self.file)
+        time.sleep(0.25)  # the shim re-reads the file every 0.1 s
+
+    def inject(self, run: Run) -> None:
+        self._set(2 * 86400)
+        run.notes["server_date_after_step"] = server_date(run.server.url)
+
+    def during_hold(self, run: Run, early: list[Batch], ledger: Ledger) -> list[dict]:
+        time.sleep(2.0)  # every process has written since the step: each has purged (at most every 1 s)
+        return resend(run.server.url, early, ledger)
+
+    def undo(self, run: Run) -> None:
+        self._set(0)
+        run.notes["server_date_after_step_back"] = server_date(run.server.url)
+
+
+def server_date(url: str) -> str | None:
+    """The server's idea of now (its ``Date`` header)."""
+    try:
+        return httpx.get(url + "/healthz", timeout=2, trust_env=False).headers.get("date")
+    except httpx.HTTPError:
+        return None
+
+
+CLOCK_SHIM = r"""
+#define _GNU_SOURCE
+#define gettimeofday fcl3_hidden_gettimeofday
+#define clock_gettime fcl3_hidden_clock_gettime
+#define time fcl3_hidden_time
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+#undef gettimeofday
+#undef clock_gettime
+#undef time
+
+typedef int (*cg_t)(clockid_t, struct timespec *);
+typedef int (*gtod_t)(struct timeval *, void *);
+static cg_t real_cg;
+static gtod_t real_gtod;
+static volatile long long offset_s, next_ns;
+
+static void load(void) {
+    if (!real_cg) real_cg = (cg_t)dlsym(RTLD_NEXT, "clock_gettime");
+    if (!real_gtod) real_gtod = (gtod_t)dlsym(RTLD_NEXT, "gettimeofday");
+}
+
+/* the offset in seconds, from the file FCL3_CLOCK_OFFSET_FILE, re-read every 0.1 s */
+static long long offset(void) {
+    struct timespec m;
+    long long now;
+    load();
+    real_cg(CLOCK_MONOTONIC_COARSE, &m);
+    now = m.tv_sec * 1000000000LL + m.tv_nsec;
+    if (now >= next_ns) {
+        const char *path = getenv("FCL3_CLOCK_OFFSET_FILE");
+        next_ns = now + 100000000LL;
+        if (path) {
+            int fd = open(path, O_RDONLY);
+            if (fd >= 0) {
+                char buf[32];
+                ssize_t n = read(fd, buf, sizeof buf - 1);
+                close(fd);
+                if (n > 0) { buf[n] = 0; offset_s = strtoll(buf, NULL, 10); }
+            }
+        }
+    }
+    return offset_s;
+}
+
+int clock_gettime(clockid_t id, struct timespec *ts) {
+    int r;
+    load();
+    r = real_cg(id, ts);
+    if (r == 0 && ts && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE)) ts->tv_sec += offset();
+    return r;
+}
+
+int gettimeofday(struct timeval *tv, void *tz) {
+    int r;
+    load();
+    r = real_gtod(tv, tz);
+    if (r == 0 && tv) tv->tv_sec += offset();
+    return r;
+}
+
+time_t time(time_t *t) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (t) *t = ts.tv_sec;
+    return ts.tv_sec;
+}
+"""
+
+
+def build_clock_shim(directory: Path) -> Path:
+    """Compile :data:`CLOCK_SHIM` into ``directory``; :class:`NotInjected` without a C compiler.
+
+    Why not libfaketime (``faketime``): its mode that leaves the monotonic clock alone
+    (``FAKETIME_DONT_FAKE_MONOTONIC=1``, 0.9.10) makes every ``time.sleep`` of Python 3.11 fail
+    with ``EINVAL`` (its ``clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)``), so the server
+    answers 500 for that reason alone; without that mode the monotonic clock jumps with the wall
+    clock, which no NTP step does."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise NotInjected("no C compiler (cc) to build the clock shim; libfaketime cannot stand in: with the "
+                          "monotonic clock left alone its 0.9.10 makes Python's time.sleep fail with EINVAL")
+    src, lib = directory / "clock_shim.c", directory / "libfcl3clock.so"
+    src.write_text(CLOCK_SHIM)
+    r = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(lib), str(src), "-ldl"], capture_output=True,
+                       text=True)
+    if r.returncode:
+        raise NotInjected(f"the clock shim did not compile: {r.stderr.strip()[:300]}")
+    return lib
+
+
+FAULTS: dict[str, Callable[[], Fault]] = {
+    "kill9-sqlite": lambda: Kill9("sqlite"),
+    "kill9-postgres": lambda: Kill9("postgres"),
+    "postgres-restart": PostgresRestart,
+    "redis-restart": RedisRestart,
+    "disk-full": DiskFull,
+    "sqlite-removed": SqliteRemoved,
+    "clock-sqlite": lambda: ClockStep("sqlite"),
+    "clock-postgres": lambda: ClockStep("postgres"),
+}
+
+
+def wait_until(cond: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(step)
+    return True
+
+
+def run_fault(name: str, args, timing: Timing, logroot: Path, seed: int, status: Callable[[str], None]) -> dict:
+    """One fault, set up, injected, undone and accounted for; its row of the results."""
+    fault = FAULTS[name]()
+    run = Run(name, args, timing, logroot / name)
+    run.dir.mkdir(parents=True)
+    run.env = {**base_env(args), **({"LOCK_TTL": str(args.lock_ttl)} if args.lock_ttl else {})}
+    hold = fault.hold if fault.hold is not None else timing.hold
+    row: dict[str, Any] = {"fault": name, "how": fault.how, "workers": args.workers, "writers": args.writers,
+                           "hold_s": hold, "injected": False, "log": str(run.dir / "server.log")}
+    t0 = time.monotonic()
+    ledger = Ledger()
+    load: Load | None = None
+    probe_stop = threading.Event()
+    try:
+        try:
+            fault.setup(run)
+        except NotInjected as exc:
+            row["not_injected"] = str(exc)
+            return row
+        status("starting")
+        run.start_server()
+        load = Load(run.server.url, args.writers, seed, ledger).start()
+
+        def acked_after(t: float, writers_only: bool = False) -> float | None:
+            times = [b.t_ack for b in ledger.acks() if b.t_ack >= t and (b.writer >= 0 or not writers_only)]
+            return min(times) if times else None
+
+        status("writing")
+        wait_until(lambda: len(ledger.acks()) >= 2 * args.writers, 30)
+        time.sleep(timing.warm)
+        first = time.monotonic()
+        early = [b for b in ledger.acks() if b.writer >= 0][:5]  # sent again later with their keys
+        resent: list[dict] | None = None
+        windows = []
+        cycles = timing.cycles if isinstance(fault, Kill9) else fault.cycles
+        for cycle in range(cycles):
+            status(f"fault {cycle + 1}/{cycles}" if cycles > 1 else "fault")
+            t_inject = time.monotonic()
+            fault.inject(run)
+            t_held = time.monotonic()
+            if resent is None:
+                resent = fault.during_hold(run, early, ledger)
+            time.sleep(max(0.0, hold - (time.monotonic() - t_held)))
+            status("undoing")
+            fault.undo(run)
+            t_end = time.monotonic()
+            status("recovering")
+            prober = threading.Thread(target=probe, args=(run.server.url, ledger, seed * 10 + cycle, probe_stop,
+                                                          timing.recover_cap), daemon=True)
+            prober.start()
+            wait_until(lambda: acked_after(t_end, writers_only=True) is not None, timing.recover_cap)
+            prober.join(timing.recover_cap)
+            windows.append({"injected": t_inject, "end": t_end, "first_ack": acked_after(t_end),
+                            "first_writer_ack": acked_after(t_end, writers_only=True)})
+            time.sleep(timing.after)
+        row["injected"] = True
+        if resent is None and not fault.store_replaced:  # keys in a removed store are gone with it
+            status("resending")
+            resent = resend(run.server.url, early, ledger)
+        resent = resent or []
+        status("stopping writers")
+        row["writers_unfinished"] = load.stop(timing.join)
+        status("reading back")
+        store = read_back(run.db_url)
+        before = [b for b in ledger.acks() if b.t_ack < first] if fault.store_replaced else []
+        gone = {id(b) for b in before}
+        row.update(account([b for b in ledger.batches if id(b) not in gone], store, before))
+        if fault.store_replaced:
+            row["removed_with_file"] = len(before)
+            row["acked_while_removed"] = sum(1 for b in ledger.acks() if first <= b.t_ack < windows[0]["end"])
+        row["acked_during_fault"] = sum(1 for b in ledger.acks() for w in windows if w["injected"] <= b.t_ack < w["end"])
+        row["resent"] = len(resent)
+        row["resent_applied"] = sum(1 for r in resent if r.get("replayed") is False)
+        row["resent_failed"] = sum(1 for r in resent if "error" in r)
+        if resent:
+            row["resent_detail"] = resent
+
+        def since(t, end):
+            return None if t is None else round(t - end, 2)
+
+        rec = [since(w["first_ack"], w["end"]) for w in windows]
+        row["recovery_s_each"] = rec
+        row["recovery_s"] = None if any(r is None for r in rec) else max(rec)
+        crec = [since(w["first_writer_ack"], w["end"]) for w in windows]
+        row["client_recovery_s_each"] = crec
+        row["client_recovery_s"] = None if any(r is None for r in crec) else max(crec)
+        statuses = dict(sorted(ledger.statuses.items()))
+        row["statuses"] = statuses
+        row["transport_errors"] = dict(sorted(ledger.errors.items()))
+        row["5xx"] = len(ledger.server_errors)
+        row["5xx_not_503"] = sum(1 for _, k in ledger.server_errors if not k.endswith(" 503"))
+        # answered 5xx although the service had already written again after the fault's end
+        later: Counter[str] = Counter()
+        for i, w in enumerate(windows):
+            until = windows[i + 1]["injected"] if i + 1 < len(windows) else float("inf")
+            if w["first_ack"] is not None:
+                later.update(k for t, k in ledger.server_errors if w["first_ack"] <= t < until)
+        row["5xx_after_recovery"] = dict(later)
+        row["reads_ok"], row["reads_failed"] = ledger.reads_ok, dict(ledger.reads_failed)
+        return row
+    except Exception as exc:  # noqa: BLE001 - a fault that broke the harness is reported, the others run
+        row["error"] = f"{type(exc).__name__}: {exc}"
+        return row
+    finally:
+        probe_stop.set()
+        if load is not None:
+            load.stop(5.0)
+        if run.server is not None:
+            run.server.stop()
+        for cleanup in reversed(run.cleanups):
+            try:
+                cleanup()
+            except Exception as exc:  # noqa: BLE001
+                row.setdefault("cleanup_errors", []).append(f"{type(exc).__name__}: {exc}")
+        row.update({k: v for k, v in run.notes.items() if k not in row})
+        row["seconds"] = round(time.monotonic() - t0, 1)
+
+
+# ----------------------------------------------------------------------------- report
+COLUMNS = [("fault", "fault", 16), ("acked", "acknowledged", 6), ("stored", "stored", 6),
+           ("ack=stored", "ack_equals_stored", 10), ("lost", "lost", 4), ("dup", "duplicates", 3),
+           ("unacked stored", "unacked_stored", 14), ("gave up", "gave_up", 7), ("5xx", "5xx", 4),
+           ("5xx not 503", "5xx_not_503", 11), ("resent applied", "resent_applied", 14),
+           ("5xx after recovery", "5xx_after_recovery", 18), ("recovery s", "recovery_s", 10),
+           ("client recovery s", "client_recovery_s", 17), ("s", "seconds", 5)]
+
+
+def table(rows: list[dict]) -> str:
+    def cell(row, key):
+        if key not in row and not row.get("injected"):
+            return "-"
+        v = row.get(key)
+        if isinstance(v, dict):
+            return str(sum(v.values()))
+        if isinstance(v, bool):
+            return "yes" if v else "NO"
+        return "-" if v is None else str(v)
+
+    head = " | ".join(title.ljust(w) for title, _, w in COLUMNS)
+    lines = [head, "-" * len(head)]
+    for row in rows:
+        lines.append(" | ".join(cell(row, key).ljust(w) for _, key, w in COLUMNS))
+        if row.get("not_injected"):
+            lines.append(f"    not injected: {row['not_injected']}")
+        if row.get("error"):
+            lines.append(f"    harness error: {row['error']}")
+        if row.get("gave_up_examples"):
+            lines.append(f"    gave up: {row['gave_up_examples'][0]}")
+    return "\n".join(lines)
+
+
+def healthy(row: dict) -> bool:
+    """Nothing acknowledged was lost, nothing applied twice, recovered."""
+    if not row.get("injected"):
+        return "error" not in row
+    return (row.get("lost") == 0 and row.get("duplicates") == 0 and row.get("resent_applied") == 0
+            and row.get("recovery_s") is not None)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.faults", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="short phases, one kill cycle (under ~2 min)")
+    ap.add_argument("--faults", default=",".join(FAULTS), help="comma-separated, of: " + ", ".join(FAULTS))
+    ap.add_argument("--writers", type=int, default=3, help="writer threads (one fcl3.Client each)")
+    ap.add_argument("--workers", type=int, default=2, help="uvicorn --workers of every server")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lock-ttl", type=float, default=None,
+                    help="the servers' LOCK_TTL (default: the service's, 30 s; --quick: 10 s, so that a lock "
+                    "left by a killed writer expires within the quick run)")
+    ap.add_argument("--pg-admin-url", default="postgresql://postgres@127.0.0.1:5432/test",
+                    help="the shared PostgreSQL server's URL: throwaway databases are made there (never stopped)")
+    ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0",
+                    help="the shared Redis (a prefix of each run's own; never stopped)")
+    ap.add_argument("--json", default=str(DEFAULT_JSON), help="write the results here")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = ap.parse_args(argv)
+    names = [n.strip() for n in args.faults.split(",") if n.strip()]
+    unknown = [n for n in names if n not in FAULTS]
+    if unknown:
+        ap.error(f"unknown fault(s) {unknown}; known: {', '.join(FAULTS)}")
+    timing = QUICK if args.quick else FULL
+    if args.lock_ttl is None and args.quick:
+        args.lock_ttl = 10.0
+    logroot = Path(tempfile.mkdtemp(prefix="fcl3-faults-"))
+    results: dict[str, Any] = {
+        "command": "python -m benchmarks.faults " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": {**machine(), "uid": os.geteuid()},
+        "mode": "quick" if args.quick else "full",
+        "setup": {"timing": timing.__dict__, "writers": args.writers, "workers": args.workers,
+                  "rows_per_batch": ROWS, "features": D, "tasks": TASKS, "model": MODEL,
+                  "client": "fcl3.Client, default retries (5; busy answers for 60 s), timeout 15 s",
+                  "server": "uvicorn service.main:app, service defaults but the model name and API keys"
+                  + (f", LOCK_TTL={args.lock_ttl:g}" if args.lock_ttl else ""),
+                  "logs": str(logroot)},
+        "faults": [],
+    }
+    t0 = time.monotonic()
+    bar = progress_bar(total=len(names), desc="faults", unit="fault", enabled=not args.quiet)
+    try:
+        for i, name in enumerate(names):
+            bar.set_description(name)
+            row = run_fault(name, args, timing, logroot, args.seed + i, lambda s: bar.set_postfix_str(s, refresh=True))
+            row["healthy"] = healthy(row)
+            results["faults"].append(row)
+            bar.update(1)
+    finally:
+        bar.close()
+    results["seconds"] = round(time.monotonic() - t0, 1)
+    results["all_healthy"] = all(r["healthy"] for r in results["faults"])
+    print(table(results["faults"]))
+    print(f"\n{len(names)} fault(s) in {results['seconds']} s on {results['machine']['cores']} cores; "
+          f"server logs: {logroot}")
+    if args.json:
+        print("results:", write_json(args.json, results))
+    return results
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main()["all_healthy"] else 1)
