@@ -2,7 +2,11 @@
 batch stored exactly once? (``python -m benchmarks.faults``, issue 22 part 2).
 
     python -m benchmarks.faults [--quick] [--faults kill9-sqlite,disk-full,...] [--json PATH]
-                                [--writers 3] [--workers 2] [--quiet]
+                                [--writers 3] [--workers 2] [--lock-ttl S] [--quiet]
+
+Bounded: ``--quick`` about 2 min for the eight faults (short phases, one kill cycle, the
+servers' ``LOCK_TTL`` 10 s), the default about 8 min (four kill cycles, the service's defaults).
+Loopback only.
 
 Each fault runs ``uvicorn service.main:app`` (:class:`benchmarks.launcher.Server`, ``--workers
 2`` by default) on a loopback port with its own store: a fresh SQLite file in a temporary
@@ -13,55 +17,67 @@ cluster (``initdb`` + ``pg_ctl`` in a temporary directory, a spare port) or a ``
 never stopped. Meanwhile ``--writers`` threads, each with the shipped :class:`fcl3.Client`
 (default retries: a batch answered 503 or 409 is retried for ``Retries.patience`` = 60 s, a
 lost connection is retried with the same ``Idempotency-Key``), send labelled regression
-batches (8 rows, 4 features, 4 tasks; every batch's rows are its label), and one reader asks for
-predictions. A fault run: writes for ``warm`` seconds; the fault injected, held ``hold``
-seconds, undone (its *end*); writes until the first acknowledged batch after the end (at most
-``recover_cap`` s) and ``after`` seconds more; then up to 5 batches acknowledged before the
-fault are sent again with their own keys (a client retrying after a lost answer: each must be
-answered as a replay, not applied); the writers stop and the store is read back directly
-(SQLAlchemy, not the API).
+batches (8 rows, 4 features, 4 tasks; a batch's rows are its label, every batch different),
+and one reader asks for predictions.
+
+A fault run: writes for ``warm`` seconds; the fault injected, held ``hold`` seconds, undone
+(its *end*); from the end a probe (a client that never retries, so that no backoff of its own
+delays it) sends a new batch every 0.1 s until one is acknowledged; the writers go on until
+their own first acknowledgement after the end (at most ``recover_cap`` s) and ``after``
+seconds more. Then the first 5 batches acknowledged before the fault are sent again with their
+own keys (a client retrying after a lost answer: each must come back as a replay, not be
+applied again); the writers stop and the store is read back directly (SQLAlchemy on the
+tables ``models``, ``tasks`` and ``batches``, not through the API).
 
 The faults (``--faults``, default all):
 
 * ``kill9-sqlite`` / ``kill9-postgres``: ``kill -9`` of the server's whole process group
-  (master and both workers) during writes, then the server started again; ``cycles`` times.
-  The fault's end: the restarted server answers ``/readyz``. SQLite (the embedded default: file
-  locks) and PostgreSQL + Redis (shared servers, a throwaway database, its own prefix).
+  (master and both workers) during writes, the server started again 1 s later (as a supervisor
+  would); ``cycles`` times. End: the restarted server answers ``/readyz``. SQLite (the embedded
+  default: file locks) and PostgreSQL + Redis (the shared servers, a throwaway database, a prefix
+  of its own).
 * ``postgres-restart``: a throwaway cluster stopped (``pg_ctl stop -m fast``: every connection
-  dropped), held, started again on the same port; Redis: the shared one, its own prefix.
-* ``redis-restart``: a throwaway ``redis-server`` killed (SIGTERM; ``--save ''``, so the lock
-  keys go with it), held, started again on the same port; PostgreSQL: the shared server.
-* ``disk-full``: the SQLite file on a small tmpfs (root: ``mount -t tmpfs -o size=64m``), the
-  rest of the tmpfs filled by a file written until ``ENOSPC``, held, the file deleted. Not
-  root: not injected (said so in the results).
+  dropped), held, started again on the same port (end: ``pg_ctl start`` returned); Redis: the
+  shared one, a prefix of its own.
+* ``redis-restart``: a throwaway ``redis-server`` stopped (SIGTERM; ``--save ''``, so the lock
+  keys go with it), held, started again on the same port (end: it answers PING); PostgreSQL:
+  the shared server, a throwaway database.
+* ``disk-full``: the SQLite file on a tmpfs of its own (as root: ``mount -t tmpfs -o
+  size=64m``), the rest of the tmpfs filled by a file written until ``ENOSPC``, held, the file
+  deleted (the end). Not root: not injected (said so in the results).
 * ``sqlite-removed``: the SQLite file unlinked under the running server (its ``-wal`` and
-  ``-shm`` left, as ``rm fcl3.db`` does), held; the end: the server restarted (an operator's
-  remedy: a fresh empty store). Batches acknowledged before the removal went with the file and
-  are reported apart (``removed_with_file``); the accounting covers the later ones.
-* ``clock-sqlite`` / ``clock-postgres``: the server runs under libfaketime (``LD_PRELOAD``,
-  ``FAKETIME_TIMESTAMP_FILE`` re-read every second, the monotonic clock left alone: an NTP step
-  moves the wall clock only); the wall clock stepped 2 days forward, held, stepped back (the
-  end). ``IDEMPOTENCY_PURGE_EVERY=1`` so that a purge of expired keys runs during the step
-  (default: at most every 300 s per process). The batches sent again with their keys are sent
-  while the clock is 2 days ahead. Without libfaketime: not injected.
+  ``-shm`` left, as ``rm fcl3.db`` does), held; then the server restarted (an operator's
+  remedy: a new empty store; the end: it answers ``/readyz``). Batches acknowledged before the
+  removal went with the file: reported apart (``removed_with_file``), left out of the
+  accounting; ``acked_while_removed``: acknowledged while the file was gone (each is lost).
+* ``clock-sqlite`` / ``clock-postgres``: the server's wall clock stepped 2 days forward, held,
+  stepped back (the end). The step: an ``LD_PRELOAD`` shim compiled here (:data:`CLOCK_SHIM`,
+  ``cc``) adds the seconds written in a file (re-read every 0.1 s) to ``clock_gettime`` of
+  ``CLOCK_REALTIME``, ``gettimeofday`` and ``time``, the monotonic clock untouched, as an NTP
+  step; SQLite's ``'now'`` moves with the process's clock, PostgreSQL's ``now()`` does not
+  (libfaketime cannot stand in: see :func:`build_clock_shim`). ``IDEMPOTENCY_PURGE_EVERY=1``
+  so that expired keys are purged during the step (default: at most every 300 s per process);
+  the batches are sent again with their keys while the clock is ahead.
 
-Figures per fault: ``acknowledged`` (batches answered 200), ``stored`` (rows of ``batches``
-read back), ``lost`` (acknowledged, not stored), ``unacked_stored`` (stored although the client
-gave up on it), ``duplicates`` (a batch stored more than once), ``ack_equals_stored`` (the
-stored batches are exactly the acknowledged ones, each once, at the version it was
-acknowledged with, and the model's version and its tasks' batch and row counts agree), the
-statuses of every write and read attempt (``5xx``: all of them; ``5xx_not_503``: 500 and such;
-a 503 means "nothing applied, retry"), what the client gave up with, and ``recovery_s``:
-seconds from the fault's end to the first acknowledged batch (each cycle's, the largest).
+Figures per fault: ``acknowledged`` (batches answered 200), ``stored`` (rows of ``batches``),
+``lost`` (acknowledged, not stored), ``unacked_stored`` (stored although never acknowledged:
+the client gave up, or the probe's request was cut), ``duplicates`` (a batch stored more than
+once), ``ack_equals_stored`` (the stored batches are exactly the acknowledged ones, each once,
+at the version it was acknowledged with, and the model's version and its tasks' batch and row
+counts agree with them), ``resent_applied`` (batches sent again with their keys and applied
+again), the statuses of every write and read attempt (``5xx``: every 5xx answer;
+``5xx_not_503``: 500 and the like; a 503 says "nothing applied, retry"; ``5xx_after_recovery``:
+answered after the service had written again), what the writers gave up with, ``recovery_s``
+(seconds from the fault's end to the first acknowledged batch: the probe's or a writer's;
+each cycle's, the largest) and ``client_recovery_s`` (the same for the writers alone, their
+backoff included).
 """
 from __future__ import annotations
 
 import argparse
 import glob
 import os
-import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -680,15 +696,14 @@ class ClockStep(Fault):
 
     def inject(self, run: Run) -> None:
         self._set(2 * 86400)
-        run.notes["server_date_after_step"] = server_date(run.server.url)
 
     def during_hold(self, run: Run, early: list[Batch], ledger: Ledger) -> list[dict]:
         time.sleep(2.0)  # every process has written since the step: each has purged (at most every 1 s)
+        run.notes["server_date_after_step"] = server_date(run.server.url)  # uvicorn renews it every second
         return resend(run.server.url, early, ledger)
 
     def undo(self, run: Run) -> None:
         self._set(0)
-        run.notes["server_date_after_step_back"] = server_date(run.server.url)
 
 
 def server_date(url: str) -> str | None:
@@ -885,7 +900,8 @@ def run_fault(name: str, args, timing: Timing, logroot: Path, seed: int, status:
         if fault.store_replaced:
             row["removed_with_file"] = len(before)
             row["acked_while_removed"] = sum(1 for b in ledger.acks() if first <= b.t_ack < windows[0]["end"])
-        row["acked_during_fault"] = sum(1 for b in ledger.acks() for w in windows if w["injected"] <= b.t_ack < w["end"])
+        row["acked_during_fault"] = sum(1 for b in ledger.acks() for w in windows
+                                        if w["injected"] <= b.t_ack < w["end"])
         row["resent"] = len(resent)
         row["resent_applied"] = sum(1 for r in resent if r.get("replayed") is False)
         row["resent_failed"] = sum(1 for r in resent if "error" in r)
