@@ -25,7 +25,8 @@ from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, RIDGE, Family, Library,
                        posterior_fit)
 from .exceptions import InputError, UnknownTaskError
 from .losses import KINDS, curvature_scale, fit_single_task, fit_squared_from_moments, sigmoid
-from .population import (Population, fit_logistic_population, fit_population, logistic_mode, pooled_intercept,
+from .population import (Population, choose_logistic_population, fit_population, logistic_mode, pooled_intercept,
+                         population_structure,
                          posterior_mean, refit_due, task_noises)
 from .preprocessing import SCALER_WARMUP_ROWS, Scaler, as_matrix, as_targets, label_convention
 from .state import ModelState, SquaredLossMoments, TaskData, TaskRecord, TaskRows, check_format
@@ -361,7 +362,9 @@ class LifelongLearner:
         try:
             library = self._library(task_id, exclude)
             if library is not None and self._keeps_population:
-                library = dataclasses.replace(library, population=self._population().predictive().slopes())
+                pop = self._population()
+                library = dataclasses.replace(library, population=pop.predictive().slopes(),
+                                              shared_slopes=population_structure(pop) == "shared_slopes")
         except (np.linalg.LinAlgError, ArithmeticError):
             return None
         if library is not None and not (np.all(np.isfinite(library.centres))
@@ -583,7 +586,7 @@ class LifelongLearner:
             noises, typical = task_noises(rss, dof)
             return fit_population([(r.data.gram / v, r.data.moment / v) for r, v in zip(records, noises)],
                                   start, typical)
-        return fit_logistic_population([self._design(r.data)[:2] for r in records], start)
+        return choose_logistic_population([self._design(r.data)[:2] for r in records], start)
 
     def _with_task_noise(self, library: Library | None, record: TaskRecord) -> Library | None:
         """``library`` with its population's noise set to the task's own (regression)."""

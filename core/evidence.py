@@ -101,12 +101,15 @@ POPULATION = Family("population", centred_on_population=True)
 class Library:
     """What the prior of one task is built from: the basis ``B`` (slopes x components, or
     ``None``), the environments' models ``centres`` (k x slopes) and their log weights, and
-    the population of slopes fitted without the task (``None``: the learner keeps none)."""
+    the population of slopes fitted without the task (``None``: the learner keeps none), and
+    whether that population shares its slopes between tasks (then it has no shape to lend the
+    representatives: ``population_shape`` families are left out)."""
 
     basis: np.ndarray | None
     centres: np.ndarray
     log_weights: np.ndarray
     population: Population | None = None
+    shared_slopes: bool = False
 
 
 @dataclass(frozen=True)
@@ -323,7 +326,7 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
                 TH = TH.copy()
                 TH[..., -1] -= TH[..., :-1] @ xbar  # back to the intercept at x = 0
                 curves[fam.name] = mixed_curve(E[:1], TH[:1])
-        if fam.population_shape and pop is not None and has_centres:
+        if fam.population_shape and pop is not None and has_centres and not library.shared_slopes:
             if kind == "regression":
                 n, gram, moment, yy = data
                 factor = np.linalg.cholesky(pop.cov / pop.noise)

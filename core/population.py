@@ -87,6 +87,15 @@ LOGISTIC_MEAN_SCALE = 10.0
 #: to exact there.
 QUADRATURE_ROWS = 3
 QUADRATURE_POINTS = 10
+#: The logistic population's structures (:func:`choose_logistic_population`): every
+#: parameter random with any covariance (``"full"``), every parameter random and independent
+#: of the others (``"diagonal"``), or the slopes shared by every task and the intercept random
+#: (``"shared_slopes"``, the random-intercept model of ``lme4::glmer(y ~ x + (1 | group))``).
+STRUCTURES = ("full", "diagonal", "shared_slopes")
+#: The variance a shared slope keeps in ``Sigma`` (standardised features): small enough to
+#: change no prediction (a slope's standard deviation of 0.001 per feature's), large enough
+#: to keep ``Sigma`` invertible for the code that reads it.
+SHARED_SLOPE_VARIANCE = 1e-6
 #: Weight of the bias penalty in logistic fits (a flat prior on the intercept, kept regular).
 _BIAS_PRECISION = 1e-8
 _TINY = 1e-300
@@ -150,7 +159,7 @@ def refit_due(fitted_tasks: int, updates_since: int, tasks: int, growth: float =
 def fit_population(tasks: list, start: Population | None = None, noise: float = 1.0,
                    prior_weight: float = PRIOR_WEIGHT, tol: float = EM_TOL, max_iter: int = EM_MAX_ITER,
                    mean_scale: float | None = None, spread_scale: float | None = None,
-                   with_mean_cov: bool = True) -> Population:
+                   with_mean_cov: bool = True, diagonal: bool = False) -> Population:
     """EM over every task's pseudo-observation ``(J, h)`` to convergence, from ``start``
     (:meth:`Population.initial` when ``None``), accelerated by SQUAREM (Varadhan & Roland
     2008: an extrapolation from two EM steps, kept when it is a valid population). ``noise``
@@ -159,7 +168,7 @@ def fit_population(tasks: list, start: Population | None = None, noise: float = 
     J, h = (np.array(c, dtype=float) for c in zip(*tasks))
     d = h.shape[1]
     x = (Population.initial(d) if start is None else start).to_array()[:-1]
-    step = lambda v: _em_step(v, J, h, prior_weight, mean_scale, spread_scale)
+    step = lambda v: _em_step(v, J, h, prior_weight, mean_scale, spread_scale, diagonal)
     for _ in range(max_iter // 3):
         x1 = step(x)
         x2 = step(x1)
@@ -181,8 +190,43 @@ def fit_population(tasks: list, start: Population | None = None, noise: float = 
     return dataclasses.replace(pop, mean_cov=mean_covariance(J, pop, mean_scale)) if with_mean_cov else pop
 
 
+def choose_logistic_population(tasks: list, start: Population | None = None) -> Population:
+    """The logistic population of the structure (:data:`STRUCTURES`) expected to predict new
+    rows best: each fitted by :func:`fit_logistic_population`, then compared by Akaike's
+    criterion ``log p(y | m, Sigma) - q`` (the marginal likelihood of every task at the fit,
+    without the priors; ``q`` the free parameters of ``Sigma``), the estimate of the expected
+    log-likelihood of new tasks drawn as these were (Akaike 1973).
+
+    Tasks of a few binary rows barely tell whether their slopes differ: the Wishart prior of
+    the full structure then keeps the slopes' spread away from zero, and a task's own one or
+    two rows decide the direction of its slopes. When the tasks do not show a spread worth
+    its parameters, the slopes are shared, as the mixed model a statistician fits (a random
+    intercept) shares them. ``start`` warm-starts the fit of its own structure."""
+    D = tasks[0][0].shape[1]
+    if D == 1:  # no slopes: one structure
+        return fit_logistic_population(tasks, start)
+    own = population_structure(start) if start is not None else None
+    fits = {name: fit_logistic_population(tasks, start if name == own else None, structure=name)
+            for name in STRUCTURES}
+    free = {"full": D * (D + 1) / 2.0, "diagonal": float(D), "shared_slopes": 1.0}
+
+    aic = {name: marginal_objective(tasks, pop)[0] - _log_prior(pop) - free[name] for name, pop in fits.items()}
+    return fits[max(STRUCTURES, key=aic.get)]
+
+
+def population_structure(pop: Population) -> str:
+    """``"shared_slopes"`` when ``pop``'s slopes have :data:`SHARED_SLOPE_VARIANCE` and no
+    covariance with the intercept, ``"diagonal"`` when its covariance is diagonal (and not
+    that), ``"full"`` otherwise."""
+    d = pop.mean.size - 1
+    shared = np.diag(np.append(np.full(d, SHARED_SLOPE_VARIANCE), pop.cov[-1, -1]))
+    if d and np.allclose(pop.cov, shared, rtol=1e-9, atol=0.0):
+        return "shared_slopes"
+    return "diagonal" if d and not np.any(pop.cov - np.diag(np.diag(pop.cov))) else "full"
+
+
 def fit_logistic_population(tasks: list, start: Population | None = None, rounds: int = LAPLACE_ROUNDS,
-                            tol: float = LAPLACE_TOL) -> Population:
+                            tol: float = LAPLACE_TOL, structure: str = "full") -> Population:
     """The population of logistic tasks ``[(X, y), ...]`` (scaled designs, bias last) that
     maximises their marginal likelihood (:func:`marginal_objective`: exact for tasks of at most
     :data:`QUADRATURE_ROWS` rows, Laplace for the others; with the priors of
@@ -195,13 +239,29 @@ def fit_logistic_population(tasks: list, start: Population | None = None, rounds
     diverge). Stops when the population moves less than ``tol`` (relative) or after
     ``rounds``. The Laplace approximation alone is badly biased on tasks of one or two binary
     rows: it sets the intercepts' variance near zero where the exact marginal likelihood puts
-    it near the variance a mixed model fitted by quadrature finds."""
-    pop = Population.initial(tasks[0][0].shape[1]) if start is None else start
+    it near the variance a mixed model fitted by quadrature finds.
+
+    ``structure="shared_slopes"``: the slopes' variances are held at
+    :data:`SHARED_SLOPE_VARIANCE` and their covariances with the intercept at zero, and each
+    round's step is :func:`fit_shared_slopes` on the sites; ``"diagonal"``: every covariance
+    is held at zero (EM's step on the diagonal)."""
+    if structure not in STRUCTURES:
+        raise ValueError(f"structure must be one of {STRUCTURES}, got {structure!r}")
+    D = tasks[0][0].shape[1]
+    pop = Population.initial(D) if start is None else start
+    if structure == "shared_slopes" and population_structure(pop) != "shared_slopes":
+        pop = Population(pop.mean, np.diag(np.append(np.full(D - 1, SHARED_SLOPE_VARIANCE), 1.0)))
+    if structure == "diagonal":
+        pop = Population(pop.mean, np.diag(np.diag(pop.cov)))
     value, modes, sites = marginal_objective(tasks, pop)
     for _ in range(rounds):
         try:
-            trial = fit_population(sites, pop, mean_scale=LOGISTIC_MEAN_SCALE, spread_scale=LOGISTIC_SPREAD_SCALE,
-                                   with_mean_cov=False)
+            if structure == "shared_slopes":
+                trial = fit_shared_slopes(sites)
+            else:
+                trial = fit_population(sites, pop, mean_scale=LOGISTIC_MEAN_SCALE,
+                                       spread_scale=LOGISTIC_SPREAD_SCALE, with_mean_cov=False,
+                                       diagonal=structure == "diagonal")
         except np.linalg.LinAlgError:  # sites of extreme magnitude: no step from here
             break
         for _ in range(30):
@@ -222,6 +282,49 @@ def fit_logistic_population(tasks: list, start: Population | None = None, rounds
     return dataclasses.replace(pop, mean_cov=mean_covariance(J, pop, LOGISTIC_MEAN_SCALE))
 
 
+def fit_shared_slopes(sites: list, spread_scale: float = LOGISTIC_SPREAD_SCALE,
+                      mean_scale: float = LOGISTIC_MEAN_SCALE) -> Population:
+    """The population with shared slopes that maximises the Gaussian sites' ``(J_t, h_t)``
+    marginal likelihood (with the priors of :func:`marginal_objective`): ``Sigma = diag(s,
+    ..., s, v)`` with ``s`` :data:`SHARED_SLOPE_VARIANCE`. A site's marginal under ``N(m,
+    Sigma)`` is ``1/2 h'A Sigma h + h'A m - 1/2 m'J A m - 1/2 log det(I + Sigma J)`` with ``A =
+    (I + Sigma J)^-1`` (no inverse of ``Sigma``, which is near singular); for a given ``v`` the
+    best ``m`` is the generalised least-squares mean ``(sum_t J_t A_t + I / mean_scale^2)^-1
+    sum_t A_t' h_t`` (exact, where EM's mean moves by the slopes' tiny variance per step), and
+    ``log v`` is found by a bounded scalar search (scipy)."""
+    from scipy.optimize import minimize_scalar
+
+    J, h = (np.array(c, dtype=float) for c in zip(*sites))
+    T, D = h.shape
+    eye = np.eye(D)
+
+    def profile(log_v: float) -> tuple[float, np.ndarray, np.ndarray]:
+        cov = np.diag(np.append(np.full(D - 1, SHARED_SLOPE_VARIANCE), np.exp(log_v)))
+        M = eye + cov @ J  # (T, D, D): I + Sigma J_t
+        A = np.linalg.inv(M)
+        JA = J @ A
+        JA = 0.5 * (JA + JA.transpose(0, 2, 1))
+        Ath = np.einsum("tji,tj->ti", A, h)
+        m = np.linalg.solve(JA.sum(axis=0) + eye / mean_scale ** 2, Ath.sum(axis=0))
+        value = (0.5 * np.einsum("ti,tij,jk,tk->", h, A, cov, h) + float(Ath.sum(axis=0) @ m)
+                 - 0.5 * float(m @ JA.sum(axis=0) @ m) - 0.5 * float(np.sum(np.linalg.slogdet(M)[1])))
+        prior = (0.5 * float(np.linalg.slogdet(cov)[1]) - 0.5 * float(np.trace(cov)) / spread_scale
+                 - 0.5 * float(m @ m) / mean_scale ** 2)
+        return value + prior, m, cov
+    best = minimize_scalar(lambda v: -profile(v)[0], bounds=(np.log(1e-6), np.log(1e6)), method="bounded",
+                           options={"xatol": 1e-6})
+    _, m, cov = profile(float(best.x))
+    return Population(m, cov)
+
+
+def _log_prior(pop: Population) -> float:
+    """The log priors :func:`marginal_objective` adds to the tasks' marginal likelihood: the
+    Wishart prior of :data:`LOGISTIC_SPREAD_SCALE` on ``Sigma`` and ``N(0,
+    LOGISTIC_MEAN_SCALE^2 I)`` on the mean, up to their constants."""
+    return (0.5 * float(np.linalg.slogdet(pop.cov)[1]) - 0.5 * float(np.trace(pop.cov)) / LOGISTIC_SPREAD_SCALE
+            - 0.5 * float(pop.mean @ pop.mean) / LOGISTIC_MEAN_SCALE ** 2)
+
+
 def marginal_objective(tasks: list, pop: Population, modes: list | None = None) -> tuple[float, list, list]:
     """The logistic tasks' log marginal likelihood under ``pop`` — exact (to quadrature,
     :func:`small_task_posteriors`) for tasks of at most :data:`QUADRATURE_ROWS` rows, the
@@ -232,8 +335,7 @@ def marginal_objective(tasks: list, pop: Population, modes: list | None = None) 
     :func:`fit_logistic_population`)."""
     prec = np.linalg.inv(pop.cov)
     logdet_prec = float(np.linalg.slogdet(prec)[1])
-    total = (-0.5 * logdet_prec - 0.5 * float(np.trace(pop.cov)) / LOGISTIC_SPREAD_SCALE
-             - 0.5 * float(pop.mean @ pop.mean) / LOGISTIC_MEAN_SCALE ** 2)
+    total = _log_prior(pop)
     out_modes: list = [None] * len(tasks)
     sites: list = [None] * len(tasks)
     by_rows: dict[int, list[int]] = {}
@@ -383,13 +485,16 @@ def _moved(x: np.ndarray, new: np.ndarray, d: int) -> float:
 
 
 def _em_step(x: np.ndarray, J: np.ndarray, h: np.ndarray, prior_weight: float,
-             mean_scale: float | None = None, spread_scale: float | None = None) -> np.ndarray:
+             mean_scale: float | None = None, spread_scale: float | None = None,
+             diagonal: bool = False) -> np.ndarray:
     """One EM step over every task; ``x`` is the mean and the covariance, flattened. With
     ``mean_scale`` the mean has the prior ``N(0, mean_scale^2 I)`` (an ECM step: the mean given
     the covariance, then the covariance given the mean). The covariance has the inverse-Wishart
     prior of ``prior_weight`` pseudo-tasks, or with ``spread_scale`` the Wishart prior of
     :data:`LOGISTIC_SPREAD_SCALE`, whose M-step ``Sigma^2 / scale + (T - 1) Sigma = S`` (``S``
-    the expected scatter) is solved in ``S``'s eigenbasis."""
+    the expected scatter) is solved in ``S``'s eigenbasis; with ``diagonal`` the covariance is
+    held diagonal and the same equation is solved on each of ``S``'s diagonal entries (the
+    prior's density ``1/2 log det Sigma - tr(Sigma) / (2 scale)`` splits over them)."""
     T, d = h.shape
     mean, cov = x[:d], x[d:].reshape(d, d)
     prec = np.linalg.inv(cov)
@@ -403,8 +508,13 @@ def _em_step(x: np.ndarray, J: np.ndarray, h: np.ndarray, prior_weight: float,
     scatter = C.sum(axis=0) + dev.T @ dev
     if spread_scale is None:
         cov = (scatter + prior_weight * PRIOR_SCALE * np.eye(d)) / (T + prior_weight)
+        if diagonal:
+            cov = np.diag(np.diag(cov))
     else:
-        vals, vecs = np.linalg.eigh(0.5 * (scatter + scatter.T))
+        if diagonal:
+            vals, vecs = np.diag(scatter).copy(), np.eye(d)
+        else:
+            vals, vecs = np.linalg.eigh(0.5 * (scatter + scatter.T))
         vals = np.maximum(vals, 0.0)
         # the positive root of v^2 / scale + (T - 1) v - s = 0, in the form without cancellation
         spread = 2.0 * vals / ((T - 1.0) + np.sqrt((T - 1.0) ** 2 + 4.0 * vals / spread_scale))

@@ -371,3 +371,109 @@ def test_predictive_population_adds_the_means_uncertainty():
     np.testing.assert_allclose(pred.cov, np.diag([0.6, 2.5]))
     np.testing.assert_allclose(pop.slopes().predictive().cov, [[0.6]])
     assert Population(np.zeros(2), np.eye(2)).predictive().cov is not None
+
+
+def _quadrature_random_intercept(tasks, points=40):
+    """The maximum-likelihood random-intercept logistic model (shared slope, ``N(b, s^2)``
+    intercepts) by Gauss-Hermite quadrature over each task's intercept and scipy's
+    Nelder-Mead: ``(slope, mean intercept, log s)``."""
+    nodes, weights = np.polynomial.hermite_e.hermegauss(points)
+
+    def negative(v):
+        b = v[1] + np.exp(v[2]) * nodes
+        total = 0.0
+        for X, y in tasks:
+            z = X[:, :1] * v[0] + b[None, :]
+            total += np.log(weights @ np.exp(-np.sum(np.logaddexp(0, z) - y[:, None] * z, axis=0)) / np.sqrt(2 * np.pi))
+        return -total
+    return optimize.minimize(negative, np.array([0.0, 0.0, 0.0]), method="Nelder-Mead",
+                             options={"xatol": 1e-6, "fatol": 1e-8, "maxiter": 4000}).x
+
+
+def _shared_slope_tasks(seed, T=300, n=2, slope=0.5, intercept_sd=1.5):
+    rng = np.random.default_rng(seed)
+    tasks = []
+    for _ in range(T):
+        X = _design(rng.standard_normal((n, 1)))
+        theta = np.array([slope, 0.8 + intercept_sd * rng.standard_normal()])
+        tasks.append((X, (rng.random(n) < 1 / (1 + np.exp(-(X @ theta)))).astype(float)))
+    return tasks
+
+
+def test_shared_slopes_population_is_the_random_intercept_maximum_likelihood():
+    """With shared slopes the logistic population of tasks of two binary rows is the
+    maximum-likelihood random-intercept model computed independently (quadrature over the
+    intercept, Nelder-Mead over the slope, the mean intercept and its spread), to within the
+    weak priors' pull; its slopes keep only :data:`SHARED_SLOPE_VARIANCE`."""
+    from core.population import SHARED_SLOPE_VARIANCE, fit_logistic_population, population_structure
+    tasks = _shared_slope_tasks(5)
+    ml = _quadrature_random_intercept(tasks)
+    pop = fit_logistic_population(tasks, structure="shared_slopes", tol=1e-8)
+    assert population_structure(pop) == "shared_slopes"
+    assert pop.cov[0, 0] == SHARED_SLOPE_VARIANCE and pop.cov[0, 1] == 0.0
+    np.testing.assert_allclose(pop.mean, ml[:2], atol=0.02)
+    assert abs(np.sqrt(pop.cov[1, 1]) - np.exp(ml[2])) < 0.05
+
+
+def test_fit_shared_slopes_maximises_the_sites_marginal_likelihood():
+    """The shared-slopes step is the maximum over ``(m, v)`` of the Gaussian sites' marginal
+    likelihood written with explicit inverses (``N(h_t; J_t m, J_t + J_t Sigma J_t)`` up to
+    terms free of ``m`` and ``Sigma``, for invertible ``J_t``) plus the priors: scipy's
+    Nelder-Mead from it finds no more."""
+    from core.population import LOGISTIC_MEAN_SCALE, LOGISTIC_SPREAD_SCALE, SHARED_SLOPE_VARIANCE, fit_shared_slopes
+    rng = np.random.default_rng(2)
+    sites = []
+    for _ in range(50):
+        A = rng.standard_normal((2, 2))
+        J = A @ A.T + 0.3 * np.eye(2)
+        theta = np.array([0.7, -0.4 + 1.2 * rng.standard_normal()])
+        sites.append((J, J @ theta + np.linalg.cholesky(J) @ rng.standard_normal(2)))
+
+    def objective(v):
+        cov = np.diag([SHARED_SLOPE_VARIANCE, np.exp(v[2])])
+        total = 0.0
+        for J, h in sites:  # the site says w = J^-1 h ~ N(theta, J^-1), theta ~ N(m, Sigma)
+            w = np.linalg.solve(J, h)
+            total += stats.multivariate_normal(v[:2], cov + np.linalg.inv(J)).logpdf(w) - 0.5 * np.linalg.slogdet(J)[1]
+        return total + 0.5 * np.log(np.linalg.det(cov)) - 0.5 * np.trace(cov) / LOGISTIC_SPREAD_SCALE \
+            - 0.5 * v[:2] @ v[:2] / LOGISTIC_MEAN_SCALE ** 2
+    pop = fit_shared_slopes(sites)
+    v0 = np.array([*pop.mean, np.log(pop.cov[1, 1])])
+    res = optimize.minimize(lambda v: -objective(v), v0, method="Nelder-Mead",
+                            options={"xatol": 1e-8, "fatol": 1e-10, "maxiter": 4000})
+    assert -res.fun <= objective(v0) + 1e-6
+    np.testing.assert_allclose(res.x, v0, atol=1e-3)
+
+
+@pytest.mark.parametrize("slope_sd, correlation, expected",
+                         [(0.0, 0.0, "shared_slopes"), (2.0, 0.0, "diagonal"), (2.0, 0.95, "full")])
+def test_logistic_population_structure_follows_the_evidence(slope_sd, correlation, expected):
+    """Tasks with one shared slope get the shared-slopes population; slopes that differ
+    widely, independently of the intercepts, the diagonal one; slopes that move with the
+    intercepts, the full one (150 tasks of 12 rows each, enough to show their spread)."""
+    from core.population import choose_logistic_population, population_structure
+    rng = np.random.default_rng(11)
+    tasks = []
+    for _ in range(150):
+        X = _design(rng.standard_normal((12, 1)))
+        a, b = rng.standard_normal(2)
+        theta = np.array([0.5 + slope_sd * a, 0.3 + 1.5 * (correlation * a + np.sqrt(1 - correlation ** 2) * b)])
+        tasks.append((X, (rng.random(12) < 1 / (1 + np.exp(-(X @ theta)))).astype(float)))
+    assert population_structure(choose_logistic_population(tasks)) == expected
+
+
+def test_diagonal_population_maximises_its_marginal_objective():
+    """On tasks of two or three rows (exact marginal likelihood) the diagonal population is a
+    maximum of the marginal objective over diagonal covariances: scipy's Nelder-Mead from it
+    finds no more."""
+    from core.population import fit_logistic_population, marginal_objective, population_structure
+    tasks = _logistic_tasks(0, n=(2, 4))
+    pop = fit_logistic_population(tasks, structure="diagonal", tol=1e-8)
+    assert population_structure(pop) == "diagonal"
+    best = marginal_objective(tasks, pop)[0]
+
+    def negative(v):
+        return -marginal_objective(tasks, Population(v[:2], np.diag(np.exp(v[2:]))))[0]
+    v0 = np.array([*pop.mean, *np.log(np.diag(pop.cov))])
+    res = optimize.minimize(negative, v0, method="Nelder-Mead", options={"xatol": 1e-6, "fatol": 1e-9, "maxiter": 4000})
+    assert -res.fun <= best + 1e-6
