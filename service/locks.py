@@ -15,6 +15,14 @@ version check (409, "NOT applied", nothing stored: the client retries). The expi
 release is a no-op that logs a warning. The hyper-parameters' ranges (:mod:`core.params`)
 bound the work of one update, so an update always ends, and a graceful shutdown waits for at
 most the updates in flight.
+
+**A holder that is gone** (killed with SIGKILL, its machine lost) leaves no wait behind: the
+kernel drops a dead process's ``flock`` (file locks), and a Redis lock's value names its
+holder's lease (:class:`Holders`, the same leases as the Idempotency-Key claims of
+:mod:`service.idempotency`), so a waiter that finds that lease free deletes the lock (a
+compare-and-delete of the exact value) and takes it at once. A live holder's lease is held, so
+it is never taken over before its TTL; the one exception is a PostgreSQL lease lost while its
+process lives (its connection cut, the database restarted), which is then the TTL case above.
 """
 from __future__ import annotations
 
@@ -24,6 +32,7 @@ import os
 import re
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -194,36 +203,302 @@ class FileLocks:
         return None
 
 
-class RedisLocks:
-    """redis-py ``Lock`` per model: ``timeout`` = TTL (the key expires then, never renewed),
-    ``blocking_timeout`` = how long to wait.
+# ----------------------------------------------------------------------------- holders
+#: The first key of the advisory locks that are process leases on PostgreSQL ("FCL3"), the same
+#: space as the Idempotency-Key claims' leases (:mod:`service.idempotency`).
+LEASE_SPACE = 0x46434C33
 
-    Acquire and release happen in one ``with`` in one thread (``thread_local`` tokens)."""
+
+def _process_start(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat``); None where
+    there is no ``/proc``; :class:`ProcessLookupError` if there is no such process or it is a
+    zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self"):
+            raise ProcessLookupError(pid) from None
+        return None
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) ": state is field 3, starttime 22
+    if fields[0] in (b"Z", b"X", b"x"):
+        raise ProcessLookupError(pid)
+    return int(fields[19])
+
+
+def _process_gone(pid: int, start: int) -> bool:
+    """Whether process ``pid`` that started at ``start`` is gone from this machine: no such
+    process, a zombie, or another process given the same pid since."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # PermissionError: it exists, as another user
+        pass
+    try:
+        started = _process_start(pid)
+    except ProcessLookupError:
+        return True
+    return started is not None and start != 0 and started != start
+
+
+def _machine() -> str:
+    """This machine and pid namespace (a short hash of the kernel's boot id and the namespace's
+    inode): the scope in which a process id names one process."""
+    parts = []
+    for read in (lambda: Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+                 lambda: os.readlink("/proc/self/ns/pid")):
+        try:
+            parts.append(read())
+        except OSError:
+            parts.append("?")
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
+
+
+class _PgLease:
+    """This process's liveness on PostgreSQL: the session advisory lock ``(LEASE_SPACE, id)``
+    held on a connection of its own. The server drops it when that connection ends (the
+    process died, the database restarted); it is checked at most every ``CHECK_EVERY``
+    seconds when asked for, and a lost lease is taken again under a new id."""
+
+    CHECK_EVERY = 1.0
+
+    def __init__(self, url: str):
+        from sqlalchemy import create_engine
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.pool import NullPool
+
+        libpq = make_url(url).get_driver_name() in ("psycopg", "psycopg2")
+        args = {"connect_timeout": 2} if libpq else {}
+        self._own = create_engine(url, poolclass=NullPool, connect_args=args)  # the lease's connection
+        self._checks = create_engine(url, pool_size=1, max_overflow=2, pool_pre_ping=True, connect_args=args)
+        self._conn = None
+        self._pid = 0
+        self._checked = float("-inf")
+        self._guard = threading.Lock()
+        self.id: int | None = None
+
+    def holder(self) -> str:
+        """``g<id>`` of the lease this process holds now (taken first if need be)."""
+        import secrets
+
+        from sqlalchemy.exc import DBAPIError
+
+        with self._guard:
+            if self._conn is not None and self._pid != os.getpid():  # forked: the parent's socket
+                self._conn = self.id = None
+            if self._conn is not None and time.monotonic() - self._checked >= self.CHECK_EVERY:
+                try:
+                    self._conn.exec_driver_sql("SELECT 1")
+                    self._checked = time.monotonic()
+                except DBAPIError:
+                    log.warning("update lock lease %s lost (its connection dropped): taking a new one", self.id)
+                    self._drop()
+            if self._conn is None:
+                conn = self._own.connect().execution_options(isolation_level="AUTOCOMMIT")
+                try:
+                    for _ in range(16):
+                        lease = secrets.randbelow(2 ** 31 - 2) + 1
+                        if conn.exec_driver_sql(f"SELECT pg_try_advisory_lock({LEASE_SPACE}, {lease})").scalar():
+                            self._conn, self.id, self._pid, self._checked = conn, lease, os.getpid(), time.monotonic()
+                            break
+                    else:  # pragma: no cover - 16 ids in 2^31 all taken
+                        raise RuntimeError("no free update lock lease id after 16 tries")
+                except BaseException:
+                    conn.close()
+                    raise
+            return f"g{self.id:x}"
+
+    def gone(self, lease: int) -> bool:
+        """Whether nobody holds the lease ``lease`` (its process is gone); ours is held."""
+        if (lease == self.id and self._conn is not None) or not 0 < lease < 2 ** 31:
+            return False
+        with self._checks.begin() as conn:
+            return bool(conn.exec_driver_sql(f"SELECT pg_try_advisory_xact_lock({LEASE_SPACE}, {lease})").scalar())
+
+    def _drop(self) -> None:
+        conn, self._conn, self.id = self._conn, None, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - a dead connection
+                pass
+
+    def close(self) -> None:
+        with self._guard:
+            self._drop()
+        self._own.dispose()
+        self._checks.dispose()
+
+
+class Holders:
+    """Who holds a Redis lock, written into its value, and whether that holder is gone.
+
+    * PostgreSQL, ``g<lease>``: this process's lease (:class:`_PgLease`, a session advisory
+      lock on a connection of its own, as the Idempotency-Key claims'); gone when nobody holds
+      that advisory lock (the server drops it the moment the process dies).
+    * SQLite, ``p<pid>-<start>@<machine>``: the process id and start time; gone when no such
+      process lives, judged only on the same machine and pid namespace.
+    * Anything else (or a value written before holders were recorded): never judged gone, so
+      its lock lasts until its TTL.
+
+    A verdict "alive" is kept ``CHECK_EVERY`` seconds, shared by the waiters of this process."""
+
+    CHECK_EVERY = 0.25
+
+    def __init__(self, database_url: str | None):
+        self.kind: str | None = None
+        self._lease: _PgLease | None = None
+        if database_url and database_url.startswith("postgresql"):
+            self._lease, self.kind = _PgLease(database_url), "g"
+        elif database_url and database_url.startswith("sqlite"):
+            self.kind = "p"
+        self.machine = _machine()
+        self._local: tuple[int, str] | None = None
+        self._alive: dict[str, float] = {}  # holder -> until when (monotonic) it counts as alive
+        self._guard = threading.Lock()
+
+    def _process(self) -> str:
+        pid = os.getpid()
+        if self._local is None or self._local[0] != pid:  # computed again in a forked child
+            try:
+                start = _process_start(pid) or 0
+            except ProcessLookupError:  # pragma: no cover - we exist
+                start = 0
+            self._local = (pid, f"p{pid:x}-{start:x}@{self.machine}")
+        return self._local[1]
+
+    def holder(self) -> str:
+        """This process as a holder ('' when it cannot be told: a lock of it then lasts its TTL)."""
+        try:
+            if self.kind == "g":
+                return self._lease.holder()
+            if self.kind == "p":
+                return self._process()
+        except Exception as exc:  # noqa: BLE001 - the database is down: the update fails anyway
+            log.warning("update lock holder unknown (%s): a lock of this process lasts its TTL if it dies", exc)
+        return ""
+
+    def gone(self, holder: str) -> bool:
+        """Whether ``holder`` (as :meth:`holder` writes it) is a process that is gone; False when
+        it cannot be told."""
+        if not holder or holder[0] != self.kind:
+            return False
+        with self._guard:
+            if self._alive.get(holder, float("-inf")) > time.monotonic():
+                return False
+        try:
+            gone = self._lease_gone(holder) if self.kind == "g" else self._local_gone(holder)
+        except Exception as exc:  # noqa: BLE001 - cannot be told now: wait
+            log.warning("could not tell whether update lock holder %s is gone: %s", holder, exc)
+            gone = False
+        if not gone:
+            with self._guard:
+                if len(self._alive) > 1000:
+                    self._alive.clear()
+                self._alive[holder] = time.monotonic() + self.CHECK_EVERY
+        return gone
+
+    def _lease_gone(self, holder: str) -> bool:
+        try:
+            lease = int(holder[1:], 16)
+        except ValueError:
+            return False
+        return self._lease.gone(lease)
+
+    def _local_gone(self, holder: str) -> bool:
+        process, at, machine = holder.partition("@")
+        if not at or machine != self.machine or holder == self._process():
+            return False
+        pid, _, start = process[1:].partition("-")
+        try:
+            return _process_gone(int(pid, 16), int(start, 16))
+        except ValueError:
+            return False
+
+    def close(self) -> None:
+        if self._lease is not None:
+            self._lease.close()
+
+
+#: Delete KEYS[1] if its value is exactly ARGV[1]: 1 if deleted.
+_DELETE_IF = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+    return redis.call('del', KEYS[1])
+end
+return 0
+"""
+
+
+class RedisLocks:
+    """A Redis key per model, set if absent with the TTL as its expiry (never renewed); its
+    value is ``<holder>.<random>`` (:class:`Holders`). A waiter tries every 10 ms for at most
+    ``wait`` seconds; every ``Holders.CHECK_EVERY`` seconds it also asks whether the lock's
+    holder is gone, and if so deletes the lock (compare-and-delete of the value it read, in
+    Lua: a lock taken meanwhile by another is left alone) and tries again at once.
+
+    Acquire and release happen in one ``with`` in one thread (redis-py ``Lock``,
+    ``thread_local`` tokens); the release is redis-py's compare-and-delete of our value."""
 
     backend = "redis"
 
-    def __init__(self, url: str, prefix: str, ttl: float, wait: float):
+    def __init__(self, url: str, prefix: str, ttl: float, wait: float, database_url: str | None = None):
         import redis
 
         self._redis_mod = redis
         self.client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5, health_check_interval=30)
         self.prefix, self.ttl, self.wait = prefix, ttl, wait
+        self.holders = Holders(database_url)
+        self._delete_if = self.client.register_script(_DELETE_IF)
 
     def key(self, name: str) -> str:
         return f"{self.prefix}lock:{name}"
+
+    def _acquire(self, lock, name: str, wait: float) -> None:
+        """Take ``lock`` within ``wait`` seconds (taking over a gone holder's), else :class:`LockBusy`."""
+        holder = self.holders.holder()
+        token = f"{holder}.{uuid.uuid4().hex}" if holder else uuid.uuid4().hex
+        deadline = time.monotonic() + wait
+        next_check = time.monotonic()
+        while True:
+            if lock.acquire(blocking=False, token=token):
+                return
+            now = time.monotonic()
+            if self.holders.kind is not None and now >= next_check:
+                next_check = now + Holders.CHECK_EVERY
+                if self._take_over_if_gone(lock.name, name):
+                    continue
+            if time.monotonic() >= deadline:
+                raise LockBusy(name, wait)
+            time.sleep(0.01)
+
+    def _take_over_if_gone(self, key: str, name: str) -> bool:
+        """Delete the lock ``key`` if its holder is gone; whether it was deleted."""
+        value = self.client.get(key)
+        if value is None:
+            return True  # released meanwhile: try at once
+        holder, dot, _ = value.decode("utf-8", "replace").rpartition(".")
+        if not dot or not self.holders.gone(holder):
+            return False
+        if not self._delete_if(keys=[key], args=[value]):
+            return False  # expired or released meanwhile, perhaps taken by another: look again
+        log.warning("update lock %r of a process that is gone (%s) taken over at once (LOCK_TTL not waited for)",
+                    name, holder, extra={"event": "lock_takeover", "model": name, "holder": holder})
+        return True
 
     @contextmanager
     def hold(self, name: str, ttl: float | None = None, wait: float | None = None) -> Iterator[None]:
         errors = self._redis_mod.exceptions
         wait = self.wait if wait is None else wait
-        lock = self.client.lock(self.key(name), timeout=self.ttl if ttl is None else ttl,
-                                blocking_timeout=wait, sleep=0.01)
+        lock = self.client.lock(self.key(name), timeout=self.ttl if ttl is None else ttl, sleep=0.01)
         try:
-            acquired = lock.acquire()
+            self._acquire(lock, name, wait)
         except (errors.ConnectionError, errors.TimeoutError) as exc:
             raise LockBackendDown(f"redis unavailable: {exc}") from exc
-        if not acquired:
-            raise LockBusy(name, wait)
         try:
             yield
         finally:
@@ -244,6 +519,7 @@ class RedisLocks:
 
     def close(self) -> None:
         self.client.close()
+        self.holders.close()
 
 
 def make_locks(settings) -> LocalLocks | FileLocks | RedisLocks:
@@ -251,7 +527,8 @@ def make_locks(settings) -> LocalLocks | FileLocks | RedisLocks:
     default: safe for ``--workers N`` on one machine); else (in-memory SQLite, or PostgreSQL
     without Redis) in-process locks, right for one process only."""
     if settings.REDIS_URL:
-        return RedisLocks(settings.REDIS_URL, settings.REDIS_PREFIX, settings.LOCK_TTL, settings.LOCK_WAIT)
+        return RedisLocks(settings.REDIS_URL, settings.REDIS_PREFIX, settings.LOCK_TTL, settings.LOCK_WAIT,
+                          settings.database_url)
     path = sqlite_file(settings.database_url)
     if path is not None:
         return FileLocks(path.with_name(path.name + ".locks"), settings.LOCK_TTL, settings.LOCK_WAIT)
