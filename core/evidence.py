@@ -211,12 +211,18 @@ def logistic_fits(X: np.ndarray, y: np.ndarray, centres: np.ndarray, basis: np.n
     bound with ``omega``: the intercept runs off where the likelihood tends to 1.) With a proper
     intercept prior, a task of at most :data:`~core.population.QUADRATURE_ROWS` rows gets its
     exact evidence and posterior mean instead (:func:`core.population.small_task_posteriors`).
+    ``omega`` is relative to the task's curvature per slope, ``0.25 tr(Xc'Xc) / d``; rows with no
+    spread (one row, or equal rows) take the curvature standardised columns have over as many
+    rows, ``0.25 n``, where the task's own would set the slopes' prior variance to infinity and
+    its evidence hundreds of nats down.
     """
     d1 = X.shape[1]
     d = d1 - 1
     if factor is None:
         Xc = X[:, :-1] - X[:, :-1].mean(axis=0)
-        omegas = LOGISTIC_OMEGAS / max(0.25 * float(np.trace(Xc.T @ Xc)) / d, _TINY)
+        n = X.shape[0]
+        curvature = 0.25 * float(np.trace(Xc.T @ Xc)) / d
+        omegas = LOGISTIC_OMEGAS / (curvature if curvature > 1e-10 * n else 0.25 * n)
         R = _prior_factor(d, basis, rho)
     else:
         omegas, R = LOGISTIC_OMEGAS, factor
