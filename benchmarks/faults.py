@@ -4,7 +4,7 @@ batch stored exactly once? (``python -m benchmarks.faults``, issue 22 part 2).
     python -m benchmarks.faults [--quick] [--faults kill9-sqlite,disk-full,...] [--json PATH]
                                 [--writers 3] [--workers 2] [--lock-ttl S] [--quiet]
 
-Bounded: ``--quick`` about 2 min for the eight faults (short phases, one kill cycle, the
+Bounded: ``--quick`` about 2 min for the eight faults (short phases, two kill cycles, the
 servers' ``LOCK_TTL`` 10 s), the default about 8 min (four kill cycles, the service's defaults).
 Loopback only.
 
@@ -31,11 +31,12 @@ tables ``models``, ``tasks`` and ``batches``, not through the API).
 
 The faults (``--faults``, default all):
 
-* ``kill9-sqlite`` / ``kill9-postgres``: ``kill -9`` of the server's whole process group
-  (master and both workers) during writes, the server started again 1 s later (as a supervisor
-  would); ``cycles`` times. End: the restarted server answers ``/readyz``. SQLite (the embedded
-  default: file locks) and PostgreSQL + Redis (the shared servers, a throwaway database, a prefix
-  of its own).
+* ``kill9-sqlite`` / ``kill9-postgres``: ``kill -9`` during writes, ``cycles`` times (2 quick, 4
+  by default), alternately: the server's whole process group (master and both workers), started
+  again 1 s later (as a supervisor would; end: it answers ``/readyz``); one worker alone, the
+  other serving on (uvicorn's master starts a new one; end: the kill). SQLite (the embedded
+  default: file locks) and PostgreSQL + Redis (the shared servers, a throwaway database, a
+  prefix of its own).
 * ``postgres-restart``: a throwaway cluster stopped (``pg_ctl stop -m fast``: every connection
   dropped), held, started again on the same port (end: ``pg_ctl start`` returned); Redis: the
   shared one, a prefix of its own.
@@ -78,6 +79,7 @@ import argparse
 import glob
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -115,7 +117,7 @@ class Timing:
     join: float  # at most this long for the writers' last calls once told to stop
 
 
-QUICK = Timing(warm=1.5, hold=2.0, after=1.5, recover_cap=30.0, cycles=1, join=75.0)
+QUICK = Timing(warm=1.0, hold=2.0, after=1.0, recover_cap=30.0, cycles=2, join=75.0)
 FULL = Timing(warm=5.0, hold=10.0, after=8.0, recover_cap=90.0, cycles=4, join=120.0)
 
 
@@ -541,6 +543,10 @@ class Fault:
     def undo(self, run: Run) -> None:
         raise NotImplementedError
 
+    def hold_for(self, timing: Timing) -> float:
+        """Seconds this cycle's fault lasts."""
+        return self.hold if self.hold is not None else timing.hold
+
     def during_hold(self, run: Run, early: list[Batch], ledger: Ledger) -> list[dict] | None:
         """While the fault lasts (after ``inject``): the batches ``early`` sent again, if this
         fault wants them sent then (else they are sent after the recovery)."""
@@ -548,14 +554,21 @@ class Fault:
 
 
 class Kill9(Fault):
-    how = ("kill -9 (SIGKILL) of the server's whole process group (master and workers) during writes, "
-           "the server started again 1 s later on the same port (as a supervisor would); "
-           "end = /readyz answers 200 again")
-    hold = 1.0
+    how = ("kill -9 (SIGKILL) during writes; odd cycles: the server's whole process group (master and workers), "
+           "the server started again 1 s later on the same port (as a supervisor would), end = /readyz answers "
+           "200 again; even cycles: one worker alone (uvicorn's master starts another), end = the kill")
 
     def __init__(self, backend: str):
         self.backend = backend
         self.name = f"kill9-{backend}"
+        self.cycle = 0
+        self.kinds: list[str] = []
+
+    def whole(self) -> bool:
+        return self.cycle % 2 == 0
+
+    def hold_for(self, timing: Timing) -> float:
+        return 1.0 if self.whole() else 0.0
 
     def setup(self, run: Run) -> None:
         if self.backend == "sqlite":
@@ -564,10 +577,18 @@ class Kill9(Fault):
             use_postgres(run, run.args.pg_admin_url, run.args.redis_url)
 
     def inject(self, run: Run) -> None:
-        run.server.kill9()
+        if self.whole():
+            self.kinds.append("server")
+            run.server.kill9()
+        else:
+            pids = run.server.worker_pids()
+            self.kinds.append(f"worker (1 of {len(pids)})")
+            os.kill(pids[0], signal.SIGKILL)
 
     def undo(self, run: Run) -> None:
-        run.start_server()
+        if self.whole():
+            run.start_server()
+        run.notes["kill_kinds"] = self.kinds
 
 
 class PostgresRestart(Fault):
@@ -836,9 +857,8 @@ def run_fault(name: str, args, timing: Timing, logroot: Path, seed: int, status:
     run = Run(name, args, timing, logroot / name)
     run.dir.mkdir(parents=True)
     run.env = {**base_env(args), **({"LOCK_TTL": str(args.lock_ttl)} if args.lock_ttl else {})}
-    hold = fault.hold if fault.hold is not None else timing.hold
     row: dict[str, Any] = {"fault": name, "how": fault.how, "workers": args.workers, "writers": args.writers,
-                           "hold_s": hold, "injected": False, "log": str(run.dir / "server.log")}
+                           "injected": False, "log": str(run.dir / "server.log")}
     t0 = time.monotonic()
     ledger = Ledger()
     load: Load | None = None
@@ -867,6 +887,8 @@ def run_fault(name: str, args, timing: Timing, logroot: Path, seed: int, status:
         cycles = timing.cycles if isinstance(fault, Kill9) else fault.cycles
         for cycle in range(cycles):
             status(f"fault {cycle + 1}/{cycles}" if cycles > 1 else "fault")
+            fault.cycle = cycle
+            hold = fault.hold_for(timing)
             t_inject = time.monotonic()
             fault.inject(run)
             t_held = time.monotonic()
@@ -882,7 +904,7 @@ def run_fault(name: str, args, timing: Timing, logroot: Path, seed: int, status:
             prober.start()
             wait_until(lambda: acked_after(t_end, writers_only=True) is not None, timing.recover_cap)
             prober.join(timing.recover_cap)
-            windows.append({"injected": t_inject, "end": t_end, "first_ack": acked_after(t_end),
+            windows.append({"injected": t_inject, "end": t_end, "hold": hold, "first_ack": acked_after(t_end),
                             "first_writer_ack": acked_after(t_end, writers_only=True)})
             time.sleep(timing.after)
         row["injected"] = True
@@ -892,6 +914,7 @@ def run_fault(name: str, args, timing: Timing, logroot: Path, seed: int, status:
         resent = resent or []
         status("stopping writers")
         row["writers_unfinished"] = load.stop(timing.join)
+        row["worker_processes_at_end"] = len(run.server.worker_pids())
         status("reading back")
         store = read_back(run.db_url)
         before = [b for b in ledger.acks() if b.t_ack < first] if fault.store_replaced else []
@@ -911,6 +934,7 @@ def run_fault(name: str, args, timing: Timing, logroot: Path, seed: int, status:
         def since(t, end):
             return None if t is None else round(t - end, 2)
 
+        row["hold_s"] = [w["hold"] for w in windows] if len(windows) > 1 else windows[0]["hold"]
         rec = [since(w["first_ack"], w["end"]) for w in windows]
         row["recovery_s_each"] = rec
         row["recovery_s"] = None if any(r is None for r in rec) else max(rec)
@@ -1017,7 +1041,7 @@ def main(argv: list[str] | None = None) -> dict:
         args.lock_ttl = 10.0
     logroot = Path(tempfile.mkdtemp(prefix="fcl3-faults-"))
     results: dict[str, Any] = {
-        "command": "python -m benchmarks.faults " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": " ".join(["python -m benchmarks.faults", *(argv if argv is not None else sys.argv[1:])]),
         "machine": {**machine(), "uid": os.geteuid()},
         "mode": "quick" if args.quick else "full",
         "setup": {"timing": timing.__dict__, "writers": args.writers, "workers": args.workers,
