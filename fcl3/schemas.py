@@ -68,6 +68,9 @@ class Batch(Request):
 class PredictRequest(Request):
     task_id: TaskId
     X: list[list[Number]] = Field(..., examples=[[[1.0, 2.0, 3.0]]])
+    remember: bool = Field(False, description="Store the rows, the outputs served and the version serving them, "
+                           "and answer `prediction_ids`: `POST .../labels` learns them when their labels arrive "
+                           "(within PREDICTION_TTL).", examples=[True])
 
     _x_not_empty = field_validator("X")(_not_empty)
 
@@ -98,6 +101,42 @@ class PredictOut(BaseModel):
     predictions: list[float]
     probabilities: list[float] | None = Field(None, description="P(positive class), classification only.")
     version: int
+    prediction_ids: list[str] | None = Field(None, description='With `"remember": true`: one id per row, in row '
+                                             "order, for `POST .../labels`.",
+                                             examples=[["19c0d6e3a2f-8c1e5b0d2a4f6e13", "19c0d6e3a2f-0b7d3e9a1c5f2e84"]])
+
+
+#: A prediction id (``POST .../predict`` with ``"remember": true``): its expiry in
+#: milliseconds since the epoch (hex), a dash, 16 random hex digits.
+PREDICTION_ID_PATTERN = r"^[0-9a-f]{1,15}-[0-9a-f]{16}$"
+PredictionId = Annotated[str, Field(min_length=18, max_length=32, pattern=PREDICTION_ID_PATTERN,
+                                    description="An id of `prediction_ids`.",
+                                    examples=["19c0d6e3a2f-8c1e5b0d2a4f6e13"])]
+
+
+class Label(Request):
+    prediction_id: PredictionId
+    y: Number = Field(..., description="The row's target; 0/1 or -1/1 for classification.", examples=[1.25])
+
+
+class LabelsRequest(Request):
+    """Labels of remembered predictions, learned as one batch of their task (every id of one
+    task; each id once)."""
+
+    labels: list[Label] = Field(..., min_length=1, description="One entry per row; the batch's rows in this order.",
+                                examples=[[{"prediction_id": "19c0d6e3a2f-8c1e5b0d2a4f6e13", "y": 1.25},
+                                           {"prediction_id": "19c0d6e3a2f-0b7d3e9a1c5f2e84", "y": -0.5}]])
+
+    @field_validator("labels")
+    @classmethod
+    def _each_id_once(cls, labels: list[Label]) -> list[Label]:
+        seen: set[str] = set()
+        for i, label in enumerate(labels):
+            if label.prediction_id in seen:
+                raise ValueError(f"prediction_id {label.prediction_id!r} is given twice (again at labels[{i}]): "
+                                 "each row is labelled once")
+            seen.add(label.prediction_id)
+        return labels
 
 
 class TaskOut(BaseModel):

@@ -75,6 +75,13 @@ class Settings(BaseSettings):
     EVENTS_HEARTBEAT: float = Field(15.0, gt=0, description="Seconds between keep-alive comments of an idle "
                                     "event stream (GET .../events).")
 
+    # --- labels that arrive later (service.labels) -----------------------------------
+    PREDICTION_TTL: float = Field(7 * 24 * 3600.0, gt=0, description="Seconds a prediction made with "
+                                  "\"remember\": true can be labelled (POST .../labels); later its id answers 410.")
+    MAX_REMEMBERED_PER_MODEL: int = Field(100_000, gt=0, description="Remembered predictions waiting for their "
+                                          "label, per model; beyond it the oldest are dropped (their ids then "
+                                          "answer 410). A request remembering more rows than this gets 413.")
+
     # --- access control, limits, logs ------------------------------------------------
     API_WRITE_KEYS: str | None = Field(
         None, description="Comma-separated keys allowed to change the model (and to read). An entry "

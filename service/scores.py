@@ -197,6 +197,32 @@ def prequential(learner: core.LifelongLearner, task_id: str, X, y) -> Sums | Non
     return score_rows(learner, task_id, Xm, as_targets(y, Xm.shape[0], learner.kind))
 
 
+def served_outputs(learner: core.LifelongLearner, task_id: str, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The outputs a prediction of checked rows ``X`` serves (regression values, or decision
+    scores whose sigmoid is the served probability) and the baseline's, NaN where the
+    baseline overflows: what a remembered prediction keeps for its label's prequential sums."""
+    score = learner.decision_function(task_id, X)  # InputError if it overflows (the prediction does too)
+    record = learner.tasks_[task_id]
+    with np.errstate(over="ignore", invalid="ignore"):
+        base = learner.scaler_.design(X) @ record.w
+        if learner.kind == "regression":
+            score, base = learner.scaler_.untarget(score), learner.scaler_.untarget(base)
+    return np.asarray(score, dtype=float), np.where(np.isfinite(base), base, np.nan)
+
+
+def served_sums(kind: str, task_id: str, y, out: np.ndarray, base: np.ndarray) -> Sums | None:
+    """The prequential sums of a batch from the outputs its rows were served when they were
+    predicted (:func:`served_outputs`), not from a recomputation; ``None`` when they cannot be
+    scored (a baseline that overflowed, errors too large for float64), as :func:`score_rows`."""
+    ym = as_targets(y, len(out), kind)
+    with np.errstate(over="ignore", invalid="ignore"):
+        sums = batch_sums(kind, ym, np.asarray(out, dtype=float), np.asarray(base, dtype=float))
+    if not sums.finite():
+        log.warning("task %r: the served predictions of a labelled batch could not be scored", task_id)
+        return None
+    return sums
+
+
 #: The accuracy matrix's metric per kind, and its direction.
 MATRIX_METRIC = {"regression": ("rmse", False), "classification": ("accuracy", True)}
 

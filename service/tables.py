@@ -24,7 +24,7 @@ import zipfile
 from datetime import datetime, timezone
 
 import numpy as np
-from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Index, Integer, LargeBinary, String
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -233,3 +233,30 @@ class EvaluationDueRow(Base):
     version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     task_id: Mapped[str] = mapped_column(String(200), nullable=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
+
+
+# ----------------------------------------------------------------------------- labels that arrive later
+class RememberedPredictionRow(Base):
+    """One row a ``POST .../predict`` with ``"remember": true`` predicted (:mod:`service.labels`):
+    its features, the outputs it was served (the model's value or decision score, and the
+    baseline's: the batch's prequential figures when it is labelled) and the version that
+    served it. ``state``: ``p`` pending, ``l`` labelled (by the batch of ``label_version``;
+    its arrays dropped), ``d`` dropped (more than ``MAX_REMEMBERED_PER_MODEL`` pending). Times
+    are milliseconds since the epoch on the database's clock; the row is deleted once
+    ``expires_ms`` passed, and the id itself carries ``expires_ms``, so a deleted id is still
+    told expired (410) from unknown (404)."""
+
+    __tablename__ = "remembered_predictions"
+    __table_args__ = (Index("ix_remembered_predictions_pending", "model_name", "state", "expires_ms"),)
+
+    model_name: Mapped[str] = mapped_column(ForeignKey("models.name", ondelete="CASCADE"), primary_key=True)
+    prediction_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(200), nullable=False)
+    version: Mapped[int] = mapped_column(Integer, nullable=False)  # the model version that served it
+    state: Mapped[str] = mapped_column(String(1), nullable=False)  # p pending, l labelled, d dropped
+    x: Mapped[np.ndarray | None] = mapped_column(NDArray, nullable=True)  # the row; null once labelled or dropped
+    output: Mapped[float | None] = mapped_column(Float, nullable=True)  # served value / decision score
+    baseline: Mapped[float | None] = mapped_column(Float, nullable=True)  # the baseline's (null: overflowed)
+    label_version: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the batch that learned it
+    created_ms: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    expires_ms: Mapped[int] = mapped_column(BigInteger, nullable=False)

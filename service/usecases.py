@@ -19,6 +19,7 @@ import core
 from . import evaluation_reads, metrics
 from .evaluation import Evaluated
 from .idempotency import Claim, IdempotencyKeys, KeyInFlight, KeyTakenOver, Replayed, request_hash
+from .labels import LabelBatch, LabelRefused, RememberedPredictions, labels_hash, remember_rows
 from .locks import LockBusy
 from .reads import ModelMissing, Snapshot, VersionBehind  # noqa: F401 - VersionBehind re-exported
 from .registry import HostedModel, ModelRegistry  # noqa: F401 - service.main builds it from here
@@ -62,8 +63,11 @@ def _answer(prepared, version: int) -> dict[str, Any]:
             "prequential": scores(prepared.prequential)}
 
 
-def learn_batch(model: HostedModel, task_id: str, X, y, claim: Claim | None = None):
+def learn_batch(model: HostedModel, task_id: str, X, y, claim: Claim | None = None, labels: LabelBatch | None = None):
     """Learn one batch and commit it; returns the prepared update and the new model version.
+    With ``labels`` (a label request, :mod:`service.labels`), the batch is its remembered rows,
+    loaded under the lock (``task_id``, ``X``, ``y`` are ignored), scored by the outputs they
+    were served, and marked labelled by the commit.
 
     Under the model's update lock: refresh to the stored version (creating the model first if
     its row is missing), learn on a private copy, commit with the version compare-and-set.
@@ -83,8 +87,15 @@ def learn_batch(model: HostedModel, task_id: str, X, y, claim: Claim | None = No
             metrics.LOCK_WAIT_SECONDS.labels("acquired").observe(acquired - t0)
             if claim is not None:
                 model.keys.verify(claim)  # Replayed / KeyInFlight: another request has the key
-            prepared = model.writer.prepare(_current(model), task_id, X, y)
-            version = model.writer.commit(prepared, [model.evaluation] if claim is None else [model.evaluation, claim])
+            snap = _current(model)
+            served, parts = None, [model.evaluation]
+            if labels is not None:
+                task_id, X, y, served = labels.load()  # LabelRefused: nothing happened
+                parts.append(labels)
+            if claim is not None:
+                parts.append(claim)
+            prepared = model.writer.prepare(snap, task_id, X, y, served)
+            version = model.writer.commit(prepared, parts)
         outcome = "committed"
     except Replayed:
         outcome = "replayed"
@@ -92,7 +103,7 @@ def learn_batch(model: HostedModel, task_id: str, X, y, claim: Claim | None = No
     except KeyInFlight:
         outcome = "key_in_flight"
         raise
-    except core.InputError:
+    except (core.InputError, LabelRefused):
         outcome = "bad_input"
         raise
     except StaleWrite:
@@ -161,9 +172,14 @@ def learn_once(model: HostedModel, task_id: str, X, y, key: str) -> tuple[dict[s
     under the lock, and its answer is stored by the commit that stores the batch. An update
     that fails releases the claim (at once, or as soon as the database answers again). See
     :mod:`service.idempotency`."""
+    return _once(model, key, request_hash(task_id, X, y), lambda claim: learn_batch(model, task_id, X, y, claim))
+
+
+def _once(model: HostedModel, key: str, h: str, run) -> tuple[dict[str, Any], bool]:
+    """``run(claim)`` (a :func:`learn_batch`) at most once per ``key`` of ``model`` for the
+    request of hash ``h``: the answer and whether it is a replay (see :func:`learn_once`)."""
     keys = model.keys
     purge_keys(keys, every=True)
-    h = request_hash(task_id, X, y)
     try:
         claim = keys.claim(model.name, key, h)
     except Replayed as r:
@@ -172,7 +188,7 @@ def learn_once(model: HostedModel, task_id: str, X, y, key: str) -> tuple[dict[s
         metrics.UPDATES.labels("key_in_flight").inc()
         raise
     try:
-        prepared, version = learn_batch(model, task_id, X, y, claim)
+        prepared, version = run(claim)
     except Replayed as r:  # another request took the key over and committed (counted by learn)
         _release(keys, claim)
         return _replayed(model, key, r.response, count=False), True
@@ -233,6 +249,30 @@ def predict(model: HostedModel, task_id: str, X, min_version: int | None = None,
     metrics.PREDICTION_REQUESTS.inc()
     metrics.PREDICTIONS.inc(len(preds))
     return preds, probs, version
+
+
+def predict_remembered(model: HostedModel, task_id: str, X, min_version: int | None, snap, ttl: float, cap: int
+                       ) -> tuple[list[float], list[float] | None, int, list[str]]:
+    """:func:`predict`, and the rows remembered for a label that arrives later
+    (:mod:`service.labels`): their prediction ids too, in row order."""
+    if snap is None:
+        snap = model.reader.snapshot(min_version)
+    preds, probs, version = predict(model, task_id, X, min_version, snap)
+    ids = remember_rows(model, task_id, X, snap, ttl, cap)
+    log.info("predictions remembered", extra={"event": "predictions_remembered", "model": model.name,
+                                              "task": task_id, "version": version, "n_rows": len(ids)})
+    return preds, probs, version, ids
+
+
+def label(model: HostedModel, ids: list[str], y: list[float], key: str | None = None) -> tuple[dict[str, Any], bool]:
+    """Learn the remembered rows ``ids`` with their labels ``y`` as one batch of their task
+    (:mod:`service.labels`; at most once per ``key`` when given): the answer
+    (:class:`fcl3.schemas.UpdateOut`) and whether it is a replay."""
+    batch = LabelBatch(RememberedPredictions(model.reader.engine, model.name), list(ids), list(y))
+    if key is None:
+        prepared, version = learn_batch(model, "", None, None, labels=batch)
+        return _answer(prepared, version), False
+    return _once(model, key, labels_hash(ids, y), lambda claim: learn_batch(model, "", None, None, claim, batch))
 
 
 # ----------------------------------------------------------------------------- online evaluation

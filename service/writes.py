@@ -37,7 +37,7 @@ import core
 from .learners import make_learner
 from .reads import ModelReader, Snapshot, batches_t, models_t, tasks_t
 from .responses import result_json
-from .scores import Sums, prequential as score_prequential, scores
+from .scores import Sums, prequential as score_prequential, scores, served_sums
 from .watch import notify
 
 
@@ -215,8 +215,11 @@ class ModelWriter:
                 notify(conn, self.name)
         return bool(gone)
 
-    def prepare(self, snap: Snapshot, task_id: str, X, y) -> Prepared:
-        """Run the update on a private copy of the learner (nothing is stored)."""
+    def prepare(self, snap: Snapshot, task_id: str, X, y, served: tuple[np.ndarray, np.ndarray] | None = None
+                ) -> Prepared:
+        """Run the update on a private copy of the learner (nothing is stored). ``served``: the
+        outputs the rows were served when they were predicted (labels that arrive later,
+        :mod:`service.labels`), which score the batch instead of the snapshot before it."""
         d = (snap.info.get("settings") or {}).get("d")
         if d is not None and not snap.learner.is_fitted:
             width = np.asarray(X, dtype=object).shape
@@ -228,7 +231,12 @@ class ModelWriter:
         engine_seconds = time.perf_counter() - t0
         # Test, then train: the served snapshot (not touched by learning its copy) scores the batch.
         t1 = time.perf_counter()
-        prequential = None if result.new_task else score_prequential(snap.learner, task_id, X, y)
+        if result.new_task:
+            prequential = None
+        elif served is not None:
+            prequential = served_sums(learner.kind, task_id, y, *served)
+        else:
+            prequential = score_prequential(snap.learner, task_id, X, y)
         prequential_seconds = time.perf_counter() - t1
         # global part + the task touched (and any the engine learned again): what commit writes
         state = learner.get_state(tasks=[task_id, *result.relearned])

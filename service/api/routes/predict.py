@@ -45,7 +45,8 @@ ERRORS = {
     401: security.UNAUTHORIZED,
     404: {"description": "Unknown task (or unknown model, under /models/{name})."},
     409: {"description": "The stored model is below `min_version`."},
-    413: {"description": "Request body, rows or features over the limits."},
+    413: {"description": "Request body, rows or features over the limits (or, with `remember`, more rows than "
+                         "MAX_REMEMBERED_PER_MODEL)."},
     422: {"description": "Bad rows (wrong width, NaN/inf, non-numbers, unknown fields) or a body that is not JSON."},
     503: {"description": "The database is down."},
 }
@@ -134,6 +135,14 @@ def _answer(model, settings, query: PredictQuery | VersionQuery, body: bytes | N
         req = parse_body(body, content_type)
         check_size(settings, len(req.X), map(len, req.X))
         task_id, X = req.task_id, req.X
+        if req.remember:  # stored for a label that arrives later (service.labels): a write
+            preds, probs, version, ids = usecases.predict_remembered(
+                model, task_id, X, query.min_version, snap, settings.PREDICTION_TTL, settings.MAX_REMEMBERED_PER_MODEL)
+            out = {"task_id": task_id, "predictions": preds, "probabilities": probs, "version": version,
+                   "prediction_ids": ids}
+            if probs is None:
+                del out["probabilities"]
+            return Response(to_json(out), media_type="application/json")
     preds, probs, version = usecases.predict(model, task_id, X, query.min_version, snap)
     out = {"task_id": task_id, "predictions": preds, "probabilities": probs, "version": version}
     if probs is None:
@@ -155,7 +164,7 @@ async def predict(request: Request) -> Response:
     else:
         query = _validated(_version_query, "query", _query(request))
         body, content_type = await request.body(), request.headers.get("content-type")
-        small = len(body) <= INLINE_BYTES
+        small = len(body) <= INLINE_BYTES and b"remember" not in body  # remembering writes: the thread pool
     snap = model.reader.fresh(query.min_version) if small else None
     if snap is not None:
         return _answer(model, settings, query, body, content_type, snap)
@@ -173,7 +182,12 @@ def _parameters(model: type[BaseModel], where: str = "query") -> list[dict[str, 
 
 _NAME_PARAMETER = {"name": "name", "in": "path", "required": True, "schema": _name.json_schema(),
                    "description": f"Model name: {MODEL_NAME_RULE}."}
-_BODY = {"required": True, "content": {"application/json": {"schema": PredictRequest.model_json_schema()}}}
+_BODY = {"required": True, "content": {"application/json": {
+    "schema": PredictRequest.model_json_schema(),
+    "examples": {"predict": {"summary": "Predict", "value": {"task_id": "school-1", "X": [[1.0, 2.0, 3.0]]}},
+                 "remember": {"summary": "Predict and remember the rows for labels that arrive later",
+                              "value": {"task_id": "school-1", "X": [[1.0, 2.0, 3.0], [0.5, 0.1, 2.0]],
+                                        "remember": True}}}}}}
 
 
 def _documented(router: APIRouter, path: str, named: bool) -> None:
@@ -186,7 +200,11 @@ def _documented(router: APIRouter, path: str, named: bool) -> None:
                          response_model=PredictOut, responses=responses,
                          openapi_extra={**key, "parameters": head + _parameters(PredictQuery)})
     router.add_api_route(path, predict, methods=["POST"], name="predict", summary="Predict (a batch of rows)",
-                         description="Predictions for a batch of feature rows (for many rows).",
+                         description="Predictions for a batch of feature rows (for many rows). With `\"remember\": "
+                         "true` the rows, the outputs served and the version serving them are stored, and the "
+                         "answer holds one `prediction_ids` entry per row, in row order: `POST .../labels` learns "
+                         "them later with their labels (within PREDICTION_TTL; at most MAX_REMEMBERED_PER_MODEL "
+                         "rows of a model wait, the oldest dropped beyond it).",
                          response_model=PredictOut, responses=responses,
                          openapi_extra={**key, "parameters": head + _parameters(VersionQuery), "requestBody": _BODY})
 

@@ -1,0 +1,74 @@
+"""POST /labels and /models/{name}/labels: learn remembered predictions with the labels that
+arrived later (:mod:`service.labels`), at most once per ``Idempotency-Key``."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
+
+from fcl3.schemas import LabelsRequest, UpdateOut
+
+from ... import usecases
+from ...idempotency import check_key
+from ...labels import LabelRefused
+from ..deps import ModelDep, SettingsDep, check_size
+from .data import IdempotencyKey
+
+router = APIRouter(tags=["learning"])
+
+_ID = "19c0d6e3a2f-8c1e5b0d2a4f6e13"
+
+
+def _example(detail: str, **extra) -> dict:
+    return {"application/json": {"example": {"detail": detail, **extra}}}
+
+
+ERRORS = {
+    400: {"description": "A body that cannot be decoded at all (not UTF-8 JSON)."},
+    404: {"description": "Unknown prediction ids (never remembered by this model), or unknown model; nothing "
+                         "learned. The ids are listed in `prediction_ids`.",
+          "content": _example(f"unknown prediction ids on model 'schools': '{_ID}' (never remembered by a "
+                              "prediction of this model); nothing was learned", prediction_ids=[_ID])},
+    409: {"description": "Prediction ids labelled already: `version` is the model version of the batch that first "
+                         "learned them (nothing learned now). Or: the first request with this Idempotency-Key is "
+                         "still running (Retry-After), or the model moved under a writer whose lock had expired.",
+          "content": _example(f"prediction ids labelled already on model 'schools': '{_ID}' (the first learned by "
+                              "the batch of version 12); each id is labelled once; nothing was learned",
+                              version=12, prediction_ids=[_ID])},
+    410: {"description": "Prediction ids past PREDICTION_TTL, or dropped when more than MAX_REMEMBERED_PER_MODEL "
+                         "rows of the model waited; nothing learned.",
+          "content": _example(f"prediction ids past PREDICTION_TTL, or dropped beyond MAX_REMEMBERED_PER_MODEL, on "
+                              f"model 'schools': '{_ID}'; nothing was learned", prediction_ids=[_ID])},
+    413: {"description": "Request body or labels over the limits (MAX_BODY_BYTES, MAX_ROWS_PER_BATCH)."},
+    422: {"description": "Bad body (a malformed id, an id given twice, a non-number label, unknown fields); ids of "
+                         "several tasks (one request learns one task's batch: send one per task); labels the task "
+                         "refuses (e.g. 2 for classification); a malformed Idempotency-Key, or one already used "
+                         "with another request."},
+    503: {"description": "Another update holds the lock (Retry-After), or the database/Redis is down."},
+}
+
+
+@router.post("/labels", response_model=UpdateOut, responses=ERRORS, summary="Label remembered predictions")
+def post_labels(request: Request, model: ModelDep, settings: SettingsDep, body: LabelsRequest, response: Response,
+                idempotency_key: IdempotencyKey = None):
+    """Learn the rows of earlier predictions made with `"remember": true`, with their labels,
+    as one batch of their task (every id of one task), in the order given; answers once the
+    batch is committed, as `POST .../tasks/{task_id}/data` does. The batch's `prequential`
+    score is that of the predictions actually served for these rows (at the versions that
+    served them), not a recomputation. Each id is labelled once: a second label is 409 with
+    the version that learned it; unknown ids are 404, ids past PREDICTION_TTL (or dropped)
+    410, and nothing is learned then. With an `Idempotency-Key`, a retry gets the first
+    answer (`Idempotent-Replayed: true`)."""
+    if idempotency_key is not None:
+        check_key(idempotency_key)
+    check_size(settings, len(body.labels), ())
+    ids = [lb.prediction_id for lb in body.labels]
+    y = [lb.y for lb in body.labels]
+    try:
+        out, replayed = usecases.label(model, ids, y, idempotency_key)
+    except LabelRefused as exc:
+        if exc.status == 422:
+            raise
+        return JSONResponse({"detail": request.app.state.redact(exc.message), **exc.extra}, status_code=exc.status)
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return UpdateOut(**out)
