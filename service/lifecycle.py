@@ -29,11 +29,17 @@ MAX_IMPORTED_VERSION = 2**30
 
 def check_settings(model_settings: dict[str, Any]) -> core.LifelongLearner:
     """An unfitted learner for a new model's settings; :class:`core.InputError` (422) when the
-    estimator, kind or hyper-parameters are refused."""
+    estimator, kind or hyper-parameters are refused, or when ``d`` (if given) is too large for
+    them (the learner's ``check_size``, where it has one: FCL3, ELLA)."""
     try:
-        return make_learner(model_settings)
+        learner = make_learner(model_settings)
     except ModelConfigError as exc:
         raise core.InputError(str(exc).replace("FCL3_PARAMS", "params").replace("FCL3_ESTIMATOR", "estimator")) from None
+    d = model_settings.get("d")
+    check_size = getattr(learner, "check_size", None)
+    if d is not None and callable(check_size):
+        check_size(int(d))
+    return learner
 
 
 def create_model(model: HostedModel, model_settings: dict[str, Any]) -> None:
@@ -133,7 +139,9 @@ def fork_model(model: HostedModel, parent: HostedModel, version: int | None) -> 
     """Create ``model`` as ``parent`` was at ``version`` (default: its stored version), rebuilt
     by replaying ``parent``'s stored batches ``1..version`` with ``parent``'s settings; the
     batches are copied too. Returns the version. :class:`ForkRefused` when ``version`` is past
-    ``parent``'s, or some of its batches ``1..version`` are gone (an imported model has none)."""
+    ``parent``'s, or some of its batches ``1..version`` are gone (an imported model has none);
+    :class:`core.InputError` (422) when ``parent``'s stored settings or batches are refused by
+    the engine now (a model stored before the parameter ranges existed)."""
     current = parent.reader.require()
     if version is None:
         version = current
@@ -148,11 +156,21 @@ def fork_model(model: HostedModel, parent: HostedModel, version: int | None) -> 
                           f"{_ranges(missing)} are missing (an imported model keeps no batches: to copy it at its "
                           "current version, export it and import the file under the new name)")
     settings = info["settings"]
-    learner = make_learner(settings)
+    refused = f"model {parent.name!r} cannot be forked: "
+    try:
+        learner = make_learner(settings)
+    except ModelConfigError as exc:  # stored before the parameter ranges existed
+        why = str(exc).replace("FCL3_PARAMS", "params")
+        raise core.InputError(f"{refused}its stored settings are outside the ranges a model may have now ({why}), "
+                              "so it cannot be rebuilt from them") from None
     summary: dict[str, Any] = learner_summary(learner)
     tasks: dict[str, dict[str, Any]] = {}
     for b in batches:
-        r = learner.learn(b["task_id"], b["X"], b["y"])
+        try:
+            r = learner.learn(b["task_id"], b["X"], b["y"])
+        except core.InputError as exc:
+            raise core.InputError(f"{refused}replaying its batch {b['version']} (task {b['task_id']!r}) is refused "
+                                  f"now: {exc}") from None
         summary = {"representatives": representatives(learner, summary.get("representatives", []), r),
                    "n_representatives": int(r.n_representatives)}
         t = tasks.setdefault(b["task_id"], {"n_batches": 0})
