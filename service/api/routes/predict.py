@@ -136,6 +136,9 @@ def _answer(model, settings, query: PredictQuery | VersionQuery, body: bytes | N
         check_size(settings, len(req.X), map(len, req.X))
         task_id, X = req.task_id, req.X
         if req.remember:  # stored for a label that arrives later (service.labels): a write
+            if len(X) > settings.MAX_REMEMBERED_PER_MODEL:
+                raise HTTPException(413, f"{len(X)} rows to remember in one request; at most "
+                                         f"{settings.MAX_REMEMBERED_PER_MODEL} (MAX_REMEMBERED_PER_MODEL)")
             preds, probs, version, ids = usecases.predict_remembered(
                 model, task_id, X, query.min_version, snap, settings.PREDICTION_TTL, settings.MAX_REMEMBERED_PER_MODEL)
             out = {"task_id": task_id, "predictions": preds, "probabilities": probs, "version": version,
