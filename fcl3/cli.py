@@ -369,6 +369,19 @@ def main():
 
 
 # ----------------------------------------------------------------------------- serve
+#: The thread counts of BLAS and OpenMP that ``fcl3 serve`` sets unless the user has.
+BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def one_blas_thread(environ) -> dict[str, str]:
+    """Set each of :data:`BLAS_THREADS` in ``environ`` that is not set there; those it set.
+    The engine's matrices are small: a BLAS thread per core in each worker makes some updates
+    10-50x slower."""
+    added = {name: value for name, value in BLAS_THREADS.items() if not environ.get(name)}
+    environ.update(added)
+    return added
+
+
 @main.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="Port to listen on.")
@@ -385,7 +398,8 @@ def serve(host, port, workers, database_url, sqlite_path, redis_url, log_level, 
 
     Settings are the service's environment variables (and .env), as in the README's
     Configuration table; the options here override them. Unset, the service runs on the
-    embedded default: an SQLite file, its schema created at start-up.
+    embedded default: an SQLite file, its schema created at start-up. BLAS runs one thread
+    per worker unless OPENBLAS_NUM_THREADS, OMP_NUM_THREADS or MKL_NUM_THREADS say otherwise.
     """
     try:
         import uvicorn
@@ -416,6 +430,7 @@ def serve(host, port, workers, database_url, sqlite_path, redis_url, log_level, 
         raise click.ClickException("bad setting: " + "; ".join(lines)) from None
     where = config.DATABASE_URL and "the database of DATABASE_URL" or f"SQLite file {config.SQLITE_PATH}"
     click.echo(f"fcl3 serve: http://{host}:{port} on {where}", err=True)
+    one_blas_thread(os.environ)  # before numpy is loaded (not yet: the app loads it), here and in the workers
     uvicorn.run("service.main:app", host=host, port=port, workers=workers, http=HTTP_PROTOCOL,  # HEADER_TIMEOUT
                 log_level=(config.LOG_LEVEL or "info").lower())
 
