@@ -175,10 +175,37 @@ def new_key(idempotency_key: str | None) -> str:
     return idempotency_key or str(uuid.uuid4())
 
 
-def predict(model: str, task_id: str, X: Any, min_version: int | None) -> Call[PredictOut]:
+def predict(model: str, task_id: str, X: Any, min_version: int | None, remember: bool = False) -> Call[PredictOut]:
+    """A prediction; with ``remember`` the service stores the rows (a write): not resent once it
+    may have arrived, so that no rows are remembered twice under ids nobody holds."""
+    body = {"task_id": task_id, "X": _rows(X)}
+    if remember:
+        body["remember"] = True
     return Call("POST", f"{model_path(model)}/predict", _typed(PredictOut),
                 params={"min_version": min_version} if min_version is not None else None,
-                content=_json({"task_id": task_id, "X": _rows(X)}), headers=_JSON, replay_safe=True)
+                content=_json(body), headers=_JSON, replay_safe=not remember)
+
+
+def label_pairs(pairs: Any) -> list[dict[str, Any]]:
+    """Labels as the service takes them, from ``{prediction_id: y}`` or ``(prediction_id, y)`` pairs."""
+    items = pairs.items() if hasattr(pairs, "items") else pairs
+    out = []
+    for item in items:
+        prediction_id, y = item
+        out.append({"prediction_id": str(prediction_id), "y": y.item() if hasattr(y, "item") else y})
+    if not out:
+        raise ValueError("no labels: give at least one (prediction_id, y) pair")
+    return out
+
+
+def label(model: str, pairs: Any, key: str) -> Call[tuple[UpdateOut, bool]]:
+    """Labels of remembered predictions, with an Idempotency-Key: resent safely. A 409 is not
+    retried: it is an id labelled already (its body says by which version)."""
+    def parse(r: httpx.Response) -> tuple[UpdateOut, bool]:
+        return UpdateOut.model_validate_json(r.content), r.headers.get("Idempotent-Replayed") == "true"
+
+    return Call("POST", f"{model_path(model)}/labels", parse, content=_json({"labels": label_pairs(pairs)}),
+                headers={**_JSON, "Idempotency-Key": key}, replay_safe=True, patient=True)
 
 
 def tasks(model: str, offset: int, limit: int) -> Call[TaskList]:

@@ -580,20 +580,23 @@ def learn(model, task, file, batch_size, idempotency_key, url, api_key, timeout,
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--min-version", default=None, type=click.IntRange(0), help="Answer from this model version or a later one.")
 @click.option("--json", "as_json", is_flag=True, help="Print the service's answer as JSON.")
+@click.option("--remember", is_flag=True, help="Keep the rows for labels that arrive later: a prediction_id "
+              "column comes first, for 'fcl3 label'.")
 @connection_options
-def predict(model, task, file, min_version, as_json, url, api_key, timeout, retries):
+def predict(model, task, file, min_version, as_json, remember, url, api_key, timeout, retries):
     """Predict the rows of FILE for task TASK of MODEL.
 
     FILE is a CSV with a header and the features in its columns ('task' and 'y' columns, if
     any, are ignored). Prints one prediction per row (and the probability of the positive class
-    for classification) as CSV.
+    for classification) as CSV; with --remember, each row's prediction id first.
     """
     rows = read_csv(file, task="ignored", target="ignored")
     with _client(url, api_key, timeout, retries) as c:
         out = None
         for start in range(0, len(rows.X), MAX_BATCH):
             try:
-                got = c.predict(model, task, rows.X[start:start + MAX_BATCH], min_version=min_version)
+                got = c.predict(model, task, rows.X[start:start + MAX_BATCH], min_version=min_version,
+                                remember=remember)
             except FCL3Error as exc:
                 raise _fail(exc, f"refused rows from {file}:{rows.lines[start]}") from None
             if out is None:
@@ -602,12 +605,107 @@ def predict(model, task, file, min_version, as_json, url, api_key, timeout, retr
                 out.predictions += got.predictions
                 if out.probabilities is not None:
                     out.probabilities += got.probabilities or []
+                if out.prediction_ids is not None:
+                    out.prediction_ids += got.prediction_ids or []
     if as_json:
         _echo_json(out.model_dump(mode="json", exclude_none=True))
         return
-    click.echo("prediction,probability" if out.probabilities is not None else "prediction")
+    ids = out.prediction_ids
+    click.echo(("prediction_id," if ids is not None else "")
+               + ("prediction,probability" if out.probabilities is not None else "prediction"))
     for i, p in enumerate(out.predictions):
-        click.echo(f"{p!r},{out.probabilities[i]!r}" if out.probabilities is not None else repr(p))
+        line = f"{p!r},{out.probabilities[i]!r}" if out.probabilities is not None else repr(p)
+        click.echo(f"{ids[i]},{line}" if ids is not None else line)
+
+
+#: Column names of the prediction id in a labels file (the first one found is used).
+ID_COLUMNS = ("prediction_id", "id")
+
+
+def read_labels(path: str | os.PathLike) -> tuple[list[str], list[float], list[str] | None, list[int]]:
+    """A labels file: a CSV with a header, a 'prediction_id' column and a 'y' column (and
+    optionally 'task'). Returns the ids, labels, tasks (None without the column) and line
+    numbers; :class:`BadFile` naming the file, line and column of the first problem."""
+    path = Path(path)
+    ids: list[str] = []
+    ys: list[float] = []
+    tasks: list[str] = []
+    lines: list[int] = []
+    with _open_text(path) as f:
+        reader = csv.reader(f)
+        try:
+            header = next(reader, None)
+            if header is None:
+                raise BadFile(path, "empty file: expected a header line (prediction_id, y)", 1)
+            header = [h.strip() for h in header]
+            i_col, y_col, t_col = _find(header, ID_COLUMNS), _find(header, TARGET_COLUMNS), _find(header, TASK_COLUMNS)
+            if i_col is None or y_col is None:
+                raise BadFile(path, f"expected a 'prediction_id' and a 'y' column (columns: {', '.join(header)})",
+                              reader.line_num)
+            seen: dict[str, int] = {}
+            for record in reader:
+                line = reader.line_num
+                if not record or (len(record) == 1 and not record[0].strip()):
+                    continue
+                if len(record) != len(header):
+                    raise BadFile(path, f"{len(record)} values, but the header has {len(header)} columns", line)
+                pid = record[i_col].strip()
+                if not pid:
+                    raise BadFile(path, "empty prediction id", line, i_col + 1, header[i_col])
+                if pid in seen:
+                    raise BadFile(path, f"prediction id {pid!r} again (first at line {seen[pid]}): each row is "
+                                  "labelled once", line, i_col + 1, header[i_col])
+                seen[pid] = line
+                ids.append(pid)
+                ys.append(_number(record[y_col], path, line, y_col + 1, header[y_col]))
+                if t_col is not None:
+                    tasks.append(record[t_col].strip())
+                lines.append(line)
+        except csv.Error as exc:
+            raise BadFile(path, f"not a valid CSV file: {exc}", reader.line_num) from None
+        except UnicodeDecodeError as exc:
+            raise BadFile(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if not ids:
+        raise BadFile(path, "no labels after the header")
+    return ids, ys, (tasks if t_col is not None else None), lines
+
+
+@main.command()
+@click.argument("model")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--idempotency-key", default=None, metavar="KEY",
+              help="Key of the request (KEY-1, KEY-2, ... for several batches); run again with the same "
+                   "key, nothing is learned twice. Default: new keys.")
+@connection_options
+def label(model, file, idempotency_key, url, api_key, timeout, retries):
+    """Learn earlier predictions of MODEL with the labels in FILE.
+
+    FILE is a CSV with a header, a 'prediction_id' column (the ids 'fcl3 predict --remember'
+    printed) and a 'y' column. Each request learns one batch of one task: with a 'task' column
+    the rows are sent one batch per task, else every id must be of one task. An id labelled
+    already, unknown or expired stops the command with the service's reason (nothing of that
+    batch is learned).
+    """
+    ids, ys, tasks, lines = read_labels(file)
+    groups: dict[str, list[int]] = {}
+    for i in range(len(ids)):
+        groups.setdefault(tasks[i] if tasks is not None else "", []).append(i)
+    chunks = [idx[k:k + MAX_BATCH] for idx in groups.values() for k in range(0, len(idx), MAX_BATCH)]
+    with _client(url, api_key, timeout, retries) as c:
+        for n, idx in enumerate(chunks, 1):
+            key = None
+            if idempotency_key:
+                key = idempotency_key if len(chunks) == 1 else f"{idempotency_key}-{n}"
+            try:
+                r = c.label_batch(model, [(ids[i], ys[i]) for i in idx], idempotency_key=key)
+            except FCL3Error as exc:
+                raise _fail(exc, f"refused labels from {file}:{lines[idx[0]]}",
+                            f"{n - 1} of {len(chunks)} batches were learned") from None
+            u = r.update
+            preq = _scores(u.prequential)
+            click.echo(f"learned {len(idx)} labelled rows of task {u.task_id!r}"
+                       f"{' (already applied: replayed)' if r.replayed else ''}: version {u.version}, "
+                       f"{u.n_samples} samples" + (f"; served predictions: {_metrics(preq)}" if preq else ""))
 
 
 @main.command()
@@ -653,8 +751,11 @@ def events(model, last_event_id, count, url, api_key, timeout, retries):
 @click.option("--params", default=None, metavar="JSON", help="Hyper-parameters of a model created here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--delay", default=None, type=click.IntRange(0), metavar="N",
+              help="Labels that arrive later: each batch (but a task's first) is predicted with remember, and "
+                   "its labels are sent N batches later (0: right after its prediction).")
 @connection_options
-def replay(path, model, kind, batch_size, order, seed, holdout, estimator, params, as_json, quiet,
+def replay(path, model, kind, batch_size, order, seed, holdout, estimator, params, as_json, quiet, delay,
            url, api_key, timeout, retries):
     """Stream the data set PATH into MODEL of a running service.
 
@@ -663,7 +764,9 @@ def replay(path, model, kind, batch_size, order, seed, holdout, estimator, param
     The whole file is checked before anything is sent. Each batch is sent with an
     Idempotency-Key derived from the file's content, the model, the task and the batch's
     index: a replay that was interrupted and is run again (with the same options) applies
-    every row exactly once.
+    every row exactly once. With --delay N, the batch is predicted (remembered) first and its
+    labels sent N batches later: the prequential figures are then those of predictions made
+    N batches before the labels came (a task's first batch is learned at once).
     """
     rows = read_dataset(path)
     file_kind = rows.kind or infer_kind(rows.y)
@@ -690,7 +793,7 @@ def replay(path, model, kind, batch_size, order, seed, holdout, estimator, param
             created = True
         except FCL3Error as exc:
             raise _fail(exc, f"cannot reach model {model!r} at {url}") from None
-        summary = _send(c, rows, batches, held, model, path, quiet)
+        summary = _send(c, rows, batches, held, model, path, quiet, delay)
         info = c.get_model(model)
         summary.update(model=model, url=url, file=str(path), created=created, kind=info.kind,
                        representatives=info.n_representatives, version=info.version,
@@ -704,8 +807,29 @@ def replay(path, model, kind, batch_size, order, seed, holdout, estimator, param
         _print_summary(summary)
 
 
+def _deliver(c: Client, model: str, pending: list, now: float, counts: dict) -> None:
+    """``fcl3 replay --delay``: label the remembered batches due by batch ``now``, oldest first.
+    A label's key names the batch's rows: a replay run again gets 422 for a batch an earlier
+    run labelled (its rows remembered again under new ids), which is counted as applied."""
+    while pending and pending[0][0] <= now:
+        _, b, ids, y = pending.pop(0)
+        key = "fcl3-label-" + hashlib.sha256(json.dumps([b.key, b.rows]).encode()).hexdigest()[:48]
+        try:
+            r = c.label_batch(model, list(zip(ids, y)), idempotency_key=key)
+        except APIError as exc:
+            if exc.status == 422 and "Idempotency-Key" in exc.message:
+                counts["replayed"] += 1
+                counts["replayed_rows"] += len(y)
+                continue
+            raise _fail(exc, f"the labels of batch {b.index + 1} of task {b.task!r} were refused") from None
+        counts["labelled"] += 1
+        if r.replayed:
+            counts["replayed"] += 1
+            counts["replayed_rows"] += len(y)
+
+
 def _send(c: Client, rows: Rows, batches: list[PlannedBatch], held: dict[str, list[int]], model: str,
-          path: Path, quiet: bool) -> dict:
+          path: Path, quiet: bool, delay: int | None = None) -> dict:
     from tqdm import tqdm
 
     n_rows = sum(len(b.rows) for b in batches)
@@ -723,6 +847,8 @@ def _send(c: Client, rows: Rows, batches: list[PlannedBatch], held: dict[str, li
     bar = tqdm(total=n_rows, unit="row", desc=f"replay {model}", file=sys.stderr,
                disable=quiet, dynamic_ncols=True, leave=False)
     done = 0
+    pending: list = []  # --delay: (due at batch, batch, prediction ids, labels)
+    counts = {"labelled": 0, "replayed": 0, "replayed_rows": 0}
     try:
         for n, b in enumerate(batches, 1):
             X = [rows.X[i] for i in b.rows]
@@ -739,7 +865,12 @@ def _send(c: Client, rows: Rows, batches: list[PlannedBatch], held: dict[str, li
                                 f"{done} of {len(batches)} batches were applied; run the same command again to resume") from None
                 evaluation_sent.add(b.task)
             try:
-                r = c.learn_batch(model, b.task, X, y, idempotency_key=b.key)
+                if delay is not None and b.index > 0:  # predicted now, labelled `delay` batches later
+                    r = None
+                    pending.append((n + delay, b, c.predict(model, b.task, X, remember=True).prediction_ids, y))
+                else:
+                    r = c.learn_batch(model, b.task, X, y, idempotency_key=b.key)
+                _deliver(c, model, pending, n, counts)
             except FCL3Error as exc:
                 bar.close()
                 at = sorted(rows.lines[i] for i in b.rows)
@@ -754,15 +885,18 @@ def _send(c: Client, rows: Rows, batches: list[PlannedBatch], held: dict[str, li
                             "--order, --seed, --holdout): run it with the same options to resume, or use another model")
                 raise _fail(exc, f"batch {b.index + 1} of task {b.task!r} ({lines}) was refused", hint) from None
             done += 1
-            u = r.update
             if b.task not in seen_tasks:
                 seen_tasks.add(b.task)
-                new_tasks += bool(u.new_task)
-            if r.replayed:
+                new_tasks += bool(r is not None and r.update.new_task)
+            if r is not None and r.replayed:
                 replayed_batches += 1
                 replayed_rows += len(y)
             bar.update(len(y))
             bar.set_postfix(tasks=len(seen_tasks), batches=f"{n}/{len(batches)}", refresh=False)
+        try:
+            _deliver(c, model, pending, float("inf"), counts)  # the labels still on their way
+        except FCL3Error as exc:
+            raise _fail(exc, "the last delayed labels were refused") from None
     except KeyboardInterrupt:
         bar.close()
         click.echo(f"fcl3 replay: interrupted after {done} of {len(batches)} batches; run the same command "
@@ -770,9 +904,12 @@ def _send(c: Client, rows: Rows, batches: list[PlannedBatch], held: dict[str, li
         raise SystemExit(130) from None
     finally:
         bar.close()
-    return {"tasks": len(seen_tasks), "new_tasks": new_tasks, "batches": len(batches),
-            "replayed_batches": replayed_batches, "rows": n_rows, "replayed_rows": replayed_rows,
-            "held_out_rows": sum(len(v) for v in held.values())}
+    out = {"tasks": len(seen_tasks), "new_tasks": new_tasks, "batches": len(batches),
+           "replayed_batches": replayed_batches + counts["replayed"], "rows": n_rows,
+           "replayed_rows": replayed_rows + counts["replayed_rows"], "held_out_rows": sum(len(v) for v in held.values())}
+    if delay is not None:
+        out.update(delay=delay, labelled_batches=counts["labelled"])
+    return out
 
 
 def _scores(s: Any) -> dict | None:
@@ -850,6 +987,9 @@ def _print_summary(s: dict) -> None:
     out.append(f"  tasks            {s['tasks']} ({s['new_tasks']} new)")
     out.append(f"  batches          {s['batches']} ({s['batches'] - s['replayed_batches']} learned now, "
                f"{s['replayed_batches']} already applied)")
+    if s.get("delay") is not None:
+        out.append(f"  delayed labels   {s['labelled_batches']} batches predicted first, labelled "
+                   f"{s['delay']} batches later")
     out.append(f"  rows             {s['rows']} ({s['rows'] - s['replayed_rows']} learned now)"
                + (f", {s['held_out_rows']} held out for evaluation" if s['held_out_rows'] else ""))
     out.append(f"  representatives  {s['representatives']}")

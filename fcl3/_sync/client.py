@@ -138,10 +138,28 @@ class Client:
         (update, replayed), attempts = self._send(calls.learn(model, task_id, X, y, key))
         return BatchResult(update, replayed, key, attempts)
 
-    def predict(self, model: str, task_id: str, X: Any, *, min_version: int | None = None) -> PredictOut:
+    def predict(self, model: str, task_id: str, X: Any, *, min_version: int | None = None,
+                      remember: bool = False) -> PredictOut:
         """Predictions for the rows ``X`` of a learned task (``min_version``: from that model
-        version or a later one, else 409)."""
-        return self._run(calls.predict(model, task_id, X, min_version))
+        version or a later one, else 409). With ``remember``, the service keeps the rows for
+        labels that arrive later: ``prediction_ids`` holds one id per row, for :meth:`label`
+        (such a request is not resent once it may have reached the service)."""
+        return self._run(calls.predict(model, task_id, X, min_version, remember))
+
+    def label(self, model: str, pairs: Any, *, idempotency_key: str | None = None) -> UpdateOut:
+        """Learn remembered predictions with their labels, as one batch of their task: ``pairs``
+        is ``{prediction_id: y}`` or ``(prediction_id, y)`` pairs, every id of one task. Answers
+        once committed; its ``prequential`` score is that of the predictions served. Sent with
+        ``idempotency_key`` (default: a new UUID), so that no retry learns it twice. An id
+        labelled already raises :class:`Conflict` (``headers["X-Model-Version"]``: the version
+        that learned it), unknown ids :class:`NotFound`, expired ones :class:`APIError` with status 410."""
+        return (self.label_batch(model, pairs, idempotency_key=idempotency_key)).update
+
+    def label_batch(self, model: str, pairs: Any, *, idempotency_key: str | None = None) -> BatchResult:
+        """:meth:`label`, with whether the answer was a replay and how many attempts it took."""
+        key = calls.new_key(idempotency_key)
+        (update, replayed), attempts = self._send(calls.label(model, pairs, key))
+        return BatchResult(update, replayed, key, attempts)
 
     def tasks(self, model: str, offset: int = 0, limit: int = 1000) -> TaskList:
         """One page of the model's tasks, oldest first."""

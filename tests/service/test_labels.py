@@ -124,6 +124,7 @@ def test_a_second_label_is_409_with_the_first_version(backend_client):
     again = label(c, "", ids[1:], y2[1:])  # one labelled, two waiting: nothing learned
     assert again.status_code == 409, again.text
     assert again.json()["version"] == 2 and again.json()["prediction_ids"] == [ids[1]]
+    assert again.headers["X-Model-Version"] == "2"
     assert version(c, "") == 2
     assert label(c, "", ids[2:], y2[2:]).json()["version"] == 3  # the others still wait
     assert c.get("/tasks/t").json()["n_samples"] == 16

@@ -28,12 +28,14 @@ ERRORS = {
                          "learned. The ids are listed in `prediction_ids`.",
           "content": _example(f"unknown prediction ids on model 'schools': '{_ID}' (never remembered by a "
                               "prediction of this model); nothing was learned", prediction_ids=[_ID])},
-    409: {"description": "Prediction ids labelled already: `version` is the model version of the batch that first "
-                         "learned them (nothing learned now). Or: the first request with this Idempotency-Key is "
+    409: {"description": "Prediction ids labelled already: `version` (and the header `X-Model-Version`) is the "
+                         "model version of the batch that first learned them (nothing learned now). Or: the first request with this Idempotency-Key is "
                          "still running (Retry-After), or the model moved under a writer whose lock had expired.",
           "content": _example(f"prediction ids labelled already on model 'schools': '{_ID}' (the first learned by "
                               "the batch of version 12); each id is labelled once; nothing was learned",
-                              version=12, prediction_ids=[_ID])},
+                              version=12, prediction_ids=[_ID]),
+          "headers": {"X-Model-Version": {"description": "The version that learned the ids (labelled already).",
+                                          "schema": {"type": "integer"}}}},
     410: {"description": "Prediction ids past PREDICTION_TTL, or dropped when more than MAX_REMEMBERED_PER_MODEL "
                          "rows of the model waited; nothing learned.",
           "content": _example(f"prediction ids past PREDICTION_TTL, or dropped beyond MAX_REMEMBERED_PER_MODEL, on "
@@ -68,7 +70,9 @@ def post_labels(request: Request, model: ModelDep, settings: SettingsDep, body: 
     except LabelRefused as exc:
         if exc.status == 422:
             raise
-        return JSONResponse({"detail": request.app.state.redact(exc.message), **exc.extra}, status_code=exc.status)
+        headers = {"X-Model-Version": str(exc.extra["version"])} if "version" in exc.extra else None
+        return JSONResponse({"detail": request.app.state.redact(exc.message), **exc.extra}, status_code=exc.status,
+                            headers=headers)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return UpdateOut(**out)
