@@ -257,3 +257,23 @@ def test_the_routes_are_documented(make_client):
     body = doc["paths"]["/predict"]["post"]["requestBody"]["content"]["application/json"]
     assert "remember" in body["schema"]["properties"]
     assert body["examples"]["remember"]["value"]["remember"] is True
+
+
+def test_remembered_rows_go_with_their_model(backend_client):
+    """A deleted model's remembered rows are deleted with it: a model created again under its
+    name does not know the old ids."""
+    c = backend_client
+    rng = np.random.default_rng(9)
+    name = unique_name("gone")
+    p = create(c, name)
+    X1, y1 = regression_batch(rng, n=12)
+    assert c.post(f"{p}/tasks/t/data", json={"X": X1, "y": y1}).status_code == 200
+    ids = remember(c, p, "t", X1[:2])["prediction_ids"]
+    assert c.delete(p).status_code == 204
+    with c.app.state.engine.connect() as conn:
+        assert not conn.execute(select(remembered_t.c.prediction_id).where(remembered_t.c.model_name == name)).all()
+    assert label(c, p, ids, y1[:2]).status_code == 404  # the model itself is unknown
+    create(c, name)
+    assert c.post(f"{p}/tasks/t/data", json={"X": X1, "y": y1}).status_code == 200
+    r = label(c, p, ids, y1[:2])
+    assert r.status_code == 404 and r.json()["prediction_ids"] == ids
