@@ -18,8 +18,8 @@ most the updates in flight.
 
 **A holder that is gone** (killed with SIGKILL, its machine lost) leaves no wait behind: the
 kernel drops a dead process's ``flock`` (file locks), and a Redis lock's value names its
-holder's lease (:class:`Holders`, the same leases as the Idempotency-Key claims of
-:mod:`service.idempotency`), so a waiter that finds that lease free deletes the lock (a
+holder's lease (:class:`Holders`: leases of the kind the Idempotency-Key claims of
+:mod:`service.idempotency` record), so a waiter that finds that lease free deletes the lock (a
 compare-and-delete of the exact value) and takes it at once. A live holder's lease is held, so
 it is never taken over before its TTL; the one exception is a PostgreSQL lease lost while its
 process lives (its connection cut, the database restarted), which is then the TTL case above.
@@ -261,8 +261,9 @@ def _machine() -> str:
 
 class _PgLease:
     """This process's liveness on PostgreSQL: the session advisory lock ``(LEASE_SPACE, id)``
-    held on a connection of its own. The server drops it when that connection ends (the
-    process died, the database restarted); it is checked at most every ``CHECK_EVERY``
+    held on a connection of its own (autocommit), which also asks whether other leases are
+    held: one connection per process. The server drops the lock when that connection ends
+    (the process died, the database restarted); it is checked at most every ``CHECK_EVERY``
     seconds when asked for, and a lost lease is taken again under a new id."""
 
     CHECK_EVERY = 1.0
@@ -273,52 +274,68 @@ class _PgLease:
         from sqlalchemy.pool import NullPool
 
         libpq = make_url(url).get_driver_name() in ("psycopg", "psycopg2")
-        args = {"connect_timeout": 2} if libpq else {}
-        self._own = create_engine(url, poolclass=NullPool, connect_args=args)  # the lease's connection
-        self._checks = create_engine(url, pool_size=1, max_overflow=2, pool_pre_ping=True, connect_args=args)
+        self._own = create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": 2} if libpq else {})
         self._conn = None
         self._pid = 0
-        self._checked = float("-inf")
+        self._checked = self._failed = float("-inf")
         self._guard = threading.Lock()
         self.id: int | None = None
 
     def holder(self) -> str:
         """``g<id>`` of the lease this process holds now (taken first if need be)."""
+        with self._guard:
+            self._hold()
+            return f"g{self.id:x}"
+
+    def _hold(self) -> None:
         import secrets
 
         from sqlalchemy.exc import DBAPIError
 
-        with self._guard:
-            if self._conn is not None and self._pid != os.getpid():  # forked: the parent's socket
-                self._conn = self.id = None
-            if self._conn is not None and time.monotonic() - self._checked >= self.CHECK_EVERY:
-                try:
-                    self._conn.exec_driver_sql("SELECT 1")
-                    self._checked = time.monotonic()
-                except DBAPIError:
-                    log.warning("update lock lease %s lost (its connection dropped): taking a new one", self.id)
-                    self._drop()
-            if self._conn is None:
+        if self._conn is not None and self._pid != os.getpid():  # forked: the parent's socket
+            self._conn = self.id = None
+        if self._conn is not None and time.monotonic() - self._checked >= self.CHECK_EVERY:
+            try:
+                self._conn.exec_driver_sql("SELECT 1")
+                self._checked = time.monotonic()
+            except DBAPIError:
+                log.warning("update lock lease %s lost (its connection dropped): taking a new one", self.id)
+                self._drop()
+        if self._conn is None:
+            if time.monotonic() - self._failed < self.CHECK_EVERY:  # the database was down a moment ago
+                raise RuntimeError("no update lock lease: the database did not answer")
+            try:
                 conn = self._own.connect().execution_options(isolation_level="AUTOCOMMIT")
-                try:
-                    for _ in range(16):
-                        lease = secrets.randbelow(2 ** 31 - 2) + 1
-                        if conn.exec_driver_sql(f"SELECT pg_try_advisory_lock({LEASE_SPACE}, {lease})").scalar():
-                            self._conn, self.id, self._pid, self._checked = conn, lease, os.getpid(), time.monotonic()
-                            break
-                    else:  # pragma: no cover - 16 ids in 2^31 all taken
-                        raise RuntimeError("no free update lock lease id after 16 tries")
-                except BaseException:
-                    conn.close()
-                    raise
-            return f"g{self.id:x}"
+            except Exception:
+                self._failed = time.monotonic()
+                raise
+            try:
+                for _ in range(16):
+                    lease = secrets.randbelow(2 ** 31 - 2) + 1
+                    if conn.exec_driver_sql(f"SELECT pg_try_advisory_lock({LEASE_SPACE}, {lease})").scalar():
+                        self._conn, self.id, self._pid, self._checked = conn, lease, os.getpid(), time.monotonic()
+                        break
+                else:  # pragma: no cover - 16 ids in 2^31 all taken
+                    raise RuntimeError("no free update lock lease id after 16 tries")
+            except BaseException:
+                conn.close()
+                raise
 
     def gone(self, lease: int) -> bool:
-        """Whether nobody holds the lease ``lease`` (its process is gone); ours is held."""
-        if (lease == self.id and self._conn is not None) or not 0 < lease < 2 ** 31:
+        """Whether nobody holds the lease ``lease`` (its process is gone); ours is held. Asked
+        on the lease's connection: the transaction lock, if granted, ends with the statement."""
+        if not 0 < lease < 2 ** 31:
             return False
-        with self._checks.begin() as conn:
-            return bool(conn.exec_driver_sql(f"SELECT pg_try_advisory_xact_lock({LEASE_SPACE}, {lease})").scalar())
+        with self._guard:
+            self._hold()
+            if lease == self.id:  # ours (its session would be granted it again)
+                return False
+            try:
+                return bool(self._conn.exec_driver_sql(
+                    f"SELECT pg_try_advisory_xact_lock({LEASE_SPACE}, {lease})").scalar())
+            except Exception:
+                self._drop()  # taken again by the next call
+                raise
 
     def _drop(self) -> None:
         conn, self._conn, self.id = self._conn, None, None
@@ -332,7 +349,6 @@ class _PgLease:
         with self._guard:
             self._drop()
         self._own.dispose()
-        self._checks.dispose()
 
 
 class Holders:
@@ -380,7 +396,8 @@ class Holders:
             if self.kind == "p":
                 return self._process()
         except Exception as exc:  # noqa: BLE001 - the database is down: the update fails anyway
-            log.warning("update lock holder unknown (%s): a lock of this process lasts its TTL if it dies", exc)
+            log.warning("update lock holder unknown (%s): a lock of this process lasts its TTL if it dies",
+                        (str(exc).splitlines() or [type(exc).__name__])[0])
         return ""
 
     def gone(self, holder: str) -> bool:
