@@ -49,8 +49,11 @@ The faults (``--faults``, default all):
 * ``sqlite-removed``: the SQLite file unlinked under the running server (its ``-wal`` and
   ``-shm`` left, as ``rm fcl3.db`` does), held; then the server restarted (an operator's
   remedy: a new empty store; the end: it answers ``/readyz``). Batches acknowledged before the
-  removal went with the file: reported apart (``removed_with_file``), left out of the
-  accounting; ``acked_while_removed``: acknowledged while the file was gone (each is lost).
+  removal went with the file: reported apart (``removed_with_file``: acknowledged by the old
+  server at a version the file held when it was unlinked, read through a connection opened
+  before the unlink, just after it), left out of the accounting; ``acked_while_removed``:
+  acknowledged by the old server at a later version, i.e. committed after the unlink (each is
+  lost).
 * ``clock-sqlite`` / ``clock-postgres``: the server's wall clock stepped 2 days forward, held,
   stepped back (the end). The step: an ``LD_PRELOAD`` shim compiled here (:data:`CLOCK_SHIM`,
   ``cc``) adds the seconds written in a file (re-read every 0.1 s) to ``clock_gettime`` of
@@ -88,6 +91,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
@@ -424,9 +428,11 @@ def read_back(db_url: str) -> dict[str, Any]:
     return {"model_version": version, "tasks": [tuple(t) for t in tasks], "batches": stored}
 
 
-def account(sent: list[Batch], store: dict[str, Any], before: list[Batch] = ()) -> dict[str, Any]:
+def account(sent: list[Batch], store: dict[str, Any], before: list[Batch] = (),
+            t_ref: float = 0.0) -> dict[str, Any]:
     """Acknowledged against stored. ``before``: batches left out of the accounting (acknowledged
-    before a removal of the store); those found stored anyway are counted as ``resurrected``."""
+    before a removal of the store); those found stored anyway are counted as ``resurrected``.
+    ``t_ref``: when the fault was injected (``lost_detail`` times are from then)."""
     stored_at: dict[bytes, list[int]] = {}
     for s in store["batches"]:
         stored_at.setdefault(s["label"], []).append(s["version"])
@@ -466,6 +472,9 @@ def account(sent: list[Batch], store: dict[str, Any], before: list[Batch] = ()) 
         "replayed_answers": sum(b.replayed for b in acked),
         "gave_up_examples": [b.error for b in sent if b.error and b.writer >= 0][:3],
         "probe_attempts": sum(1 for b in sent if b.writer < 0),
+        "lost_detail": [{"version": b.version, "task": b.task, "writer": b.writer, "attempts": b.attempts,
+                         "sent_s": round(b.t_sent - t_ref, 3), "acked_s": round(b.t_ack - t_ref, 3)}
+                        for b in lost[:10]],
     }
 
 
@@ -542,6 +551,10 @@ class Fault:
 
     def undo(self, run: Run) -> None:
         raise NotImplementedError
+
+    def went_with_store(self, b: Batch, window: dict) -> bool:
+        """(``store_replaced``) Whether the acknowledged batch ``b`` was in the store when it went."""
+        return False
 
     def hold_for(self, timing: Timing) -> float:
         """Seconds this cycle's fault lasts."""
@@ -677,11 +690,29 @@ class SqliteRemoved(Fault):
     name = "sqlite-removed"
     how = ("the SQLite file unlinked under the running server (its -wal and -shm left, as `rm fcl3.db` does), "
            "held; then the server restarted (an operator's remedy: a new empty store); end = the restarted "
-           "server answers /readyz")
+           "server answers /readyz. The model's version is read from the file just before the unlink and, "
+           "through a connection opened before, just after it: batches the old server acknowledged at a "
+           "version up to the second were in the file when it went")
     store_replaced = True
 
     def inject(self, run: Run) -> None:
-        Path(run.env["SQLITE_PATH"]).unlink()
+        import sqlite3
+
+        path = Path(run.env["SQLITE_PATH"])
+        con = sqlite3.connect(path, timeout=10)
+        query = "SELECT version FROM models WHERE name = ?"
+        try:
+            before = con.execute(query, (MODEL,)).fetchone()[0]
+            path.unlink()
+            self.version_at_removal = con.execute(query, (MODEL,)).fetchone()[0]
+        finally:
+            con.close()
+        run.notes["removed_at"] = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+        run.notes["version_at_removal"] = [before, self.version_at_removal]
+
+    def went_with_store(self, b: Batch, window: dict) -> bool:
+        """Acknowledged by the old server at a version committed before the unlink."""
+        return b.t_ack < window["end"] and b.version <= self.version_at_removal
 
     def undo(self, run: Run) -> None:
         run.server.stop()
@@ -880,7 +911,6 @@ def run_fault(name: str, args, timing: Timing, logroot: Path, seed: int, status:
         status("writing")
         wait_until(lambda: len(ledger.acks()) >= 2 * args.writers, 30)
         time.sleep(timing.warm)
-        first = time.monotonic()
         early = [b for b in ledger.acks() if b.writer >= 0][:5]  # sent again later with their keys
         resent: list[dict] | None = None
         windows = []
@@ -917,12 +947,14 @@ def run_fault(name: str, args, timing: Timing, logroot: Path, seed: int, status:
         row["worker_processes_at_end"] = len(run.server.worker_pids())
         status("reading back")
         store = read_back(run.db_url)
-        before = [b for b in ledger.acks() if b.t_ack < first] if fault.store_replaced else []
+        before = [b for b in ledger.acks() if fault.went_with_store(b, windows[0])] if fault.store_replaced else []
         gone = {id(b) for b in before}
-        row.update(account([b for b in ledger.batches if id(b) not in gone], store, before))
+        row.update(account([b for b in ledger.batches if id(b) not in gone], store, before, windows[0]["injected"]))
         if fault.store_replaced:
             row["removed_with_file"] = len(before)
-            row["acked_while_removed"] = sum(1 for b in ledger.acks() if first <= b.t_ack < windows[0]["end"])
+            w0 = windows[0]
+            row["acked_while_removed"] = sum(1 for b in ledger.acks()
+                                             if b.t_ack < w0["end"] and not fault.went_with_store(b, w0))
         row["acked_during_fault"] = sum(1 for b in ledger.acks() for w in windows
                                         if w["injected"] <= b.t_ack < w["end"])
         row["resent"] = len(resent)
@@ -1003,6 +1035,17 @@ def table(rows: list[dict]) -> str:
             lines.append(f"    harness error: {row['error']}")
         if row.get("gave_up_examples"):
             lines.append(f"    gave up: {row['gave_up_examples'][0]}")
+        for lost in row.get("lost_detail", [])[:3]:
+            lines.append(f"    lost: version {lost['version']} ({lost['task']}), sent {lost['sent_s']} s and "
+                         f"acknowledged {lost['acked_s']} s from the fault's start")
+        applied = [r for r in row.get("resent_detail", []) if r.get("replayed") is False]
+        if applied:
+            lines.append(f"    sent again with its key and applied again: version {applied[0]['acked_version']} "
+                         f"-> {applied[0]['version']} ({len(applied)} of {row['resent']})")
+        if row.get("version_at_removal"):
+            lines.append(f"    version in the file just before / after the unlink: {row['version_at_removal']}; "
+                         f"{row.get('removed_with_file')} acknowledged batches went with it, "
+                         f"{row.get('acked_while_removed')} acknowledged after it")
     return "\n".join(lines)
 
 
