@@ -121,7 +121,7 @@ class Timing:
     join: float  # at most this long for the writers' last calls once told to stop
 
 
-QUICK = Timing(warm=1.0, hold=2.0, after=1.0, recover_cap=30.0, cycles=2, join=75.0)
+QUICK = Timing(warm=1.0, hold=1.5, after=1.0, recover_cap=30.0, cycles=2, join=75.0)
 FULL = Timing(warm=5.0, hold=10.0, after=8.0, recover_cap=90.0, cycles=4, join=120.0)
 
 
@@ -1057,6 +1057,17 @@ def healthy(row: dict) -> bool:
             and row.get("recovery_s") is not None)
 
 
+def checkout() -> dict[str, Any]:
+    """The commit the servers ran from, and the files changed since (the service is edited
+    while the suite runs)."""
+    def git(*a: str) -> str:
+        r = subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True)
+        return r.stdout.rstrip("\n") if r.returncode == 0 else ""
+
+    return {"commit": git("rev-parse", "--short", "HEAD") or None,
+            "modified": [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]}
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.faults", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1086,6 +1097,7 @@ def main(argv: list[str] | None = None) -> dict:
     results: dict[str, Any] = {
         "command": " ".join(["python -m benchmarks.faults", *(argv if argv is not None else sys.argv[1:])]),
         "machine": {**machine(), "uid": os.geteuid()},
+        "checkout": checkout(),
         "mode": "quick" if args.quick else "full",
         "setup": {"timing": timing.__dict__, "writers": args.writers, "workers": args.workers,
                   "rows_per_batch": ROWS, "features": D, "tasks": TASKS, "model": MODEL,
