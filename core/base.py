@@ -147,6 +147,11 @@ class LifelongLearner:
         return tasks[task_id]
 
     # ----------------------------------------------------------------- learning
+    def check_size(self, n_features: int) -> None:
+        """:class:`InputError` when a model of ``n_features`` features would be too large to
+        update in bounded time and memory (checked on the first batch; a service may call it
+        when a model's number of features is known at creation). Nothing is too large here."""
+
     def learn(self, task_id: str, X, y) -> UpdateResult:
         """Learn one labelled batch of task ``task_id`` (appended if the task is known).
 
@@ -157,6 +162,8 @@ class LifelongLearner:
             raise InputError("task_id must be a non-empty string")
         n_features = getattr(self, "n_features_in_", None)
         X = as_matrix(X, n_features)
+        if not self.is_fitted:
+            self.check_size(X.shape[1])
         y = as_targets(y, X.shape[0], self.kind)
         known = task_id in getattr(self, "tasks_", {})
         previous = self.tasks_[task_id] if known else None

@@ -172,15 +172,6 @@ class ELLA(LifelongLearner):
         number of features is known at creation)."""
         check_system_size(self, int(n_features) + 1, self.n_components, "the basis L")
 
-    def learn(self, task_id: str, X, y) -> UpdateResult:
-        """:meth:`core.LifelongLearner.learn`; the first batch is refused (:class:`InputError`)
-        when the basis's system would be larger than :data:`core.params.MAX_SYSTEM_SIZE`."""
-        if not self.is_fitted:
-            self._check_params()
-            X = as_matrix(X, None)
-            self.check_size(X.shape[1])
-        return super().learn(task_id, X, y)
-
     # ----------------------------------------------------------------- learned state
     @property
     def _dim(self) -> int:

@@ -84,7 +84,6 @@ from .losses import half_hessian
 from .params import (BASE_CONSTRAINTS, MAX_COMPONENTS, MAX_OUTER_ITER, MAX_WEIGHT, Boolean, NoneValue, Options,
                      check_system_size, integer, real, validate_params)
 from .population import Population
-from .preprocessing import as_matrix
 from .solvers import (admm_assignment, fista_quadratic_l1, kronecker_sum_pcg, plus_kron_terms,
                       solve_ridge_ball, solve_rows_in_ball)
 
@@ -218,15 +217,6 @@ class FCL3(LifelongLearner):
     # ------------------------------------------------------------------ checks
     def _check_params(self) -> None:
         validate_params(self)
-
-    def learn(self, task_id: str, X, y) -> UpdateResult:
-        """:meth:`core.LifelongLearner.learn`; the first batch is refused (:class:`InputError`)
-        when the decoder's system would be larger than :data:`core.params.MAX_SYSTEM_SIZE`."""
-        if not self.is_fitted:
-            self._check_params()
-            X = as_matrix(X, None)
-            self.check_size(X.shape[1])
-        return super().learn(task_id, X, y)
 
     def check_size(self, n_features: int) -> None:
         """:class:`InputError` when the decoder for ``n_features`` features would have more than
