@@ -199,8 +199,9 @@ def label_pairs(pairs: Any) -> list[dict[str, Any]]:
 
 
 def label(model: str, pairs: Any, key: str) -> Call[tuple[UpdateOut, bool]]:
-    """Labels of remembered predictions, with an Idempotency-Key: resent safely. A 409 is not
-    retried: it is an id labelled already (its body says by which version)."""
+    """Labels of remembered predictions, with an Idempotency-Key: resent safely. A 409 with
+    ``Retry-After`` (the key still in flight) is waited out; one without is final: an id
+    labelled already (its body says by which version)."""
     def parse(r: httpx.Response) -> tuple[UpdateOut, bool]:
         return UpdateOut.model_validate_json(r.content), r.headers.get("Idempotent-Replayed") == "true"
 

@@ -77,9 +77,14 @@ def wait_after_response(call: Call, retries: Retries, attempt: int, response: ht
 
 
 def busy(call: Call, response: httpx.Response) -> bool:
-    """Whether the answer says "busy, nothing applied, retry": 503, or 409 where the call
-    retries conflicts (a batch whose key is still in flight)."""
-    return response.status_code == 503 or (response.status_code == 409 and call.retry_conflict)
+    """Whether the answer says "busy, nothing applied, retry": 503; a 409 with ``Retry-After``
+    (an ``Idempotency-Key`` still in flight, for any call that sends one); or any 409 where
+    the call retries conflicts (a batch: its key in flight, or a stale writer refused). A 409
+    without ``Retry-After`` to a call that does not retry conflicts is final (labels: the ids
+    were labelled already)."""
+    if response.status_code == 503:
+        return True
+    return response.status_code == 409 and (call.retry_conflict or "Retry-After" in response.headers)
 
 
 class Attempts:

@@ -131,3 +131,18 @@ def test_reads_are_not_made_patient(sleeps):
     with pytest.raises(Unavailable):
         client(Script(*[down() for _ in range(3)]), retries=2).get_model("m")
     assert sleeps == [5.0, 5.0]
+
+
+def test_a_label_waits_out_its_key_in_flight_but_not_ids_labelled_already(sleeps):
+    """A label request answered 409 with ``Retry-After`` (its key still in flight) is retried
+    with the same key until it is learned; a 409 without (the ids were labelled already) is
+    raised at once."""
+    s = Script(in_flight(), in_flight(), httpx.Response(200, json=UPDATE))
+    r = client(s).label_batch("m", {"p1": 1.0}, idempotency_key="k")
+    assert (r.attempts, r.update.version) == (3, 1)
+    assert {req.headers["Idempotency-Key"] for req in s.requests} == {"k"}
+    labelled = httpx.Response(409, json={"detail": "labelled already", "version": 4, "prediction_ids": ["p1"]})
+    s = Script(labelled)
+    with pytest.raises(Conflict):
+        client(s).label_batch("m", {"p1": 1.0}, idempotency_key="k2")
+    assert len(s.requests) == 1
