@@ -52,6 +52,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import minimize_scalar
 
 from .losses import sigmoid
 
@@ -209,7 +210,6 @@ def choose_logistic_population(tasks: list, start: Population | None = None) -> 
     fits = {name: fit_logistic_population(tasks, start if name == own else None, structure=name)
             for name in STRUCTURES}
     free = {"full": D * (D + 1) / 2.0, "diagonal": float(D), "shared_slopes": 1.0}
-
     aic = {name: marginal_objective(tasks, pop)[0] - _log_prior(pop) - free[name] for name, pop in fits.items()}
     return fits[max(STRUCTURES, key=aic.get)]
 
@@ -292,8 +292,6 @@ def fit_shared_slopes(sites: list, spread_scale: float = LOGISTIC_SPREAD_SCALE,
     best ``m`` is the generalised least-squares mean ``(sum_t J_t A_t + I / mean_scale^2)^-1
     sum_t A_t' h_t`` (exact, where EM's mean moves by the slopes' tiny variance per step), and
     ``log v`` is found by a bounded scalar search (scipy)."""
-    from scipy.optimize import minimize_scalar
-
     J, h = (np.array(c, dtype=float) for c in zip(*sites))
     T, D = h.shape
     eye = np.eye(D)
