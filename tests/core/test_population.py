@@ -315,17 +315,7 @@ def test_logistic_population_finds_the_intercepts_spread_of_tasks_of_two_rows():
         X = _design(rng.standard_normal((2, 1)))
         theta = np.array([0.5, 0.8 + 1.5 * rng.standard_normal()])
         tasks.append((X, (rng.random(2) < 1 / (1 + np.exp(-(X @ theta)))).astype(float)))
-    nodes, weights = np.polynomial.hermite_e.hermegauss(40)
-
-    def negative(v):
-        b = v[1] + np.exp(v[2]) * nodes
-        total = 0.0
-        for X, y in tasks:
-            z = X[:, :1] * v[0] + b[None, :]
-            total += np.log(weights @ np.exp(-np.sum(np.logaddexp(0, z) - y[:, None] * z, axis=0)) / np.sqrt(2 * np.pi))
-        return -total
-    ml = optimize.minimize(negative, np.array([0.0, 0.0, 0.0]), method="Nelder-Mead",
-                           options={"xatol": 1e-5, "fatol": 1e-7, "maxiter": 2000}).x
+    ml = _quadrature_random_intercept(tasks)
     pop = fit_logistic_population(tasks)
     assert abs(np.sqrt(pop.cov[1, 1]) - np.exp(ml[2])) < 0.3
     np.testing.assert_allclose(pop.mean, ml[:2], atol=0.2)
