@@ -501,6 +501,7 @@ class Run:
     def start_server(self, timeout: float = 60.0) -> Server:
         if self.server is None:
             self.server = Server(self.env, workers=self.args.workers, log_path=self.dir / "server.log",
+                                 cwd=self.args.server_tree,
                                  access_log=False)
         self.server.start(timeout)
         self.server.wait_workers()
@@ -527,7 +528,7 @@ def use_postgres(run: Run, admin_url: str, redis_url: str) -> None:
     prefix = redis_prefix("faults")
     run.cleanups.append(lambda: drop_throwaway_backend(admin_url, dbname, redis_url, prefix))
     run.env.update(DATABASE_URL=url, REDIS_URL=redis_url, REDIS_PREFIX=prefix, AUTO_CREATE_SCHEMA="false")
-    migrate({**os.environ, **run.env})
+    migrate({**os.environ, **run.env}, cwd=run.args.server_tree)
     run.db_url = url
     run.notes["store"] = f"postgresql database {dbname} + redis prefix {prefix}"
 
@@ -1057,15 +1058,21 @@ def healthy(row: dict) -> bool:
             and row.get("recovery_s") is not None)
 
 
-def checkout() -> dict[str, Any]:
-    """The commit the servers ran from, and the files changed since (the service is edited
-    while the suite runs)."""
+def checkout(tree: Path) -> dict[str, Any]:
+    """What the servers ran: the directory, and its commit with the files changed since (a git
+    checkout), or the commit ``git archive`` wrote into it (``git archive HEAD | tar -x``:
+    the files as committed, whatever is being edited in the checkout meanwhile)."""
     def git(*a: str) -> str:
-        r = subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True)
+        r = subprocess.run(["git", *a], cwd=tree, capture_output=True, text=True)
         return r.stdout.rstrip("\n") if r.returncode == 0 else ""
 
-    return {"commit": git("rev-parse", "--short", "HEAD") or None,
-            "modified": [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]}
+    out: dict[str, Any] = {"server_tree": str(tree)}
+    if (tree / ".git").exists():
+        out["commit"] = git("rev-parse", "--short", "HEAD") or None
+        out["modified"] = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]
+    else:  # e.g. an archive of a commit: --server-commit names it
+        out["commit"] = None
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -1083,6 +1090,10 @@ def main(argv: list[str] | None = None) -> dict:
                     help="the shared PostgreSQL server's URL: throwaway databases are made there (never stopped)")
     ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0",
                     help="the shared Redis (a prefix of each run's own; never stopped)")
+    ap.add_argument("--server-tree", type=Path, default=ROOT,
+                    help="the directory uvicorn and the migrations run from (default: this checkout); e.g. "
+                    "`git archive HEAD | tar -x -C DIR` so that edits in the checkout do not reach a run")
+    ap.add_argument("--server-commit", default=None, help="the commit --server-tree holds (for the results)")
     ap.add_argument("--json", default=str(DEFAULT_JSON), help="write the results here")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
@@ -1097,7 +1108,8 @@ def main(argv: list[str] | None = None) -> dict:
     results: dict[str, Any] = {
         "command": " ".join(["python -m benchmarks.faults", *(argv if argv is not None else sys.argv[1:])]),
         "machine": {**machine(), "uid": os.geteuid()},
-        "checkout": checkout(),
+        "checkout": {**checkout(args.server_tree.resolve()),
+                     **({"commit": args.server_commit} if args.server_commit else {})},
         "mode": "quick" if args.quick else "full",
         "setup": {"timing": timing.__dict__, "writers": args.writers, "workers": args.workers,
                   "rows_per_batch": ROWS, "features": D, "tasks": TASKS, "model": MODEL,
