@@ -48,12 +48,12 @@ The faults (``--faults``, default all):
   deleted (the end). Not root: not injected (said so in the results).
 * ``sqlite-removed``: the SQLite file unlinked under the running server (its ``-wal`` and
   ``-shm`` left, as ``rm fcl3.db`` does), held; then the server restarted (an operator's
-  remedy: a new empty store; the end: it answers ``/readyz``). Batches acknowledged before the
-  removal went with the file: reported apart (``removed_with_file``: acknowledged by the old
-  server at a version the file held when it was unlinked, read through a connection opened
-  before the unlink, just after it), left out of the accounting; ``acked_while_removed``:
-  acknowledged by the old server at a later version, i.e. committed after the unlink (each is
-  lost).
+  remedy: a new empty store; the end: it answers ``/readyz``); once quick, 3 times by
+  default. Batches acknowledged before the removal went with the file: reported apart
+  (``removed_with_file``: acknowledged by the old server at a version the file held when it
+  was unlinked, read through a connection opened before the unlink, just after it), left out
+  of the accounting; ``acked_while_removed``: acknowledged by the old server at a later
+  version, i.e. committed after the unlink (each is lost).
 * ``clock-sqlite`` / ``clock-postgres``: the server's wall clock stepped 2 days forward, held,
   stepped back (the end). The step: an ``LD_PRELOAD`` shim compiled here (:data:`CLOCK_SHIM`,
   ``cc``) adds the seconds written in a file (re-read every 0.1 s) to ``clock_gettime`` of
@@ -118,11 +118,12 @@ class Timing:
     after: float
     recover_cap: float
     cycles: int  # kill -9 cycles
+    removals: int  # sqlite-removed cycles
     join: float  # at most this long for the writers' last calls once told to stop
 
 
-QUICK = Timing(warm=1.0, hold=1.5, after=1.0, recover_cap=30.0, cycles=2, join=75.0)
-FULL = Timing(warm=5.0, hold=10.0, after=8.0, recover_cap=90.0, cycles=4, join=120.0)
+QUICK = Timing(warm=1.0, hold=1.5, after=1.0, recover_cap=30.0, cycles=2, removals=1, join=75.0)
+FULL = Timing(warm=5.0, hold=10.0, after=8.0, recover_cap=90.0, cycles=4, removals=3, join=120.0)
 
 
 # ----------------------------------------------------------------------------- throwaway servers
@@ -429,10 +430,15 @@ def read_back(db_url: str) -> dict[str, Any]:
 
 
 def account(sent: list[Batch], store: dict[str, Any], before: list[Batch] = (),
-            t_ref: float = 0.0) -> dict[str, Any]:
+            injected: list[float] = (0.0,)) -> dict[str, Any]:
     """Acknowledged against stored. ``before``: batches left out of the accounting (acknowledged
     before a removal of the store); those found stored anyway are counted as ``resurrected``.
-    ``t_ref``: when the fault was injected (``lost_detail`` times are from then)."""
+    ``injected``: when each cycle's fault was injected (``lost_detail`` times are from the last
+    injection before the acknowledgement)."""
+
+    def since(b: Batch) -> float:
+        return max([t for t in injected if t <= b.t_ack] or [injected[0]])
+
     stored_at: dict[bytes, list[int]] = {}
     for s in store["batches"]:
         stored_at.setdefault(s["label"], []).append(s["version"])
@@ -473,7 +479,7 @@ def account(sent: list[Batch], store: dict[str, Any], before: list[Batch] = (),
         "gave_up_examples": [b.error for b in sent if b.error and b.writer >= 0][:3],
         "probe_attempts": sum(1 for b in sent if b.writer < 0),
         "lost_detail": [{"version": b.version, "task": b.task, "writer": b.writer, "attempts": b.attempts,
-                         "sent_s": round(b.t_sent - t_ref, 3), "acked_s": round(b.t_ack - t_ref, 3)}
+                         "sent_s": round(b.t_sent - since(b), 3), "acked_s": round(b.t_ack - since(b), 3)}
                         for b in lost[:10]],
     }
 
@@ -553,9 +559,13 @@ class Fault:
     def undo(self, run: Run) -> None:
         raise NotImplementedError
 
-    def went_with_store(self, b: Batch, window: dict) -> bool:
-        """(``store_replaced``) Whether the acknowledged batch ``b`` was in the store when it went."""
-        return False
+    def went_with_store(self, b: Batch, windows: list[dict]) -> bool | None:
+        """(``store_replaced``) Whether the acknowledged batch ``b`` was in a store when it
+        went (False: acknowledged after; None: acknowledged by the last store's server)."""
+        return None
+
+    def cycles_for(self, timing: Timing) -> int:
+        return self.cycles
 
     def hold_for(self, timing: Timing) -> float:
         """Seconds this cycle's fault lasts."""
@@ -580,6 +590,9 @@ class Kill9(Fault):
 
     def whole(self) -> bool:
         return self.cycle % 2 == 0
+
+    def cycles_for(self, timing: Timing) -> int:
+        return timing.cycles
 
     def hold_for(self, timing: Timing) -> float:
         return 1.0 if self.whole() else 0.0
@@ -696,6 +709,9 @@ class SqliteRemoved(Fault):
            "version up to the second were in the file when it went")
     store_replaced = True
 
+    def __init__(self):
+        self.versions: list[int] = []  # the model's version in the file just after each unlink
+
     def inject(self, run: Run) -> None:
         import sqlite3
 
@@ -705,15 +721,21 @@ class SqliteRemoved(Fault):
         try:
             before = con.execute(query, (MODEL,)).fetchone()[0]
             path.unlink()
-            self.version_at_removal = con.execute(query, (MODEL,)).fetchone()[0]
+            after = con.execute(query, (MODEL,)).fetchone()[0]
         finally:
             con.close()
-        run.notes["removed_at"] = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-        run.notes["version_at_removal"] = [before, self.version_at_removal]
+        self.versions.append(after)
+        run.notes.setdefault("removed_at", []).append(datetime.now(timezone.utc).isoformat(timespec="milliseconds"))
+        run.notes.setdefault("version_at_removal", []).append([before, after])
 
-    def went_with_store(self, b: Batch, window: dict) -> bool:
-        """Acknowledged by the old server at a version committed before the unlink."""
-        return b.t_ack < window["end"] and b.version <= self.version_at_removal
+    def cycles_for(self, timing: Timing) -> int:
+        return timing.removals
+
+    def went_with_store(self, b: Batch, windows: list[dict]) -> bool | None:
+        """Acknowledged by the server of the k-th store (before the k-th restart) at a version
+        that store held when it was unlinked."""
+        k = sum(1 for w in windows if w["end"] <= b.t_ack)
+        return None if k >= len(windows) else b.version <= self.versions[k]
 
     def undo(self, run: Run) -> None:
         run.server.stop()
@@ -915,7 +937,7 @@ def run_fault(name: str, args, timing: Timing, logroot: Path, seed: int, status:
         early = [b for b in ledger.acks() if b.writer >= 0][:5]  # sent again later with their keys
         resent: list[dict] | None = None
         windows = []
-        cycles = timing.cycles if isinstance(fault, Kill9) else fault.cycles
+        cycles = fault.cycles_for(timing)
         for cycle in range(cycles):
             status(f"fault {cycle + 1}/{cycles}" if cycles > 1 else "fault")
             fault.cycle = cycle
@@ -948,14 +970,13 @@ def run_fault(name: str, args, timing: Timing, logroot: Path, seed: int, status:
         row["worker_processes_at_end"] = len(run.server.worker_pids())
         status("reading back")
         store = read_back(run.db_url)
-        before = [b for b in ledger.acks() if fault.went_with_store(b, windows[0])] if fault.store_replaced else []
+        before = [b for b in ledger.acks() if fault.went_with_store(b, windows)]
         gone = {id(b) for b in before}
-        row.update(account([b for b in ledger.batches if id(b) not in gone], store, before, windows[0]["injected"]))
+        row.update(account([b for b in ledger.batches if id(b) not in gone], store, before,
+                           [w["injected"] for w in windows]))
         if fault.store_replaced:
             row["removed_with_file"] = len(before)
-            w0 = windows[0]
-            row["acked_while_removed"] = sum(1 for b in ledger.acks()
-                                             if b.t_ack < w0["end"] and not fault.went_with_store(b, w0))
+            row["acked_while_removed"] = sum(1 for b in ledger.acks() if fault.went_with_store(b, windows) is False)
         row["acked_during_fault"] = sum(1 for b in ledger.acks() for w in windows
                                         if w["injected"] <= b.t_ack < w["end"])
         row["resent"] = len(resent)
@@ -1038,13 +1059,13 @@ def table(rows: list[dict]) -> str:
             lines.append(f"    gave up: {row['gave_up_examples'][0]}")
         for lost in row.get("lost_detail", [])[:3]:
             lines.append(f"    lost: version {lost['version']} ({lost['task']}), sent {lost['sent_s']} s and "
-                         f"acknowledged {lost['acked_s']} s from the fault's start")
+                         f"acknowledged {lost['acked_s']} s from the (last) fault's start")
         applied = [r for r in row.get("resent_detail", []) if r.get("replayed") is False]
         if applied:
             lines.append(f"    sent again with its key and applied again: version {applied[0]['acked_version']} "
                          f"-> {applied[0]['version']} ({len(applied)} of {row['resent']})")
         if row.get("version_at_removal"):
-            lines.append(f"    version in the file just before / after the unlink: {row['version_at_removal']}; "
+            lines.append(f"    version in the file just before / after each unlink: {row['version_at_removal']}; "
                          f"{row.get('removed_with_file')} acknowledged batches went with it, "
                          f"{row.get('acked_while_removed')} acknowledged after it")
     return "\n".join(lines)
