@@ -23,21 +23,15 @@ per key: the key's row is written by the commit that stores the batch, guarded b
 compare-and-set. Taking a claim over is therefore always safe; who is judged gone only
 decides how soon a retry proceeds.
 
-**Holders.** A claim's ``owner`` is ``<holder>.<request>``: the holder names the process, so
-that a retry tells a first request still running from one whose process is gone:
-
-* PostgreSQL, ``g<lease>``: each process holds the session-level advisory lock
-  ``(LEASE_SPACE, lease)`` on a connection of its own (:class:`Lease`). The server drops it
-  the moment the process dies (its socket closes) or the database restarts, so a claim whose
-  lease nobody holds (``pg_try_advisory_xact_lock`` succeeds) is taken over at once, from any
-  machine. A lease lost while its process lives is taken again under a new id.
-* SQLite (one machine), ``p<pid>-<start>``: the process id and its start time (clock ticks
-  since boot, ``/proc``): a dead process, a zombie or a pid given to another process is gone.
-* A claim this process could not release (a database error inside the request, and the
-  release failing too) is *abandoned* (:meth:`IdempotencyKeys.abandon`): a retry reaching
-  this process takes it over at once, and it is released as soon as the database answers
-  again (every claim tries first; a thread retries every ``RELEASE_EVERY`` seconds), so a
-  retry reaching another process proceeds then.
+**Holders.** A claim's ``owner`` is ``<holder>.<request>``: the holder names the process
+(:mod:`service.leases`: ``g<lease>`` on PostgreSQL, the lease the update locks name too;
+``p<pid>-<start>`` on SQLite), so that a retry tells a first request still running from one
+whose process is gone, and takes the claim over at once in that case. A claim this process
+could not release (a database error inside the request, and the release failing too) is
+*abandoned* (:meth:`IdempotencyKeys.abandon`): a retry reaching this process takes it over at
+once, and it is released as soon as the database answers again (every claim tries first; a
+thread retries every ``RELEASE_EVERY`` seconds), so a retry reaching another process proceeds
+then.
 
 The claim TTL stays the outer bound: a claim older than that is taken over even if its holder
 lives (a hung request), and a claim whose holder cannot be told (an owner written before
@@ -54,7 +48,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 import secrets
 import threading
@@ -64,12 +57,12 @@ from datetime import timedelta
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine, bindparam, create_engine, delete, event, func, insert, select, update
+from sqlalchemy import Engine, bindparam, delete, event, func, insert, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
-from sqlalchemy.pool import NullPool
 
 import core
 
+from .leases import Liveness
 from .tables import IdempotencyKeyRow
 from .writes import Commit, StaleWrite
 
@@ -79,8 +72,6 @@ log = logging.getLogger("service.store")
 #: 1-255 printable ASCII characters (space included).
 KEY_PATTERN = re.compile(r"^[\x20-\x7e]{1,255}$")
 
-#: The first key of the advisory locks that are process leases on PostgreSQL ("FCL3").
-LEASE_SPACE = 0x46434C33
 #: Seconds between two attempts to release the claims this process abandoned.
 RELEASE_EVERY = 0.25
 
@@ -193,147 +184,6 @@ def _shown(key: str) -> str:
     return repr(key if len(key) <= 60 else key[:57] + "...")
 
 
-# ----------------------------------------------------------------------------- holders
-def _hex(text: str) -> int | None:
-    try:
-        return int(text, 16) if text else None
-    except ValueError:
-        return None
-
-
-def _process_start(pid: int) -> int | None:
-    """When process ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat``); None where
-    there is no ``/proc``; :class:`ProcessLookupError` if there is no such process or it is a
-    zombie (dead, not yet reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        if os.path.isdir("/proc/self"):
-            raise ProcessLookupError(pid) from None
-        return None
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) ": state is field 3, starttime 22
-    if fields[0] in (b"Z", b"X", b"x"):
-        raise ProcessLookupError(pid)
-    return int(fields[19])
-
-
-_own: tuple[int, str] | None = None
-
-
-def local_holder() -> str:
-    """This process as a holder on one machine: ``p<pid>-<start>`` (hex)."""
-    global _own
-    pid = os.getpid()
-    if _own is None or _own[0] != pid:  # computed again in a forked child
-        try:
-            start = _process_start(pid) or 0
-        except ProcessLookupError:  # pragma: no cover - we exist
-            start = 0
-        _own = (pid, f"p{pid:x}-{start:x}")
-    return _own[1]
-
-
-def local_process_gone(pid: int, start: int) -> bool:
-    """Whether the process ``pid`` that started at ``start`` (0: unknown) is gone from this
-    machine: no such process, a zombie, or another process given the same pid since."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # PermissionError: it exists, as another user
-        pass
-    try:
-        started = _process_start(pid)
-    except ProcessLookupError:
-        return True
-    return started is not None and start != 0 and started != start
-
-
-class Lease:
-    """This process's liveness on PostgreSQL: the session-level advisory lock
-    ``(LEASE_SPACE, id)`` held on a connection of its own while the process lives. The server
-    drops it when that connection ends (the process died, the database restarted); it is
-    checked at most every ``CHECK_EVERY`` seconds when a claim asks for it, and a lost lease is
-    taken again under a new id."""
-
-    CHECK_EVERY = 1.0
-
-    def __init__(self, engine: Engine):
-        self._url = engine.url
-        self._engine: Engine | None = None
-        self._conn = None
-        self._pid = 0
-        self._checked = float("-inf")
-        self._guard = threading.Lock()
-        self.id: int | None = None
-
-    def holder(self) -> str:
-        """``g<id>`` of the lease this process holds now (taken first if need be; a database
-        error if it cannot be)."""
-        with self._guard:
-            if self._conn is not None and self._pid != os.getpid():  # forked: the parent's socket
-                self._conn = self.id = None
-            if self._conn is not None and time.monotonic() - self._checked >= self.CHECK_EVERY:
-                try:
-                    self._conn.exec_driver_sql("SELECT 1")
-                    self._checked = time.monotonic()
-                except DBAPIError:
-                    log.warning("Idempotency-Key lease %s lost (the database dropped its connection): taking a new one",
-                                self.id)
-                    self._drop()
-            if self._conn is None:
-                self._take()
-            return f"g{self.id:x}"
-
-    def _take(self) -> None:
-        if self._engine is None:
-            libpq = self._url.get_driver_name() in ("psycopg", "psycopg2")
-            self._engine = create_engine(self._url, poolclass=NullPool,
-                                         connect_args={"connect_timeout": 5} if libpq else {})
-        conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-        try:
-            for _ in range(16):
-                lease = secrets.randbelow(2 ** 31 - 2) + 1
-                if conn.exec_driver_sql(f"SELECT pg_try_advisory_lock({LEASE_SPACE}, {lease})").scalar():
-                    self._conn, self.id, self._pid, self._checked = conn, lease, os.getpid(), time.monotonic()
-                    return
-        except BaseException:
-            conn.close()
-            raise
-        conn.close()
-        raise RuntimeError("no free Idempotency-Key lease id after 16 tries")  # pragma: no cover
-
-    def gone(self, conn, lease: int) -> bool:
-        """In a transaction of ``conn``: whether nobody holds the lease ``lease`` (its process
-        is gone). Not ours: ours is held while this process lives."""
-        if lease == self.id and self._conn is not None:
-            return False
-        if not 0 < lease < 2 ** 31:
-            return False
-        return bool(conn.exec_driver_sql(f"SELECT pg_try_advisory_xact_lock({LEASE_SPACE}, {lease})").scalar())
-
-    def _drop(self) -> None:
-        conn, self._conn, self.id = self._conn, None, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001 - a dead connection
-                pass
-
-    def close(self) -> None:
-        """Give the lease up (its claims are then gone); taken again by the next claim."""
-        with self._guard:
-            self._drop()
-            if self._engine is not None:
-                self._engine.dispose()
-                self._engine = None
-
-
 # ----------------------------------------------------------------------------- the keys
 class IdempotencyKeys:
     """The keys of every model on ``engine``. ``ttl``: how long a key is kept after its last
@@ -346,7 +196,7 @@ class IdempotencyKeys:
         self.dialect = engine.dialect.name
         self._last_purge = float("-inf")
         self._guard = threading.Lock()
-        self.lease = Lease(engine) if self.dialect == "postgresql" else None
+        self.liveness = Liveness(engine.url)
         self._abandoned: dict[str, Claim] = {}
         self._pending = threading.Lock()
         self._releaser: threading.Thread | None = None
@@ -356,12 +206,12 @@ class IdempotencyKeys:
         event.listen(engine, "engine_disposed", self._disposed)
 
     def _disposed(self, engine) -> None:
-        if self.lease is not None:
-            self.lease.close()
+        self.liveness.close()  # our share of the lease; the next claim takes one again
 
     def holder(self) -> str:
-        """This process, as the holder of the claims it makes."""
-        return self.lease.holder() if self.lease is not None else local_holder()
+        """This process, as the holder of the claims it makes (no ``@<machine>``: it must fit
+        the 32 characters of ``owner`` with the request's token, and SQLite is on one machine)."""
+        return self.liveness.holder(scoped=False)
 
     # ------------------------------------------------------------------ before the lock
     def claim(self, model_name: str, key: str, req_hash: str) -> Claim:
@@ -414,18 +264,7 @@ class IdempotencyKeys:
         if owner in self._abandoned:
             return True
         holder, dot, _ = owner.partition(".")
-        if not dot:
-            return False
-        if holder.startswith("g") and self.lease is not None:
-            lease = _hex(holder[1:])
-            return lease is not None and self.lease.gone(conn, lease)
-        if holder.startswith("p") and self.lease is None:
-            pid, _, start = holder[1:].partition("-")
-            pid_n, start_n = _hex(pid), _hex(start)
-            if pid_n is None or start_n is None or holder == local_holder():
-                return False
-            return local_process_gone(pid_n, start_n)
-        return False
+        return bool(dot) and self.liveness.gone(holder, conn)
 
     def _in_flight_message(self, model_name: str, key: str) -> str:
         return (f"a request with Idempotency-Key {_shown(key)} is still running on model {model_name!r}: "

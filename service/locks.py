@@ -18,8 +18,8 @@ most the updates in flight.
 
 **A holder that is gone** (killed with SIGKILL, its machine lost) leaves no wait behind: the
 kernel drops a dead process's ``flock`` (file locks), and a Redis lock's value names its
-holder's lease (:class:`Holders`: leases of the kind the Idempotency-Key claims of
-:mod:`service.idempotency` record), so a waiter that finds that lease free deletes the lock (a
+holder (:class:`Holders`: the process's lease of :mod:`service.leases`, the one its
+Idempotency-Key claims name), so a waiter that finds that holder gone deletes the lock (a
 compare-and-delete of the exact value) and takes it at once. A live holder's lease is held, so
 it is never taken over before its TTL; the one exception is a PostgreSQL lease lost while its
 process lives (its connection cut, the database restarted), which is then the TTL case above.
@@ -204,200 +204,32 @@ class FileLocks:
 
 
 # ----------------------------------------------------------------------------- holders
-#: The first key of the advisory locks that are process leases on PostgreSQL ("FCL3"), the same
-#: space as the Idempotency-Key claims' leases (:mod:`service.idempotency`).
-LEASE_SPACE = 0x46434C33
-
-
-def _process_start(pid: int) -> int | None:
-    """When process ``pid`` started (clock ticks since boot, ``/proc/<pid>/stat``); None where
-    there is no ``/proc``; :class:`ProcessLookupError` if there is no such process or it is a
-    zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except FileNotFoundError:
-        if os.path.isdir("/proc/self"):
-            raise ProcessLookupError(pid) from None
-        return None
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) ": state is field 3, starttime 22
-    if fields[0] in (b"Z", b"X", b"x"):
-        raise ProcessLookupError(pid)
-    return int(fields[19])
-
-
-def _process_gone(pid: int, start: int) -> bool:
-    """Whether process ``pid`` that started at ``start`` is gone from this machine: no such
-    process, a zombie, or another process given the same pid since."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # PermissionError: it exists, as another user
-        pass
-    try:
-        started = _process_start(pid)
-    except ProcessLookupError:
-        return True
-    return started is not None and start != 0 and started != start
-
-
-def _machine() -> str:
-    """This machine and pid namespace (a short hash of the kernel's boot id and the namespace's
-    inode): the scope in which a process id names one process."""
-    parts = []
-    for read in (lambda: Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
-                 lambda: os.readlink("/proc/self/ns/pid")):
-        try:
-            parts.append(read())
-        except OSError:
-            parts.append("?")
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
-
-
-class _PgLease:
-    """This process's liveness on PostgreSQL: the session advisory lock ``(LEASE_SPACE, id)``
-    held on a connection of its own (autocommit), which also asks whether other leases are
-    held: one connection per process. The server drops the lock when that connection ends
-    (the process died, the database restarted); it is checked at most every ``CHECK_EVERY``
-    seconds when asked for, and a lost lease is taken again under a new id."""
-
-    CHECK_EVERY = 1.0
-
-    def __init__(self, url: str):
-        from sqlalchemy import create_engine
-        from sqlalchemy.engine import make_url
-        from sqlalchemy.pool import NullPool
-
-        libpq = make_url(url).get_driver_name() in ("psycopg", "psycopg2")
-        self._own = create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": 2} if libpq else {})
-        self._conn = None
-        self._pid = 0
-        self._checked = self._failed = float("-inf")
-        self._guard = threading.Lock()
-        self.id: int | None = None
-
-    def holder(self) -> str:
-        """``g<id>`` of the lease this process holds now (taken first if need be)."""
-        with self._guard:
-            self._hold()
-            return f"g{self.id:x}"
-
-    def _hold(self) -> None:
-        import secrets
-
-        from sqlalchemy.exc import DBAPIError
-
-        if self._conn is not None and self._pid != os.getpid():  # forked: the parent's socket
-            self._conn = self.id = None
-        if self._conn is not None and time.monotonic() - self._checked >= self.CHECK_EVERY:
-            try:
-                self._conn.exec_driver_sql("SELECT 1")
-                self._checked = time.monotonic()
-            except DBAPIError:
-                log.warning("update lock lease %s lost (its connection dropped): taking a new one", self.id)
-                self._drop()
-        if self._conn is None:
-            if time.monotonic() - self._failed < self.CHECK_EVERY:  # the database was down a moment ago
-                raise RuntimeError("no update lock lease: the database did not answer")
-            try:
-                conn = self._own.connect().execution_options(isolation_level="AUTOCOMMIT")
-            except Exception:
-                self._failed = time.monotonic()
-                raise
-            try:
-                for _ in range(16):
-                    lease = secrets.randbelow(2 ** 31 - 2) + 1
-                    if conn.exec_driver_sql(f"SELECT pg_try_advisory_lock({LEASE_SPACE}, {lease})").scalar():
-                        self._conn, self.id, self._pid, self._checked = conn, lease, os.getpid(), time.monotonic()
-                        break
-                else:  # pragma: no cover - 16 ids in 2^31 all taken
-                    raise RuntimeError("no free update lock lease id after 16 tries")
-            except BaseException:
-                conn.close()
-                raise
-
-    def gone(self, lease: int) -> bool:
-        """Whether nobody holds the lease ``lease`` (its process is gone); ours is held. Asked
-        on the lease's connection: the transaction lock, if granted, ends with the statement."""
-        if not 0 < lease < 2 ** 31:
-            return False
-        with self._guard:
-            self._hold()
-            if lease == self.id:  # ours (its session would be granted it again)
-                return False
-            try:
-                return bool(self._conn.exec_driver_sql(
-                    f"SELECT pg_try_advisory_xact_lock({LEASE_SPACE}, {lease})").scalar())
-            except Exception:
-                self._drop()  # taken again by the next call
-                raise
-
-    def _drop(self) -> None:
-        conn, self._conn, self.id = self._conn, None, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001 - a dead connection
-                pass
-
-    def close(self) -> None:
-        with self._guard:
-            self._drop()
-        self._own.dispose()
-
-
 class Holders:
-    """Who holds a Redis lock, written into its value, and whether that holder is gone.
-
-    * PostgreSQL, ``g<lease>``: this process's lease (:class:`_PgLease`, a session advisory
-      lock on a connection of its own, as the Idempotency-Key claims'); gone when nobody holds
-      that advisory lock (the server drops it the moment the process dies).
-    * SQLite, ``p<pid>-<start>@<machine>``: the process id and start time; gone when no such
-      process lives, judged only on the same machine and pid namespace.
-    * Anything else (or a value written before holders were recorded): never judged gone, so
-      its lock lasts until its TTL.
+    """Who holds a Redis lock, written into its value, and whether that holder is gone
+    (:mod:`service.leases`: ``g<lease>`` on PostgreSQL, the lease the Idempotency-Key claims
+    name too; ``p<pid>-<start>@<machine>`` on SQLite). A holder that cannot be told (a value
+    written before holders were recorded, another kind, the database down) is never gone:
+    its lock lasts its TTL.
 
     A verdict "alive" is kept ``CHECK_EVERY`` seconds, shared by the waiters of this process."""
 
     CHECK_EVERY = 0.25
 
     def __init__(self, database_url: str | None):
-        self.kind: str | None = None
-        self._lease: _PgLease | None = None
-        if database_url and database_url.startswith("postgresql"):
-            self._lease, self.kind = _PgLease(database_url), "g"
-        elif database_url and database_url.startswith("sqlite"):
-            self.kind = "p"
-        self.machine = _machine()
-        self._local: tuple[int, str] | None = None
+        from .leases import Liveness
+
+        self.liveness = Liveness(database_url)
+        self.kind = self.liveness.kind
         self._alive: dict[str, float] = {}  # holder -> until when (monotonic) it counts as alive
         self._guard = threading.Lock()
-
-    def _process(self) -> str:
-        pid = os.getpid()
-        if self._local is None or self._local[0] != pid:  # computed again in a forked child
-            try:
-                start = _process_start(pid) or 0
-            except ProcessLookupError:  # pragma: no cover - we exist
-                start = 0
-            self._local = (pid, f"p{pid:x}-{start:x}@{self.machine}")
-        return self._local[1]
 
     def holder(self) -> str:
         """This process as a holder ('' when it cannot be told: a lock of it then lasts its TTL)."""
         try:
-            if self.kind == "g":
-                return self._lease.holder()
-            if self.kind == "p":
-                return self._process()
+            return self.liveness.holder()
         except Exception as exc:  # noqa: BLE001 - the database is down: the update fails anyway
             log.warning("update lock holder unknown (%s): a lock of this process lasts its TTL if it dies",
-                        (str(exc).splitlines() or [type(exc).__name__])[0])
+                        (str(getattr(exc, "orig", None) or exc).splitlines() or [type(exc).__name__])[0])
         return ""
 
     def gone(self, holder: str) -> bool:
@@ -409,7 +241,7 @@ class Holders:
             if self._alive.get(holder, float("-inf")) > time.monotonic():
                 return False
         try:
-            gone = self._lease_gone(holder) if self.kind == "g" else self._local_gone(holder)
+            gone = self.liveness.gone(holder)
         except Exception as exc:  # noqa: BLE001 - cannot be told now: wait
             log.warning("could not tell whether update lock holder %s is gone: %s", holder, exc)
             gone = False
@@ -420,26 +252,8 @@ class Holders:
                 self._alive[holder] = time.monotonic() + self.CHECK_EVERY
         return gone
 
-    def _lease_gone(self, holder: str) -> bool:
-        try:
-            lease = int(holder[1:], 16)
-        except ValueError:
-            return False
-        return self._lease.gone(lease)
-
-    def _local_gone(self, holder: str) -> bool:
-        process, at, machine = holder.partition("@")
-        if not at or machine != self.machine or holder == self._process():
-            return False
-        pid, _, start = process[1:].partition("-")
-        try:
-            return _process_gone(int(pid, 16), int(start, 16))
-        except ValueError:
-            return False
-
     def close(self) -> None:
-        if self._lease is not None:
-            self._lease.close()
+        self.liveness.close()
 
 
 #: Delete KEYS[1] if its value is exactly ARGV[1]: 1 if deleted.
