@@ -211,18 +211,13 @@ def test_worker_sigkilled_while_holding_the_lock(server_env, request, tmp_path, 
         t_kill = time.monotonic()
         th.join(10)
 
-        # The lock outlives its dead holder until its TTL: writers get 503 + Retry-After meanwhile.
-        r = client.post("/tasks/t0/data", json={"X": X, "y": y})
-        assert r.status_code == 503 and "Retry-After" in r.headers, r.text
         # The model is the last committed one, and is still served.
         assert client.post("/predict", json=PROBE).json() == before
-        while True:
-            r = client.post("/tasks/t0/data", json={"X": X, "y": y})
-            if r.status_code != 503 or time.monotonic() - t_kill > 10:
-                break
-            time.sleep(0.1)
+        # The lock names its holder's lease: the next writer finds the holder gone, takes the
+        # lock over at once (no 503 until the TTL) and commits on the last committed model.
+        r = client.post("/tasks/t0/data", json={"X": X, "y": y})
         assert r.status_code == 200 and r.json()["version"] == 4, r.text
-        assert time.monotonic() - t_kill >= 1.0  # it waited for the expiry, it did not steal the lock
+        assert time.monotonic() - t_kill < float(env["LOCK_TTL"])  # before the lock would expire
         assert client.get("/tasks/killed").status_code == 404  # the killed update left nothing
         check_consistent(client.get, env["DATABASE_URL"], env["MODEL_NAME"])
 
