@@ -5,7 +5,7 @@ batch stored exactly once? (``python -m benchmarks.faults``, issue 22 part 2).
                                 [--writers 3] [--workers 2] [--lock-ttl S] [--quiet]
 
 Bounded: ``--quick`` about 2 min for the eight faults (short phases, two kill cycles, the
-servers' ``LOCK_TTL`` 10 s), the default about 8 min (four kill cycles, the service's defaults).
+servers' ``LOCK_TTL`` 10 s), the default about 7 min (four kill cycles, five removals, the service's defaults).
 Loopback only.
 
 Each fault runs ``uvicorn service.main:app`` (:class:`benchmarks.launcher.Server`, ``--workers
@@ -48,7 +48,7 @@ The faults (``--faults``, default all):
   deleted (the end). Not root: not injected (said so in the results).
 * ``sqlite-removed``: the SQLite file unlinked under the running server (its ``-wal`` and
   ``-shm`` left, as ``rm fcl3.db`` does), held; then the server restarted (an operator's
-  remedy: a new empty store; the end: it answers ``/readyz``); once quick, 3 times by
+  remedy: a new empty store; the end: it answers ``/readyz``); once quick, 5 times by
   default. Batches acknowledged before the removal went with the file: reported apart
   (``removed_with_file``: acknowledged by the old server at a version the file held when it
   was unlinked, read through a connection opened before the unlink, just after it), left out
@@ -123,7 +123,7 @@ class Timing:
 
 
 QUICK = Timing(warm=1.0, hold=1.5, after=1.0, recover_cap=30.0, cycles=2, removals=1, join=75.0)
-FULL = Timing(warm=5.0, hold=10.0, after=8.0, recover_cap=90.0, cycles=4, removals=3, join=120.0)
+FULL = Timing(warm=5.0, hold=10.0, after=8.0, recover_cap=90.0, cycles=4, removals=5, join=120.0)
 
 
 # ----------------------------------------------------------------------------- throwaway servers
