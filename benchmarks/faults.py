@@ -1128,7 +1128,7 @@ def main(argv: list[str] | None = None) -> dict:
     logroot = Path(tempfile.mkdtemp(prefix="fcl3-faults-"))
     results: dict[str, Any] = {
         "command": " ".join(["python -m benchmarks.faults", *(argv if argv is not None else sys.argv[1:])]),
-        "machine": {**machine(), "uid": os.geteuid()},
+        "machine": {**machine(), "uid": os.geteuid(), "loadavg_at_start": os.getloadavg()},
         "checkout": {**checkout(args.server_tree.resolve()),
                      **({"commit": args.server_commit} if args.server_commit else {})},
         "mode": "quick" if args.quick else "full",
@@ -1152,6 +1152,7 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         bar.close()
     results["seconds"] = round(time.monotonic() - t0, 1)
+    results["machine"]["loadavg_at_end"] = os.getloadavg()  # the machine may be shared: the timings with it
     results["all_healthy"] = all(r["healthy"] for r in results["faults"])
     print(table(results["faults"]))
     print(f"\n{len(names)} fault(s) in {results['seconds']} s on {results['machine']['cores']} cores; "
