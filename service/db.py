@@ -200,6 +200,15 @@ class StoreFile:
                 raise sa_exc.OperationalError("COMMIT", None, sqlite3.OperationalError(why))
 
 
+def check_store(engine: Engine) -> None:
+    """Raise (answered 503) if ``engine``'s SQLite file vanished: called after a commit and
+    before its answer, since a file deleted between the commit's own check and the write
+    leaves the write in the unlinked file, which the next start does not find."""
+    why = store_problem(engine)
+    if why is not None:
+        raise sa_exc.OperationalError("COMMIT", None, sqlite3.OperationalError(why))
+
+
 def store_problem(engine: Engine) -> str | None:
     """Why ``engine``'s SQLite file cannot be used any more (:class:`StoreFile`); else None."""
     guard = StoreFile._of.get(engine)

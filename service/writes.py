@@ -34,6 +34,7 @@ from sqlalchemy.exc import IntegrityError
 
 import core
 
+from .db import check_store
 from .learners import make_learner
 from .reads import ModelReader, Snapshot, batches_t, models_t, tasks_t
 from .responses import result_json
@@ -289,6 +290,7 @@ class ModelWriter:
             for part in participants:
                 part.in_commit(conn, commit)
             notify(conn, self.name)
+        check_store(self.reader.bulk)  # not acknowledged if its file vanished during the commit
         info = {**p.info, "version": new_version, "params": p.state.params, "meta": p.state.meta,
                 "format_version": p.state.format_version, "summary": p.summary, "updated_at": now}
         self.reader.offer(Snapshot(new_version, p.learner, info))

@@ -138,3 +138,31 @@ def test_a_transaction_begun_before_the_file_vanished_is_not_committed(tmp_path)
         witness.close()
     finally:
         engine.dispose()
+
+
+def test_a_file_deleted_during_the_commit_is_not_acknowledged(make_client, tmp_path):
+    """The file unlinked after the commit's own check and before the write reaches it (the
+    race the fault suite met: the batch went into the unlinked file and was answered 200):
+    the answer is 503, and after a restart the store holds exactly the acknowledged batches."""
+    from sqlalchemy import event
+
+    path = tmp_path / "store.db"
+    c = make_client(SQLITE_PATH=str(path))
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        assert write(c, rng).status_code == 200
+    engine = c.app.state.models.bulk if hasattr(c.app.state.models, "bulk") else c.app.state.engine
+    removed = []
+
+    @event.listens_for(engine, "commit")  # registered after the guard's: runs once it has passed
+    def _unlink(_conn):
+        if not removed and path.exists():
+            remove_store(path, "replaced")  # the file at the path now holds versions 1..3
+            removed.append(True)
+
+    r = write(c, rng)
+    assert removed and r.status_code == 503, r.text
+    assert "deleted or replaced" in r.json()["detail"]
+    c.__exit__(None, None, None)
+    again = make_client(SQLITE_PATH=str(path), MODEL_NAME=c.app.state.settings.MODEL_NAME)
+    assert again.get("/model").json()["version"] == 3
