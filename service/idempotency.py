@@ -195,6 +195,7 @@ class IdempotencyKeys:
         self.engine, self.ttl, self.claim_ttl, self.purge_every = engine, ttl, claim_ttl, purge_every
         self.dialect = engine.dialect.name
         self._last_purge = float("-inf")
+        self._clock = (time.time(), time.monotonic())  # to tell a stepped wall clock (see purge)
         self._guard = threading.Lock()
         self.liveness = Liveness(engine.url)
         self._abandoned: dict[str, Claim] = {}
@@ -360,11 +361,21 @@ class IdempotencyKeys:
         """In a model's deletion: its keys go with it."""
         conn.execute(delete(keys_t).where(keys_t.c.model_name == model_name))
 
+    def clock_step(self) -> float:
+        """How far the wall clock has been stepped forward since this process started (its
+        advance beyond the monotonic clock's; 0 under a second, an NTP slew's order)."""
+        wall, mono = self._clock
+        step = (time.time() - wall) - (time.monotonic() - mono)
+        return step if step >= 1.0 else 0.0
+
     def purge(self) -> int:
         """Delete every key (of every model) not touched for ``ttl`` seconds by the database's
-        clock; how many."""
+        clock; how many. The age allowed grows by :meth:`clock_step`: on SQLite the database's
+        clock is the host's, and a clock stepped days ahead would otherwise make every key look
+        expired, and a retry a second later a new request applied twice."""
+        age = self.ttl + self.clock_step()
         with self.engine.begin() as conn:
-            n = conn.execute(delete(keys_t).where(keys_t.c.touched_at < db_now(self.dialect, -self.ttl))).rowcount
+            n = conn.execute(delete(keys_t).where(keys_t.c.touched_at < db_now(self.dialect, -age))).rowcount
         self._last_purge = time.monotonic()
         return int(n or 0)
 

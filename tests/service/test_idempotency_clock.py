@@ -107,6 +107,24 @@ def test_a_clock_stepped_two_days_forward_purges_no_key(app, clock):
     assert m["version"] == 2 and m["n_batches"] == 2
 
 
+def test_a_host_clock_stepped_two_days_forward_purges_no_key(app, clock):
+    """The host's clock steps two days forward under a running process, the database's with
+    it (SQLite's is the host's): the key's stamp is then two days old by the database's clock
+    (made so here), and the process sees its wall clock run two days ahead of its monotonic
+    one; a write purges, and the retry a second later is still answered from the first commit."""
+    c = app(IDEMPOTENCY_PURGE_EVERY=0)
+    rng = np.random.default_rng(5)
+    X, y = regression_batch(rng)
+    first = post(c, X, y, "k")
+    assert first.status_code == 200 and first.json()["version"] == 1
+    clock(2 * DAY)
+    age(c, "k", 2 * DAY + 1)
+    assert post(c, *regression_batch(rng), "other").json()["version"] == 2  # this write purges
+    retry = post(c, X, y, "k")
+    assert retry.status_code == 200 and retry.headers.get("Idempotent-Replayed") == "true", retry.text
+    assert c.get("/model").json()["version"] == 2
+
+
 def test_a_clock_stepped_two_days_forward_expires_no_live_claim(app, clock):
     """A claim of a request still running is not taken for abandoned after the step."""
     c = app(LOCK_TTL=30)
