@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from benchmarks.launcher import Server
@@ -142,3 +143,46 @@ def fault_service(request) -> Service:
 @pytest.fixture
 def model_name():
     return unique_name("c")
+
+
+# ----------------------------------------------------------------------------- scripted answers
+#: A batch's answer (``UpdateOut``) for scripted transports.
+UPDATE = {"task_id": "a", "n_samples": 2, "new_task": True, "new_representative": True, "n_representatives": 1,
+          "version": 1}
+
+
+class Script:
+    """A mock transport answering from a list: each entry a response or an exception to raise."""
+
+    def __init__(self, *steps):
+        self.steps = list(steps)
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        step = self.steps.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        return step
+
+
+def scripted(script, **kw):
+    """A sync client whose every request ``script`` answers (no server)."""
+    from fcl3 import Client
+
+    return Client("http://fcl3.test", transport=httpx.MockTransport(script), **kw)
+
+
+@pytest.fixture
+def sleeps(monkeypatch):
+    """The client's waits, recorded instead of slept."""
+    import asyncio
+
+    waited: list[float] = []
+    monkeypatch.setattr(time, "sleep", waited.append)
+
+    async def no_wait(s):
+        waited.append(s)
+
+    monkeypatch.setattr(asyncio, "sleep", no_wait)
+    return waited

@@ -15,41 +15,11 @@ import pytest
 import fcl3.client as fc
 from fcl3 import AsyncClient, Client, Conflict, ConnectionFailed, InvalidInput, Unavailable, schemas
 
+from .conftest import UPDATE, Script, scripted
+
 ROOT = Path(__file__).resolve().parents[2]
 
-UPDATE = {"task_id": "a", "n_samples": 2, "new_task": True, "new_representative": True, "n_representatives": 1,
-          "version": 1}
-
-
-class Script:
-    """A mock transport answering from a list: each entry a response or an exception to raise."""
-
-    def __init__(self, *steps):
-        self.steps = list(steps)
-        self.requests: list[httpx.Request] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        step = self.steps.pop(0)
-        if isinstance(step, Exception):
-            raise step
-        return step
-
-
-@pytest.fixture
-def sleeps(monkeypatch):
-    waited: list[float] = []
-    monkeypatch.setattr(time, "sleep", waited.append)
-
-    async def no_wait(s):
-        waited.append(s)
-
-    monkeypatch.setattr(asyncio, "sleep", no_wait)
-    return waited
-
-
-def client(script, **kw) -> Client:
-    return Client("http://fcl3.test", transport=httpx.MockTransport(script), **kw)
+client = scripted
 
 
 def test_503_waits_retry_after_then_succeeds(sleeps):

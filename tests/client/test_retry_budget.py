@@ -5,16 +5,15 @@ server), the waits recorded instead of slept."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import httpx
 import pytest
 
-from fcl3 import AsyncClient, Client, Conflict, Unavailable
+from fcl3 import AsyncClient, Conflict, Unavailable
 from fcl3.retries import Retries
 
-UPDATE = {"task_id": "a", "n_samples": 2, "new_task": True, "new_representative": True, "n_representatives": 1,
-          "version": 1}
+from .conftest import UPDATE, Script, scripted
+
 IN_FLIGHT = {"detail": "a request with Idempotency-Key 'k' is still running on model 'm'"}
 
 
@@ -25,36 +24,7 @@ def in_flight() -> httpx.Response:
 def down() -> httpx.Response:
     return httpx.Response(503, json={"detail": "database unavailable"}, headers={"Retry-After": "5"})
 
-
-class Script:
-    """A mock transport answering from a list (a response, or an exception to raise)."""
-
-    def __init__(self, *steps):
-        self.steps = list(steps)
-        self.requests: list[httpx.Request] = []
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        self.requests.append(request)
-        step = self.steps.pop(0)
-        if isinstance(step, Exception):
-            raise step
-        return step
-
-
-@pytest.fixture
-def sleeps(monkeypatch):
-    waited: list[float] = []
-    monkeypatch.setattr(time, "sleep", waited.append)
-
-    async def no_wait(s):
-        waited.append(s)
-
-    monkeypatch.setattr(asyncio, "sleep", no_wait)
-    return waited
-
-
-def client(script, **kw) -> Client:
-    return Client("http://fcl3.test", transport=httpx.MockTransport(script), **kw)
+client = scripted
 
 
 def lock_ttl() -> float:
