@@ -79,7 +79,6 @@ backoff included).
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import shutil
 import signal
@@ -99,8 +98,8 @@ import httpx
 import numpy as np
 
 from benchmarks.common import machine, progress_bar, write_json
-from benchmarks.launcher import (ROOT, Server, create_throwaway_database, drop_throwaway_backend, free_port,
-                                 migrate, redis_prefix)
+from benchmarks.launcher import (ROOT, PgCluster, RedisProcess, Server, create_throwaway_database,
+                                 drop_throwaway_backend, find_pg_bindir, free_port, migrate, redis_prefix)
 
 MODEL = "faults"
 WRITE_KEY = "faults-write-key"
@@ -124,95 +123,6 @@ class Timing:
 
 QUICK = Timing(warm=1.0, hold=1.5, after=1.0, recover_cap=30.0, cycles=2, removals=1, join=75.0)
 FULL = Timing(warm=5.0, hold=10.0, after=8.0, recover_cap=90.0, cycles=4, removals=5, join=120.0)
-
-
-# ----------------------------------------------------------------------------- throwaway servers
-def find_pg_bindir() -> Path | None:
-    """The newest ``/usr/lib/postgresql/*/bin`` holding ``initdb``, or None."""
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: [int(v) if v.isdigit() else 0
-                                                                                 for v in Path(p).parts[-3].split(".")])
-    return Path(found[-1]).parent if found else None
-
-
-class PgCluster:
-    """A PostgreSQL cluster of one fault run: ``initdb`` in a temporary directory (its socket
-    there too), a spare loopback port, no fsync; run as ``postgres`` when we are root (initdb
-    refuses root). Stopped and started again on the same port."""
-
-    def __init__(self, bindir: Path):
-        self.bindir = bindir
-        self.dir = Path(tempfile.mkdtemp(prefix="fcl3-faults-pg-"))
-        self.data, self.log = self.dir / "data", self.dir / "pg.log"
-        self.port = free_port()
-        self.as_postgres = os.geteuid() == 0
-        if self.as_postgres:
-            shutil.chown(self.dir, "postgres", "postgres")
-
-    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        cmd = [str(self.bindir / args[0]), *args[1:]]
-        if self.as_postgres:
-            cmd = ["runuser", "-u", "postgres", "--", *cmd]
-        return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=120)
-
-    def init(self) -> "PgCluster":
-        self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
-        return self
-
-    def start(self) -> None:
-        opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200"
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w", "start")
-
-    def stop(self, mode: str = "fast") -> None:
-        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop", check=False)
-
-    def admin_url(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
-
-    def cleanup(self) -> None:
-        self.stop("immediate")
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-class RedisProcess:
-    """A ``redis-server`` of one fault run on a spare loopback port, no persistence."""
-
-    def __init__(self):
-        self.binary = shutil.which("redis-server")
-        self.port = free_port()
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        import redis
-
-        self.proc = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--daemonize", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=1)
-        deadline = time.monotonic() + 10
-        try:
-            while True:
-                try:
-                    client.ping()
-                    return
-                except redis.exceptions.ConnectionError:
-                    if time.monotonic() > deadline or self.proc.poll() is not None:
-                        raise
-                    time.sleep(0.05)
-        finally:
-            client.close()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
 
 
 # ----------------------------------------------------------------------------- the client side

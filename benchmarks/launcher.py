@@ -10,12 +10,15 @@ Standard library only (psycopg and redis are imported by the helpers that need t
 """
 from __future__ import annotations
 
+import glob
 import http.client
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -209,3 +212,98 @@ def migrate(env: dict, cwd: str | os.PathLike = ROOT) -> None:
     whole environment of the subprocess)."""
     subprocess.run([sys.executable, "-m", "alembic", "upgrade", "head"], cwd=cwd, env=env, check=True,
                    capture_output=True)
+
+
+# ----------------------------------------------------------------------------- throwaway servers
+def find_pg_bindir() -> Path | None:
+    """The newest ``/usr/lib/postgresql/*/bin`` holding ``initdb``, or None."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: [int(v) if v.isdigit() else 0
+                                                                                 for v in Path(p).parts[-3].split(".")])
+    return Path(found[-1]).parent if found else None
+
+
+class PgCluster:
+    """A throwaway PostgreSQL cluster: ``initdb`` in a temporary directory (its socket there
+    too), a spare loopback port, no fsync; run as ``postgres`` when we are root (initdb refuses
+    root). Stopped and started again on the same port (the tests' and the fault suite's)."""
+
+    def __init__(self, bindir: Path, max_connections: int = 200):
+        self.bindir = bindir
+        self.max_connections = max_connections
+        self.dir = Path(tempfile.mkdtemp(prefix="fcl3-pg-"))
+        self.data, self.log = self.dir / "data", self.dir / "pg.log"
+        self.port = free_port()
+        self.as_postgres = os.geteuid() == 0
+        if self.as_postgres:
+            shutil.chown(self.dir, "postgres", "postgres")
+
+    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        cmd = [str(self.bindir / args[0]), *args[1:]]
+        if self.as_postgres:
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=120)
+
+    def init(self) -> "PgCluster":
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
+        return self
+
+    def start(self) -> None:
+        opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections={self.max_connections}"
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop", check=False)
+
+    def admin_url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def url(self, dbname: str = "postgres") -> str:
+        """The SQLAlchemy URL of database ``dbname`` of the cluster."""
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{dbname}"
+
+    def cleanup(self) -> None:
+        self.stop("immediate")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RedisProcess:
+    """A ``redis-server`` of its own on a spare loopback port, no persistence: stopped and
+    restarted by a test or a fault run (the machine's shared Redis is never touched)."""
+
+    def __init__(self):
+        self.binary = shutil.which("redis-server")
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> "RedisProcess":
+        import redis
+
+        self.proc = subprocess.Popen(
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--daemonize", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=1)
+        deadline = time.monotonic() + 10
+        try:
+            while True:
+                try:
+                    client.ping()
+                    return self
+                except redis.exceptions.ConnectionError:
+                    if time.monotonic() > deadline or self.proc.poll() is not None:
+                        raise
+                    time.sleep(0.05)
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import core
-from benchmarks.launcher import Server, free_port
+from benchmarks.launcher import PgCluster, RedisProcess, Server, find_pg_bindir, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_HOST, PG_PORT = os.environ.get("FCL3_TEST_PGHOST", "127.0.0.1"), int(os.environ.get("FCL3_TEST_PGPORT", "5432"))
@@ -286,46 +286,6 @@ def spawn():
 
 
 # ----------------------------------------------------------------------------- throwaway servers
-class RedisProcess:
-    """A dedicated ``redis-server`` on its own port, stopped and restarted by a test (the
-    machine's shared Redis is never touched)."""
-
-    def __init__(self):
-        import shutil
-
-        self.binary = shutil.which("redis-server")
-        self.port = free_port()
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> "RedisProcess":
-        import redis
-
-        self.proc = subprocess.Popen([self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                      "--appendonly", "no", "--daemonize", "no"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=1)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.exceptions.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        client.close()
-        return self
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-
 @pytest.fixture
 def redis_process():
     """A redis-server of this test's own (skipped, with the reason, when the binary is missing)."""
@@ -340,66 +300,13 @@ def redis_process():
         server.stop()
 
 
-class PgCluster:
-    """A throwaway PostgreSQL cluster (initdb in a temporary directory, its own port and
-    socket directory), run as the ``postgres`` user when we are root. Restartable."""
-
-    def __init__(self, bindir: Path):
-        import tempfile
-
-        self.bindir = bindir
-        self.dir = Path(tempfile.mkdtemp(prefix="fcl3-pg-"))
-        self.data = self.dir / "data"
-        self.port = free_port()
-        self.log = self.dir / "pg.log"
-        self.as_postgres = os.geteuid() == 0
-        if self.as_postgres:
-            import shutil
-
-            shutil.chown(self.dir, "postgres", "postgres")
-
-    def _run(self, *args, check=True, timeout=60):
-        cmd = [str(self.bindir / args[0]), *args[1:]]
-        if self.as_postgres:
-            cmd = ["runuser", "-u", "postgres", "--", *cmd]
-        return subprocess.run(cmd, capture_output=True, text=True, check=check, timeout=timeout)
-
-    def init(self) -> "PgCluster":
-        self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
-        return self
-
-    def start(self) -> None:
-        opts = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=100"
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", opts, "-w", "start")
-
-    def stop(self, mode: str = "fast") -> None:
-        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop", check=False)
-
-    def url(self, dbname: str = "postgres") -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{dbname}"
-
-    def cleanup(self) -> None:
-        import shutil
-
-        self.stop("immediate")
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def find_pg_bindir() -> Path | None:
-    import glob
-
-    for initdb in sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), reverse=True):
-        return Path(initdb).parent
-    return None
-
-
 @pytest.fixture
 def pg_cluster():
     """A PostgreSQL cluster of this test's own, migrated to head (skipped when initdb is missing)."""
     bindir = find_pg_bindir()
     if bindir is None:
         _missing("PostgreSQL server binaries", "no /usr/lib/postgresql/*/bin/initdb")
-    cluster = PgCluster(bindir).init()
+    cluster = PgCluster(bindir, max_connections=100).init()
     try:
         cluster.start()
         from alembic import command
