@@ -160,6 +160,19 @@ def backend_client(request, make_client):
     return make_client("sqlite")
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend_app(request, make_client):
+    """``backend_app(**settings)``: the app with these settings on the embedded default, or on
+    PostgreSQL + Redis; ``backend_app.backend`` names which."""
+    def make(**overrides):
+        if request.param == "postgres":
+            return make_client("postgres", _request=request, **overrides)
+        return make_client("sqlite", **overrides)
+
+    make.backend = request.param
+    return make
+
+
 # ----------------------------------------------------------------------------- processes
 # Server (a real ``uvicorn service.main:app`` subprocess) and free_port come from
 # benchmarks.launcher: one launcher for the tests and the benchmarks.

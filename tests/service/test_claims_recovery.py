@@ -35,16 +35,9 @@ time.sleep(600)
 """
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def app(request, make_client):
-    """``app(**settings)``: the real app on SQLite, or on PostgreSQL + Redis."""
-    def make(**overrides):
-        if request.param == "postgres":
-            return make_client("postgres", _request=request, **overrides)
-        return make_client("sqlite", **overrides)
-
-    make.backend = request.param
-    return make
+@pytest.fixture
+def app(backend_app):
+    return backend_app
 
 
 def post(c, X, y, key, task="t"):

@@ -53,14 +53,9 @@ def clock(monkeypatch):
     return step
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def app(request, make_client):
-    def make(**overrides):
-        if request.param == "postgres":
-            return make_client("postgres", _request=request, **overrides)
-        return make_client("sqlite", **overrides)
-
-    return make
+@pytest.fixture
+def app(backend_app):
+    return backend_app
 
 
 def post(c, X, y, key, task="t"):
