@@ -207,11 +207,11 @@ def choose_logistic_population(tasks: list, start: Population | None = None) -> 
     if D == 1:  # no slopes: one structure
         return fit_logistic_population(tasks, start)
     own = population_structure(start) if start is not None else None
-    fits = {name: fit_logistic_population(tasks, start if name == own else None, structure=name)
+    fits = {name: fitted_logistic_population(tasks, start if name == own else None, structure=name)
             for name in STRUCTURES}
     free = {"full": D * (D + 1) / 2.0, "diagonal": float(D), "shared_slopes": 1.0}
-    aic = {name: marginal_objective(tasks, pop)[0] - _log_prior(pop) - free[name] for name, pop in fits.items()}
-    return fits[max(STRUCTURES, key=aic.get)]
+    aic = {name: value - _log_prior(pop) - free[name] for name, (pop, value) in fits.items()}
+    return fits[max(STRUCTURES, key=aic.get)][0]
 
 
 def population_structure(pop: Population) -> str:
@@ -227,6 +227,12 @@ def population_structure(pop: Population) -> str:
 
 def fit_logistic_population(tasks: list, start: Population | None = None, rounds: int = LAPLACE_ROUNDS,
                             tol: float = LAPLACE_TOL, structure: str = "full") -> Population:
+    """:func:`fitted_logistic_population`'s population alone."""
+    return fitted_logistic_population(tasks, start, rounds, tol, structure)[0]
+
+
+def fitted_logistic_population(tasks: list, start: Population | None = None, rounds: int = LAPLACE_ROUNDS,
+                               tol: float = LAPLACE_TOL, structure: str = "full") -> tuple[Population, float]:
     """The population of logistic tasks ``[(X, y), ...]`` (scaled designs, bias last) that
     maximises their marginal likelihood (:func:`marginal_objective`: exact for tasks of at most
     :data:`QUADRATURE_ROWS` rows, Laplace for the others; with the priors of
@@ -237,7 +243,7 @@ def fit_logistic_population(tasks: list, start: Population | None = None, rounds
     :func:`fit_population` on those sites, and keeps the result only if the objective rises,
     halving the step toward the current population otherwise (the plain iteration can
     diverge). Stops when the population moves less than ``tol`` (relative) or after
-    ``rounds``. The Laplace approximation alone is badly biased on tasks of one or two binary
+    ``rounds``; returns it and its :func:`marginal_objective`. The Laplace approximation alone is badly biased on tasks of one or two binary
     rows: it sets the intercepts' variance near zero where the exact marginal likelihood puts
     it near the variance a mixed model fitted by quadrature finds.
 
@@ -279,7 +285,7 @@ def fit_logistic_population(tasks: list, start: Population | None = None, rounds
         if moved < tol:
             break
     J = np.array([J for J, _ in sites])
-    return dataclasses.replace(pop, mean_cov=mean_covariance(J, pop, LOGISTIC_MEAN_SCALE))
+    return dataclasses.replace(pop, mean_cov=mean_covariance(J, pop, LOGISTIC_MEAN_SCALE)), value
 
 
 def fit_shared_slopes(sites: list, spread_scale: float = LOGISTIC_SPREAD_SCALE,
