@@ -305,12 +305,23 @@ class AccuracyMatrix(BaseModel):
     rows: list[AccuracyMatrixRow]
 
 
+class TakenBack(BaseModel):
+    """What a take-back removed (``DELETE .../batches/{version}``)."""
+
+    batch_version: int = Field(..., description="The version of the batch taken back.")
+    n_samples: int = Field(..., description="Its rows.")
+    task_removed: bool = Field(..., description="It was its task's only batch: the task is gone.")
+
+
 class PrequentialPoint(BaseModel):
     version: int
     task_id: str
     new_task: bool
-    batch: Scores | None = Field(None, description="This batch's prequential score (null: a new task's first batch).")
+    batch: Scores | None = Field(None, description="This batch's prequential score (null: a new task's first batch, "
+                                 "or a take-back).")
     overall: Scores | None = Field(None, description="Model-wide prequential score over every batch up to this version.")
+    source: Literal["labels"] | None = Field(None, description='"labels": a batch of labels that arrived later.')
+    taken_back: TakenBack | None = Field(None, description="This version took a batch back (no batch learned).")
 
 
 class EvaluationOut(BaseModel):
@@ -334,7 +345,8 @@ class EvaluationOut(BaseModel):
 
 
 class UpdateEvent(BaseModel):
-    """``event: update`` of ``GET .../events`` (``id:`` is ``version``)."""
+    """``event: update`` of ``GET .../events`` (``id:`` is ``version``): a batch learned, or
+    (with ``taken_back``) a batch taken back."""
 
     version: int
     task_id: str
@@ -342,6 +354,25 @@ class UpdateEvent(BaseModel):
     new_representative: bool
     n_representatives: int
     prequential: Scores | None = None
+    source: Literal["labels"] | None = Field(None, description='"labels": the batch is labels that arrived later.')
+    taken_back: TakenBack | None = Field(None, description="This version took a batch of `task_id` back.")
+
+
+class TakeBackOut(BaseModel):
+    """The answer of ``DELETE .../batches/{version}``: the model rebuilt without that batch."""
+
+    version: int = Field(..., description="Model version after the take-back (a new version).")
+    batch_version: int = Field(..., description="The batch taken back.")
+    task_id: str = Field(..., description="Its task.")
+    n_samples: int = Field(..., description="Rows taken back.")
+    task_removed: bool = Field(..., description="The batch was its task's only one: the task is gone (404 on it now).")
+    task_n_samples: int = Field(..., description="Rows the task keeps (0 when removed).")
+    n_replayed: int = Field(..., description="Batches replayed to rebuild the model.")
+    n_representatives: int
+
+    model_config = {"json_schema_extra": {"examples": [
+        {"version": 13, "batch_version": 7, "task_id": "school-4", "n_samples": 1, "task_removed": False,
+         "task_n_samples": 30, "n_replayed": 11, "n_representatives": 2}]}}
 
 
 class EvaluationEvent(BaseModel):

@@ -203,6 +203,8 @@ class ModelEvaluation:
         event = {"version": new_version, "task_id": p.task_id, "new_task": bool(result.new_task),
                  "new_representative": bool(result.new_representative),
                  "n_representatives": int(result.n_representatives), "prequential": scores(batch)}
+        if p.source:
+            event["source"] = p.source
         conn.execute(store.INSERT_LOG, {"model_name": self.name, "version": new_version, "task_id": p.task_id,
                                         "new_task": bool(result.new_task), "event": event, "batch": to_json(batch),
                                         "overall": to_json(overall), "evaluation": evaluation, "matrix": None,

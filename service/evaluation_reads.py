@@ -59,7 +59,9 @@ def report(engine: Engine, name: str, kind: str, version: int, task_order: list[
                     "baseline": [rows[i].baseline.get(t) for t in names]} for i, r in enumerate(mrows)]
     figures = transfer(names, rows, higher)
     points = [{"version": r.version, "task_id": r.task_id, "new_task": bool(r.new_task),
-               "batch": scores(stored(kind, r.batch)), "overall": scores(stored(kind, r.overall))} for r in reversed(series)]
+               "batch": scores(stored(kind, r.batch)), "overall": scores(stored(kind, r.overall)),
+               "source": (r.event or {}).get("source"), "taken_back": (r.event or {}).get("taken_back")}
+              for r in reversed(series)]
     return {"model": name, "version": int(state["version"]) if state else version, "kind": kind,
             "metric": metric, "tasks": tasks,
             "accuracy_matrix": {"metric": metric, "higher_is_better": higher, "tasks": names, "rows": matrix_rows},

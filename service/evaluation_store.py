@@ -157,5 +157,6 @@ def set_sizes(conn: Connection, name: str):
 
 def series(conn: Connection, name: str, limit: int):
     """The ``limit`` latest log rows' prequential sums, newest first."""
-    return conn.execute(select(log_t.c.version, log_t.c.task_id, log_t.c.new_task, log_t.c.batch, log_t.c.overall)
+    return conn.execute(select(log_t.c.version, log_t.c.task_id, log_t.c.new_task, log_t.c.batch, log_t.c.overall,
+                               log_t.c.event)
                         .where(log_t.c.model_name == name).order_by(log_t.c.version.desc()).limit(limit)).all()

@@ -11,11 +11,11 @@ import core
 
 from . import metrics, state_files
 from .idempotency import IdempotencyKeys
+from .history import ranges, read_history, replay
 from .learners import ModelConfigError, make_learner
 from .reads import ModelMissing
 from .registry import HostedModel, ModelRegistry
-from .responses import result_json
-from .writes import NewModel, learner_summary, representatives
+from .writes import NewModel, learner_summary
 
 # "service.store": the logger name is part of each of its log lines (their "logger" field).
 log = logging.getLogger("service.store")
@@ -137,9 +137,10 @@ class ForkRefused(Exception):
 
 def fork_model(model: HostedModel, parent: HostedModel, version: int | None) -> int:
     """Create ``model`` as ``parent`` was at ``version`` (default: its stored version), rebuilt
-    by replaying ``parent``'s stored batches ``1..version`` with ``parent``'s settings; the
-    batches are copied too. Returns the version. :class:`ForkRefused` when ``version`` is past
-    ``parent``'s, or some of its batches ``1..version`` are gone (an imported model has none);
+    by replaying, with ``parent``'s settings, the stored batches ``parent`` had learned at
+    ``version`` (:mod:`service.history`); its batches and take-backs up to ``version`` are
+    copied too. Returns the version. :class:`ForkRefused` when ``version`` is past ``parent``'s,
+    or some of its history ``1..version`` is gone (an imported model has none);
     :class:`core.InputError` (422) when ``parent``'s stored settings or batches are refused by
     the engine now (a model stored before the parameter ranges existed)."""
     current = parent.reader.require()
@@ -148,41 +149,18 @@ def fork_model(model: HostedModel, parent: HostedModel, version: int | None) -> 
     if version > current:
         raise ForkRefused(f"model {parent.name!r} is at version {current}: it has no version {version} to fork")
     info = parent.reader.model_info()
-    batches = [b for b in parent.reader.batches() if b["version"] <= version]
-    have = [b["version"] for b in batches]
-    if have != list(range(1, version + 1)):
-        missing = sorted(set(range(1, version + 1)) - set(have))
+    history = read_history(parent.reader.bulk, parent.name).upto(version)
+    missing = history.missing(version)
+    if missing:
         raise ForkRefused(f"model {parent.name!r} cannot be rebuilt at version {version}: its stored batches "
-                          f"{_ranges(missing)} are missing (an imported model keeps no batches: to copy it at its "
+                          f"{ranges(missing)} are missing (an imported model keeps no batches: to copy it at its "
                           "current version, export it and import the file under the new name)")
     settings = info["settings"]
-    refused = f"model {parent.name!r} cannot be forked: "
-    try:
-        learner = make_learner(settings)
-    except ModelConfigError as exc:  # stored before the parameter ranges existed
-        why = str(exc).replace("FCL3_PARAMS", "params")
-        raise core.InputError(f"{refused}its stored settings are outside the ranges a model may have now ({why}), "
-                              "so it cannot be rebuilt from them") from None
-    summary: dict[str, Any] = learner_summary(learner)
-    tasks: dict[str, dict[str, Any]] = {}
-    for b in batches:
-        try:
-            r = learner.learn(b["task_id"], b["X"], b["y"])
-        except core.InputError as exc:
-            raise core.InputError(f"{refused}replaying its batch {b['version']} (task {b['task_id']!r}) is refused "
-                                  f"now: {exc}") from None
-        summary = {"representatives": representatives(learner, summary.get("representatives", []), r),
-                   "n_representatives": int(r.n_representatives)}
-        t = tasks.setdefault(b["task_id"], {"n_batches": 0})
-        t.update(version=b["version"], n_batches=t["n_batches"] + 1, last_update=result_json(r))
-    model.writer.create(NewModel(learner, settings, version=version, summary=summary, tasks=tasks, batches=batches,
+    rebuilt = replay(settings, history.learned(version), f"model {parent.name!r} cannot be forked: ")
+    model.writer.create(NewModel(rebuilt.learner, settings, version=version, summary=rebuilt.summary,
+                                 tasks=rebuilt.tasks, batches=[b.row() for b in history.batches],
+                                 take_backs=list(history.take_backs.values()),
                                  origin={"fork": {"model": parent.name, "version": version}}))
     log.info("forked model %r from %r at version %d", model.name, parent.name, version,
              extra={"event": "model_forked", "model": model.name, "version": version})
     return version
-
-
-def _ranges(v: list[int]) -> str:
-    if not v:
-        return ""
-    return f"{v[0]}..{v[-1]}" if len(v) > 1 else str(v[0])

@@ -15,7 +15,7 @@ from fastapi_offline import FastAPIOffline
 from sqlalchemy import exc as sa_exc
 
 from . import logs, usecases
-from .api.routes import data, default_model, health, labels, models, predict, prometheus, tasks, ui
+from .api.routes import batches, data, default_model, health, labels, models, predict, prometheus, tasks, ui
 from .config import Settings, get_settings
 from .db import make_bulk_engine, make_engine, upgrade_schema
 from .errors import first_line, install_error_handlers
@@ -126,6 +126,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     include(data.router, "write", named=True)
     include(labels.router, "write")
     include(labels.router, "write", named=True)
+    include(batches.router, "write")
+    include(batches.router, "write", named=True)
     include(default_model.router, "read")
     include(models.write_router, "write")
     include(models.import_router, "write", limit=(settings.MAX_IMPORT_BYTES, "MAX_IMPORT_BYTES"))

@@ -199,6 +199,8 @@ class ModelReader:
                 cached = None
             if cached is not None and cached.version == row["version"]:
                 return cached
+            if cached is not None and len(cached.learner.task_ids) > len(row["meta"].get("task_order") or ()):
+                cached = None  # a batch taken back took its task with it: read every task
             q = select(tasks_t.c.task_id, tasks_t.c.arrays, tasks_t.c.meta).where(tasks_t.c.model_name == self.name)
             if cached is not None:
                 q = q.where(tasks_t.c.version > cached.version)

@@ -7,7 +7,10 @@
   update of that task; ``version`` is the model version that last wrote it, so a reader
   refreshes only the tasks that changed since its cached version.
 * ``batches`` – append-only: every accepted raw batch with the model version it produced.
-  ``(model_name, version)`` is the primary key, so a batch can never be applied twice.
+  ``(model_name, version)`` is the primary key, so a batch can never be applied twice. A batch
+  taken back keeps its row, marked with the version of the take-back (``taken_back``).
+* ``take_backs`` – one row per batch taken back (``DELETE .../batches/{version}``,
+  :mod:`service.take_back`), keyed by the model version it produced.
 
 Every primary key starts with the model name (``models.name``, ``tasks.model_name``,
 ``batches.model_name``), so the three tables can be partitioned or sharded by it (e.g. Citus
@@ -24,7 +27,8 @@ import zipfile
 from datetime import datetime, timezone
 
 import numpy as np
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String
+from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String,
+                        UniqueConstraint)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -126,6 +130,29 @@ class BatchRow(Base):
     n_samples: Mapped[int] = mapped_column(Integer, nullable=False)
     X: Mapped[np.ndarray] = mapped_column(NDArray, nullable=False)
     y: Mapped[np.ndarray] = mapped_column(NDArray, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
+    #: The version of the take-back that removed this batch from the model; null: learned.
+    taken_back: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    #: ``labels``: the rows of remembered predictions labelled later (:mod:`service.labels`); null: posted.
+    source: Mapped[str | None] = mapped_column(String(8), nullable=True)
+
+
+class TakeBackRow(Base):
+    """One batch taken back (:mod:`service.take_back`): the model version the take-back
+    produced (``version``), the batch it removed (``batch_version``, unique per model), that
+    batch's task and rows, whether the task went with it (its only batch) and how many batches
+    were replayed to rebuild the model."""
+
+    __tablename__ = "take_backs"
+    __table_args__ = (UniqueConstraint("model_name", "batch_version", name="uq_take_backs_batch"),)
+
+    model_name: Mapped[str] = mapped_column(ForeignKey("models.name", ondelete="CASCADE"), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    batch_version: Mapped[int] = mapped_column(Integer, nullable=False)
+    task_id: Mapped[str] = mapped_column(String(200), nullable=False)
+    n_samples: Mapped[int] = mapped_column(Integer, nullable=False)
+    task_removed: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    n_replayed: Mapped[int] = mapped_column(Integer, nullable=False)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
 
 

@@ -25,6 +25,7 @@ from .reads import ModelMissing, Snapshot, VersionBehind  # noqa: F401 - Version
 from .registry import HostedModel, ModelRegistry  # noqa: F401 - service.main builds it from here
 from .responses import result_json
 from .scores import Transfer, scores
+from .take_back import TakeBackLog, TakeBackRefused, prepare as take_back_prepare, take_back_hash
 from .writes import StaleWrite
 
 # "service.store": the logger name is part of each of its log lines (their "logger" field).
@@ -95,6 +96,8 @@ def learn_batch(model: HostedModel, task_id: str, X, y, claim: Claim | None = No
             if claim is not None:
                 parts.append(claim)
             prepared = model.writer.prepare(snap, task_id, X, y, served)
+            if labels is not None:
+                prepared.source = "labels"
             version = model.writer.commit(prepared, parts)
         outcome = "committed"
     except Replayed:
@@ -175,9 +178,10 @@ def learn_once(model: HostedModel, task_id: str, X, y, key: str) -> tuple[dict[s
     return _once(model, key, request_hash(task_id, X, y), lambda claim: learn_batch(model, task_id, X, y, claim))
 
 
-def _once(model: HostedModel, key: str, h: str, run) -> tuple[dict[str, Any], bool]:
-    """``run(claim)`` (a :func:`learn_batch`) at most once per ``key`` of ``model`` for the
-    request of hash ``h``: the answer and whether it is a replay (see :func:`learn_once`)."""
+def _once(model: HostedModel, key: str, h: str, run, answer=None) -> tuple[dict[str, Any], bool]:
+    """``run(claim)`` (a :func:`learn_batch`, or a :func:`take_back_batch`) at most once per
+    ``key`` of ``model`` for the request of hash ``h``: the answer (``answer(prepared, version)``,
+    by default an update's) and whether it is a replay (see :func:`learn_once`)."""
     keys = model.keys
     purge_keys(keys, every=True)
     try:
@@ -201,7 +205,7 @@ def _once(model: HostedModel, key: str, h: str, run) -> tuple[dict[str, Any], bo
     except BaseException:
         _release(keys, claim)
         raise
-    return _answer(prepared, version), False
+    return (answer or _answer)(prepared, version), False
 
 
 def _replayed(model: HostedModel, key: str, response: dict[str, Any], count: bool = True) -> dict[str, Any]:
@@ -273,6 +277,65 @@ def label(model: HostedModel, ids: list[str], y: list[float], key: str | None = 
         prepared, version = learn_batch(model, "", None, None, labels=batch)
         return _answer(prepared, version), False
     return _once(model, key, labels_hash(ids, y), lambda claim: learn_batch(model, "", None, None, claim, batch))
+
+
+# ----------------------------------------------------------------------------- take a batch back
+def take_back(model: HostedModel, batch_version: int, key: str | None = None) -> tuple[dict[str, Any], bool]:
+    """Take the batch of ``batch_version`` back (:mod:`service.take_back`; at most once per
+    ``key`` when given): the answer (:class:`fcl3.schemas.TakeBackOut`) and whether it is a replay."""
+    if key is None:
+        prepared, _ = take_back_batch(model, batch_version)
+        return prepared.answer, False
+    return _once(model, key, take_back_hash(batch_version), lambda claim: take_back_batch(model, batch_version, claim),
+                 answer=lambda prepared, version: prepared.answer)
+
+
+def take_back_batch(model: HostedModel, batch_version: int, claim: Claim | None = None):
+    """Under the model's update lock: refresh to the stored version, rebuild the model without
+    the batch by replay, commit it with the version compare-and-set (and ``claim``'s answer).
+    Returns the prepared take-back and the new version. Observed like an update (outcome
+    ``taken_back``) with one log line."""
+    t0 = time.perf_counter()
+    outcome = "error"
+    try:
+        with model.locks.hold(model.name), model.shared.foreground:
+            acquired = time.perf_counter()
+            metrics.LOCK_WAIT_SECONDS.labels("acquired").observe(acquired - t0)
+            if claim is not None:
+                model.keys.verify(claim)
+            snap = model.reader.snapshot(check=True)
+            prepared = take_back_prepare(model.reader, snap, batch_version)
+            parts = [TakeBackLog(model.name)] + ([claim] if claim is not None else [])
+            version = model.writer.commit_take_back(prepared, parts)
+        outcome = "taken_back"
+    except Replayed:
+        outcome = "replayed"
+        raise
+    except KeyInFlight:
+        outcome = "key_in_flight"
+        raise
+    except (core.InputError, TakeBackRefused):
+        outcome = "bad_input"
+        raise
+    except StaleWrite:
+        outcome = "stale"
+        raise
+    except LockBusy:
+        outcome = "lock_busy"
+        metrics.LOCK_WAIT_SECONDS.labels("busy").observe(time.perf_counter() - t0)
+        raise
+    finally:
+        metrics.UPDATES.labels(outcome).inc()
+        model.observe()
+    done = time.perf_counter()
+    metrics.UPDATE_SECONDS.observe(done - acquired)
+    log.info("batch taken back", extra={
+        "event": "take_back", "model": model.name, "task": prepared.task_id, "version": version,
+        "batch_version": batch_version, "n_samples": prepared.n_samples, "task_removed": prepared.task_removed,
+        "n_replayed": prepared.n_replayed, "replay_ms": round(prepared.replay_seconds * 1000, 2),
+        "duration_ms": round((done - acquired) * 1000, 2), "lock_wait_ms": round((acquired - t0) * 1000, 2)})
+    model.wake()
+    return prepared, version
 
 
 # ----------------------------------------------------------------------------- online evaluation

@@ -37,6 +37,7 @@ import core
 from .db import check_store
 from .learners import make_learner
 from .reads import ModelReader, Snapshot, batches_t, models_t, tasks_t
+from .tables import TakeBackRow
 from .responses import result_json
 from .scores import Sums, prequential as score_prequential, scores, served_sums
 from .watch import notify
@@ -65,7 +66,8 @@ class NewModel:
     version: int = 0
     summary: dict[str, Any] | None = None
     tasks: dict[str, dict[str, Any]] | None = None  # task id -> {"version", "n_batches", "last_update"}
-    batches: list[dict[str, Any]] | None = None  # {"task_id", "version", "X", "y"}
+    batches: list[dict[str, Any]] | None = None  # {"task_id", "version", "X", "y"[, "taken_back", "source"]}
+    take_backs: list[dict[str, Any]] | None = None  # rows of take_backs (service.history)
     origin: dict[str, Any] | None = None
 
 
@@ -91,16 +93,44 @@ class Prepared:
     evaluation_seconds: float = 0.0  # time of the commit's evaluation hook (in its transaction)
     rescore_seconds: float = 0.0  # time rescoring evaluation sets after the commit, off the lock
     lock_held_seconds: float = 0.0  # from the update lock acquired to its release, once committed
+    source: str | None = None  # the stored batch's source: "labels" (labels that arrived later); None: posted
+
+
+@dataclass
+class PreparedTakeBack:
+    """A take-back computed against ``base_version`` but not yet committed
+    (:mod:`service.take_back`): the model rebuilt without the batch ``batch_version``."""
+
+    base_version: int
+    batch_version: int
+    task_id: str  # the batch's task
+    n_samples: int  # rows taken back
+    task_removed: bool  # the batch was its task's only one: the task is gone
+    n_replayed: int  # batches replayed to rebuild the model
+    learner: core.LifelongLearner
+    state: core.ModelState  # the whole rebuilt model (every task: the commit rewrites them all)
+    summary: dict[str, Any]
+    tasks: dict[str, dict[str, Any]]  # task id -> {"n_batches", "last_update"} after the replay
+    info: dict[str, Any]
+    replay_seconds: float = 0.0
+    answer: dict[str, Any] | None = None  # the body of the 200 (fcl3.schemas.TakeBackOut), once committed
+
+    def answer_at(self, version: int) -> dict[str, Any]:
+        task = self.learner.tasks_.get(self.task_id) if not self.task_removed else None
+        return {"version": version, "batch_version": self.batch_version, "task_id": self.task_id,
+                "n_samples": self.n_samples, "task_removed": self.task_removed,
+                "task_n_samples": int(task.n_samples) if task is not None else 0, "n_replayed": self.n_replayed,
+                "n_representatives": int(self.summary.get("n_representatives", 0))}
 
 
 @dataclass(frozen=True)
 class Commit:
     """An update being committed: what its participants see inside its transaction."""
 
-    prepared: Prepared
+    prepared: Prepared | PreparedTakeBack
     version: int  # the new model version
     at: datetime
-    answer: dict[str, Any]  # the body of the update's 200 (fcl3.schemas.UpdateOut)
+    answer: dict[str, Any]  # the body of the update's 200 (fcl3.schemas.UpdateOut, or TakeBackOut)
 
 
 class CommitParticipant(Protocol):
@@ -134,6 +164,7 @@ _REWRITE_TASK = update(tasks_t).where(tasks_t.c.model_name == bindparam("w_name"
                                       tasks_t.c.task_id == bindparam("w_task"))
 _INSERT_TASK = insert(tasks_t)
 _INSERT_BATCH = insert(batches_t)
+take_backs_t = TakeBackRow.__table__
 
 
 def representatives(learner: core.LifelongLearner, previous: list[str], result: core.UpdateResult) -> list[str]:
@@ -197,7 +228,10 @@ class ModelWriter:
                     conn.execute(insert(batches_t).values(
                         model_name=self.name, task_id=b["task_id"], version=int(b["version"]),
                         n_samples=int(np.shape(b["X"])[0]), X=np.asarray(b["X"], dtype=float),
-                        y=np.asarray(b["y"], dtype=float), created_at=now))
+                        y=np.asarray(b["y"], dtype=float), taken_back=b.get("taken_back"),
+                        source=b.get("source"), created_at=now))
+                for tb in new.take_backs or ():
+                    conn.execute(insert(take_backs_t).values(**{**tb, "model_name": self.name}))
                 notify(conn, self.name)
         except IntegrityError:
             raise ModelExists(self.name) from None  # created by someone else meanwhile
@@ -285,8 +319,56 @@ class ModelWriter:
                     "arrays": p.state.tasks[tid]["arrays"], "meta": p.state.tasks[tid]["meta"], "updated_at": now})
             conn.execute(_INSERT_BATCH, {
                 "model_name": self.name, "task_id": p.task_id, "version": new_version,
-                "n_samples": int(p.X.shape[0]), "X": p.X, "y": p.y, "created_at": now})
+                "n_samples": int(p.X.shape[0]), "X": p.X, "y": p.y, "source": p.source, "created_at": now})
             commit = Commit(p, new_version, now, answer)
+            for part in participants:
+                part.in_commit(conn, commit)
+            notify(conn, self.name)
+        check_store(self.reader.bulk)  # not acknowledged if its file vanished during the commit
+        info = {**p.info, "version": new_version, "params": p.state.params, "meta": p.state.meta,
+                "format_version": p.state.format_version, "summary": p.summary, "updated_at": now}
+        self.reader.offer(Snapshot(new_version, p.learner, info))
+        return new_version
+
+    def commit_take_back(self, p: PreparedTakeBack, participants: Sequence[CommitParticipant] = ()) -> int:
+        """Write a take-back in one transaction, guarded like :meth:`commit` (the version
+        compare-and-set, and the batch still learned): the model row, every task row (the
+        rebuilt model's; the task of the batch deleted if it is gone), the batch marked taken
+        back, the take-back's row, then ``participants``. Returns the new version, which this
+        process then serves; ``p.answer`` is the answer."""
+        new_version = p.base_version + 1
+        now = _now()
+        p.answer = p.answer_at(new_version)
+        with self.reader.bulk.begin() as conn:
+            res = conn.execute(_UPDATE_MODEL, {
+                "w_name": self.name, "w_version": p.base_version, "version": new_version, "params": p.state.params,
+                "meta": p.state.meta, "arrays": p.state.arrays, "format_version": p.state.format_version,
+                "summary": p.summary, "updated_at": now})
+            if res.rowcount != 1:
+                raise StaleWrite(
+                    f"model {self.name!r} changed since version {p.base_version} was read "
+                    "(the update lock expired before the commit); the batch was NOT taken back — retry")
+            res = conn.execute(update(batches_t).where(
+                batches_t.c.model_name == self.name, batches_t.c.version == p.batch_version,
+                batches_t.c.taken_back.is_(None)).values(taken_back=new_version))
+            if res.rowcount != 1:
+                raise StaleWrite(f"batch {p.batch_version} of model {self.name!r} changed while it was taken back; "
+                                 "nothing was changed — retry")
+            conn.execute(insert(take_backs_t).values(
+                model_name=self.name, version=new_version, batch_version=p.batch_version, task_id=p.task_id,
+                n_samples=p.n_samples, task_removed=p.task_removed, n_replayed=p.n_replayed, created_at=now))
+            if p.task_removed:
+                conn.execute(delete(tasks_t).where(tasks_t.c.model_name == self.name, tasks_t.c.task_id == p.task_id))
+            for tid, task in p.state.tasks.items():
+                counters = p.tasks[tid]
+                res = conn.execute(_REWRITE_TASK, {
+                    "w_name": self.name, "w_task": tid, "version": new_version,
+                    "n_samples": int(p.learner.tasks_[tid].n_samples), "n_batches": int(counters["n_batches"]),
+                    "arrays": task["arrays"], "meta": task["meta"], "last_update": counters["last_update"],
+                    "updated_at": now})
+                if res.rowcount != 1:
+                    raise StaleWrite(f"task {tid!r} row missing; the batch was NOT taken back — retry")
+            commit = Commit(p, new_version, now, p.answer)
             for part in participants:
                 part.in_commit(conn, commit)
             notify(conn, self.name)
