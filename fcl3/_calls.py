@@ -17,7 +17,8 @@ from pydantic import BaseModel
 from . import schemas
 from .errors import error_from
 from .retries import Retries
-from .schemas import EvaluationOut, EvaluationRowsOut, ModelList, ModelOut, PredictOut, TaskList, TaskOut, UpdateOut
+from .schemas import (EvaluationOut, EvaluationRowsOut, ModelList, ModelOut, PredictOut, TakeBackOut, TaskList, TaskOut,
+                      UpdateOut)
 
 T = TypeVar("T")
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -207,6 +208,17 @@ def label(model: str, pairs: Any, key: str) -> Call[tuple[UpdateOut, bool]]:
 
     return Call("POST", f"{model_path(model)}/labels", parse, content=_json({"labels": label_pairs(pairs)}),
                 headers={**_JSON, "Idempotency-Key": key}, replay_safe=True, patient=True)
+
+
+def take_back(model: str, version: int, key: str) -> Call[TakeBackOut]:
+    """Take the batch of ``version`` back, with an Idempotency-Key: resent safely (a retry
+    whose first attempt went through gets the first answer). A 409 with ``Retry-After`` (the
+    key still in flight) is waited out; one without is final (forked ancestry, batches not
+    stored), as are 404 and 410 (taken back already: its body says by which version)."""
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"version must be a positive integer (the version a batch produced); got {version!r}")
+    return Call("DELETE", f"{model_path(model)}/batches/{version}", _typed(TakeBackOut),
+                headers={"Idempotency-Key": key}, replay_safe=True, patient=True)
 
 
 def tasks(model: str, offset: int, limit: int) -> Call[TaskList]:

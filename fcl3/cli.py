@@ -708,6 +708,35 @@ def label(model, file, idempotency_key, url, api_key, timeout, retries):
                        f"{u.n_samples} samples" + (f"; served predictions: {_metrics(preq)}" if preq else ""))
 
 
+@main.command("take-back")
+@click.argument("model")
+@click.argument("version", type=click.IntRange(1, 2**31 - 1))
+@click.option("--idempotency-key", default=None, metavar="KEY",
+              help="Key of the request; run again with the same key, the batch is taken back once. Default: a "
+                   "new key.")
+@connection_options
+def take_back(model, version, idempotency_key, url, api_key, timeout, retries):
+    """Take back the batch of MODEL that produced VERSION.
+
+    The model becomes what it would have been without that batch (its other batches replayed
+    in their order), as a new version. A batch taken back already, a fork's inherited batch or
+    a model whose batches are not stored (an import) stops the command with the service's
+    reason, and nothing changes.
+    """
+    with _client(url, api_key, timeout, retries) as c:
+        try:
+            r = c.take_back(model, version, idempotency_key=idempotency_key)
+        except FCL3Error as exc:
+            hint = ""
+            if isinstance(exc, APIError) and exc.status == 410:
+                hint = f"(taken back by version {exc.headers.get('X-Model-Version', '?')})"
+            raise _fail(exc, f"batch {version} of model {model!r} not taken back", hint) from None
+    task = (f"task {r.task_id!r} removed (it was its only batch)" if r.task_removed
+            else f"task {r.task_id!r} keeps {r.task_n_samples} rows")
+    click.echo(f"took back batch {r.batch_version} of model {model!r} ({r.n_samples} rows): version {r.version}, "
+               f"{r.n_replayed} batches replayed; {task}")
+
+
 @main.command()
 @click.argument("model")
 @click.argument("task", required=False)

@@ -43,7 +43,7 @@ from .errors import (APIError, BadRequest, Conflict, ConnectionFailed, FCL3Error
 from .events import Event
 from .retries import Retries
 from .schemas import (EvaluationEvent, EvaluationOut, EvaluationRowsOut, ModelList, ModelOut, PredictOut,  # noqa: F401
-                      ResetEvent, TaskList, TaskOut, UpdateEvent, UpdateOut)
+                      ResetEvent, TakeBackOut, TaskList, TaskOut, UpdateEvent, UpdateOut)
 
 __all__ = [
     "Client", "AsyncClient", "BatchResult", "Event", "Retries", "DEFAULT_URL",

@@ -18,7 +18,8 @@ from .._calls import DEFAULT_URL, BatchResult, Call, Options
 from ..errors import error_from, unreachable
 from ..events import Event, EventStream
 from ..retries import Attempts, Retries, wait_after_error, wait_after_response
-from ..schemas import EvaluationOut, EvaluationRowsOut, ModelList, ModelOut, PredictOut, TaskList, TaskOut, UpdateOut
+from ..schemas import (EvaluationOut, EvaluationRowsOut, ModelList, ModelOut, PredictOut, TakeBackOut, TaskList, TaskOut,
+                       UpdateOut)
 
 T = TypeVar("T")
 
@@ -160,6 +161,15 @@ class Client:
         key = calls.new_key(idempotency_key)
         (update, replayed), attempts = self._send(calls.label(model, pairs, key))
         return BatchResult(update, replayed, key, attempts)
+
+    def take_back(self, model: str, version: int, *, idempotency_key: str | None = None) -> TakeBackOut:
+        """Take back the batch whose update answered ``version``: the model becomes what it
+        would have been without it (its other batches replayed in their order), as a new
+        version. Sent with ``idempotency_key`` (default: a new UUID), so that no retry applies
+        it twice. A batch taken back already raises :class:`APIError` with status 410
+        (``headers["X-Model-Version"]``: the version of that take-back); a refusal (a fork's
+        inherited batch, batches not stored) :class:`Conflict`; no such batch :class:`NotFound`."""
+        return self._run(calls.take_back(model, version, calls.new_key(idempotency_key)))
 
     def tasks(self, model: str, offset: int = 0, limit: int = 1000) -> TaskList:
         """One page of the model's tasks, oldest first."""
