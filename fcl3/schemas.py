@@ -139,6 +139,29 @@ class LabelsRequest(Request):
         return labels
 
 
+class LabelsTask(BaseModel):
+    task_id: str
+    pending: int = Field(..., description="Remembered predictions waiting for their label (not expired).")
+    label_batches: int = Field(..., description="Batches of labels that arrived later, learned (not taken back).")
+    labelled_rows: int = Field(..., description="Their rows.")
+
+
+class LabelsOut(BaseModel):
+    """``GET .../labels``: predictions waiting for their labels and labels received, per task."""
+
+    model: str
+    version: int
+    pending: int = Field(..., description="Remembered predictions waiting for their label, over every task.")
+    label_batches: int = Field(..., description="Batches of labels learned, over every task.")
+    labelled_rows: int
+    tasks: list[LabelsTask] = Field(..., description="The tasks with predictions pending or labels received, by id.")
+
+    model_config = {"json_schema_extra": {"examples": [
+        {"model": "schools", "version": 42, "pending": 7, "label_batches": 3, "labelled_rows": 18,
+         "tasks": [{"task_id": "school-1", "pending": 5, "label_batches": 2, "labelled_rows": 12},
+                   {"task_id": "school-2", "pending": 2, "label_batches": 1, "labelled_rows": 6}]}]}}
+
+
 class TaskOut(BaseModel):
     task_id: str
     n_samples: int

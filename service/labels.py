@@ -41,10 +41,11 @@ from core.preprocessing import as_matrix
 from fcl3.schemas import PREDICTION_ID_PATTERN
 
 from .scores import served_outputs
-from .tables import RememberedPredictionRow
+from .tables import BatchRow, RememberedPredictionRow
 from .writes import Commit, StaleWrite
 
 remembered_t = RememberedPredictionRow.__table__
+batches_t = BatchRow.__table__
 
 #: A prediction id: its expiry (ms since the epoch, hex), a dash, 16 random hex digits.
 _ID = re.compile(PREDICTION_ID_PATTERN)
@@ -254,12 +255,34 @@ class RememberedPredictions:
                                 "(labelled by another request, dropped or expired); this batch was NOT applied — "
                                 "retry to see why")
 
-    def pending(self) -> int:
-        """Rows of the model waiting for their label (not expired)."""
+    def pending(self) -> dict[str, int]:
+        """Rows of the model waiting for their label (not expired), per task."""
         t = remembered_t
         with self.engine.connect() as conn:
-            return int(conn.execute(select(func.count()).select_from(t).where(
-                t.c.model_name == self.name, t.c.state == PENDING, t.c.expires_ms > db_ms(self.dialect))).scalar())
+            return {task: int(n) for task, n in conn.execute(
+                select(t.c.task_id, func.count()).where(t.c.model_name == self.name, t.c.state == PENDING,
+                                                        t.c.expires_ms > db_ms(self.dialect))
+                .group_by(t.c.task_id))}
+
+    def received(self) -> dict[str, tuple[int, int]]:
+        """Labels received, per task: ``(batches, rows)`` of the label batches the model has
+        learned (stored with ``source = 'labels'``, not taken back)."""
+        b = batches_t
+        with self.engine.connect() as conn:
+            return {task: (int(n), int(rows or 0)) for task, n, rows in conn.execute(
+                select(b.c.task_id, func.count(), func.sum(b.c.n_samples)).where(
+                    b.c.model_name == self.name, b.c.source == "labels", b.c.taken_back.is_(None))
+                .group_by(b.c.task_id))}
+
+    def summary(self, version: int) -> dict[str, Any]:
+        """The body of ``GET .../labels`` (:class:`fcl3.schemas.LabelsOut`): pending
+        predictions and labels received, per task (the tasks with either), by task id."""
+        pending, received = self.pending(), self.received()
+        tasks = [{"task_id": task, "pending": pending.get(task, 0), "label_batches": received.get(task, (0, 0))[0],
+                  "labelled_rows": received.get(task, (0, 0))[1]} for task in sorted(set(pending) | set(received))]
+        return {"model": self.name, "version": version, "pending": sum(pending.values()),
+                "label_batches": sum(n for n, _ in received.values()),
+                "labelled_rows": sum(r for _, r in received.values()), "tasks": tasks}
 
 
 # ----------------------------------------------------------------------------- in the write path

@@ -126,6 +126,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     include(data.router, "write", named=True)
     include(labels.router, "write")
     include(labels.router, "write", named=True)
+    include(labels.read_router, "read")
+    include(labels.read_router, "read", named=True)
     include(batches.router, "write")
     include(batches.router, "write", named=True)
     include(default_model.router, "read")

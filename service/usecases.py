@@ -279,6 +279,12 @@ def label(model: HostedModel, ids: list[str], y: list[float], key: str | None = 
     return _once(model, key, labels_hash(ids, y), lambda claim: learn_batch(model, "", None, None, claim, batch))
 
 
+def labels_summary(model: HostedModel) -> dict[str, Any]:
+    """The body of ``GET .../labels`` (:class:`fcl3.schemas.LabelsOut`)."""
+    version = model.reader.require()
+    return RememberedPredictions(model.reader.engine, model.name).summary(version)
+
+
 # ----------------------------------------------------------------------------- take a batch back
 def take_back(model: HostedModel, batch_version: int, key: str | None = None) -> tuple[dict[str, Any], bool]:
     """Take the batch of ``batch_version`` back (:mod:`service.take_back`; at most once per

@@ -306,3 +306,34 @@ def test_a_take_back_survives_sigkill_around_its_commit(backend, when, request, 
     diff = float(np.max(np.abs(after - before)))
     print(f"\n{backend}, SIGKILL {when} the commit: max |after - before the bad batch| = {diff:.3g}")
     assert diff <= TOLERANCE
+
+
+# ----------------------------------------------------------------------------- GET .../labels
+def test_labels_summary_counts_pending_predictions_and_labels_received(backend_app):
+    """Per task: predictions remembered and not labelled yet, and the label batches learned (a
+    label batch taken back no longer counts); counted here from what the test sent."""
+    c = backend_app()
+    name = create(c)
+    for task, X, y in stream(13, n_tasks=2, rounds=1):
+        post(c, name, task, X, y)
+    empty = c.get(f"/models/{name}/labels").json()
+    assert empty == {"model": name, "version": 2, "pending": 0, "label_batches": 0, "labelled_rows": 0, "tasks": []}
+    Xq = query_rows(n=5)
+    ids0 = c.post(f"/models/{name}/predict", json={"task_id": "t0", "X": Xq, "remember": True}).json()["prediction_ids"]
+    ids1 = c.post(f"/models/{name}/predict", json={"task_id": "t1", "X": Xq[:3], "remember": True}).json()["prediction_ids"]
+    r = c.post(f"/models/{name}/labels", json={"labels": [{"prediction_id": i, "y": 1.0} for i in ids0[:2]]})
+    assert r.status_code == 200 and r.json()["version"] == 3
+    r = c.post(f"/models/{name}/labels", json={"labels": [{"prediction_id": ids1[0], "y": 0.5}]})
+    assert r.status_code == 200 and r.json()["version"] == 4
+    got = c.get(f"/models/{name}/labels").json()
+    assert got == {"model": name, "version": 4, "pending": 5, "label_batches": 2, "labelled_rows": 3, "tasks": [
+        {"task_id": "t0", "pending": 3, "label_batches": 1, "labelled_rows": 2},
+        {"task_id": "t1", "pending": 2, "label_batches": 1, "labelled_rows": 1}]}
+    assert c.delete(f"/models/{name}/batches/3").status_code == 200
+    after = c.get(f"/models/{name}/labels").json()
+    assert after["label_batches"] == 1 and after["tasks"][0] == {"task_id": "t0", "pending": 3, "label_batches": 0,
+                                                                 "labelled_rows": 0}
+    points = {p["version"]: p for p in c.get(f"/models/{name}/evaluation").json()["prequential"]}
+    assert points[3]["source"] == "labels" and points[2]["source"] is None
+    assert points[5]["taken_back"] == {"batch_version": 3, "n_samples": 2, "task_removed": False}
+    assert c.get(f"/models/{unique_name('nope')}/labels").status_code == 404

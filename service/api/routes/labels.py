@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from fcl3.schemas import LabelsRequest, UpdateOut
+from fcl3.schemas import LabelsOut, LabelsRequest, UpdateOut
 
 from ... import usecases
 from ...idempotency import check_key
@@ -14,6 +14,8 @@ from ..deps import ModelDep, SettingsDep, check_size
 from .data import IdempotencyKey
 
 router = APIRouter(tags=["learning"])
+#: ``GET .../labels``: included behind the read key.
+read_router = APIRouter(tags=["evaluation"])
 
 _ID = "19c0d6e3a2f-8c1e5b0d2a4f6e13"
 
@@ -76,3 +78,11 @@ def post_labels(request: Request, model: ModelDep, settings: SettingsDep, body: 
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return UpdateOut(**out)
+
+
+@read_router.get("/labels", response_model=LabelsOut, summary="Pending predictions and labels received")
+def get_labels(model: ModelDep) -> LabelsOut:
+    """Per task: the predictions made with `"remember": true` still waiting for their label
+    (not expired, not dropped), and the batches of labels learned (`POST .../labels`; a batch
+    taken back no longer counts)."""
+    return LabelsOut(**usecases.labels_summary(model))
