@@ -160,3 +160,24 @@ def series(conn: Connection, name: str, limit: int):
     return conn.execute(select(log_t.c.version, log_t.c.task_id, log_t.c.new_task, log_t.c.batch, log_t.c.overall,
                                log_t.c.event)
                         .where(log_t.c.model_name == name).order_by(log_t.c.version.desc()).limit(limit)).all()
+
+
+# ----------------------------------------------------------------------------- a take-back (service.take_back)
+def scored_batches(conn: Connection, name: str) -> list:
+    """Every log row with a batch's sums, in version order: ``(version, task_id, batch)``."""
+    return conn.execute(select(log_t.c.version, log_t.c.task_id, log_t.c.batch).where(
+        log_t.c.model_name == name, log_t.c.batch.is_not(None)).order_by(log_t.c.version)).all()
+
+
+def unscore(conn: Connection, name: str, version: int) -> None:
+    """The batch of ``version`` no longer counts in the prequential figures (taken back)."""
+    conn.execute(update(log_t).where(log_t.c.model_name == name, log_t.c.version == version).values(batch=None))
+
+
+def write_task_sums(conn: Connection, name: str, task_id: str, sums: dict | None, n_batches: int, at) -> None:
+    """A task's prequential sums recomputed (None: no scored batch left, the row goes)."""
+    where = (preq_t.c.model_name == name, preq_t.c.task_id == task_id)
+    if sums is None:
+        conn.execute(delete(preq_t).where(*where))
+    else:
+        conn.execute(update(preq_t).where(*where).values(sums=sums, n_batches=n_batches, updated_at=at))

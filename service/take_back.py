@@ -6,8 +6,9 @@ learned but the one taken back, in the order of their versions (:mod:`service.hi
 is bit for bit the model the same stream without that batch gives (the engine is deterministic:
 its seeds are ``random_state``, the task ids and the rows seen). No residue of the batch is left
 in the model; its row stays in ``batches`` marked taken back (for audits, and for forks at a
-version before the take-back), and the prequential figures, a record of the predictions that
-were served, are not rewritten.
+version before the take-back). The batch's own prequential score leaves the model's and its
+task's figures (:class:`TakeBackLog`); the scores of the other batches, a record of the
+predictions that were served, are not rewritten.
 
 The take-back is one guarded write like a batch (:meth:`service.writes.ModelWriter.commit_take_back`,
 under the update lock, with the version compare-and-set) and a new model version with its own
@@ -24,11 +25,12 @@ import hashlib
 import time
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, select
 
 from . import evaluation_store as store
-from .history import History, ranges, read_history, replay
+from .history import History, batches_t, ranges, read_history, replay
 from .reads import Snapshot
+from .scores import add_sums, stored, to_json
 from .writes import Commit, PreparedTakeBack
 
 
@@ -133,24 +135,42 @@ def prepare(reader, snap: Snapshot, batch_version: int) -> PreparedTakeBack:
 
 class TakeBackLog:
     """A take-back's part in the online evaluation, in its commit: its row of the event log (an
-    ``update`` event with ``taken_back``) and the evaluation state's version. The prequential
-    sums and held-out scores are left as they are (a record of what was served)."""
+    ``update`` event with ``taken_back``), and the prequential figures without the batch taken
+    back: the model's and its task's sums recomputed, in version order, from the scored batches
+    still learned (the same additions as the commits made, so exactly the sums the stream
+    without that batch gave them), and its log row no longer counted in the recent window. The
+    scores of the other batches stay as they were: what was served. Held-out scores are left to
+    the next updates."""
 
     def __init__(self, name: str):
         self.name = name
 
     def in_commit(self, conn: Connection, commit: Commit) -> None:
         p: PreparedTakeBack = commit.prepared  # type: ignore[assignment]
+        kind = p.learner.kind
         event = {"version": commit.version, "task_id": p.task_id, "new_task": False, "new_representative": False,
                  "n_representatives": int(p.summary.get("n_representatives", 0)), "prequential": None,
                  "taken_back": {"batch_version": p.batch_version, "n_samples": p.n_samples,
                                 "task_removed": p.task_removed}}
-        overall = store.overall(conn, self.name)
+        removed = {int(v) for v in conn.execute(select(batches_t.c.version).where(
+            batches_t.c.model_name == self.name, batches_t.c.taken_back.is_not(None))).scalars()}
+        overall = task = None
+        n_task = 0
+        for version, task_id, batch in store.scored_batches(conn, self.name):
+            if version in removed:
+                continue
+            sums = stored(kind, batch)
+            overall = add_sums(overall, sums)
+            if task_id == p.task_id:
+                task, n_task = add_sums(task, sums), n_task + 1
+        store.unscore(conn, self.name, p.batch_version)
+        store.write_task_sums(conn, self.name, p.task_id, to_json(task), n_task, commit.at)
         res = conn.execute(store.UPDATE_STATE, {"w_model": self.name, "version": commit.version,
-                                                "updated_at": commit.at})
+                                                "overall": to_json(overall), "updated_at": commit.at})
         if res.rowcount == 0:
-            conn.execute(store.INSERT_STATE, {"model_name": self.name, "revision": 0, "scores": {}, "overall": None,
-                                              "matrix": {}, "version": commit.version, "updated_at": commit.at})
+            conn.execute(store.INSERT_STATE, {"model_name": self.name, "revision": 0, "scores": {},
+                                              "overall": to_json(overall), "matrix": {}, "version": commit.version,
+                                              "updated_at": commit.at})
         conn.execute(store.INSERT_LOG, {"model_name": self.name, "version": commit.version, "task_id": p.task_id,
-                                        "new_task": False, "event": event, "batch": None, "overall": overall,
+                                        "new_task": False, "event": event, "batch": None, "overall": to_json(overall),
                                         "evaluation": None, "matrix": None, "created_at": commit.at})

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import create_engine, select
 
 import core
-from service.tables import BatchRow, IdempotencyKeyRow, ModelRow, TakeBackRow
+from service.tables import BatchRow, EvaluationLogRow, IdempotencyKeyRow, ModelRow, TakeBackRow
 
 from .conftest import ESTIMATOR, PARAMS, regression_batch, unique_name
 
@@ -82,7 +82,9 @@ def test_the_poisoned_task_predicts_as_before_the_bad_batch_once_it_is_taken_bac
         post(c, name, task, X, y)
     Xq = query_rows()
     before = predict(c, name, "t0", Xq)
+    figures = model(c, name)["prequential"], c.get(f"/models/{name}/tasks/t0").json()["prequential"]
     bad = post(c, name, "t0", *poisoned(2))
+    assert model(c, name)["prequential"]["overall"]["rmse"] > 1e3  # the bad row's own score (the only one)
     poisoned_preds = predict(c, name, "t0", Xq)
     # the bad row makes the task predict (almost) a constant: its spread collapses
     assert np.ptp(poisoned_preds) < 1e-3 * np.ptp(before)
@@ -91,6 +93,8 @@ def test_the_poisoned_task_predicts_as_before_the_bad_batch_once_it_is_taken_bac
     out = r.json()
     assert out == {"version": bad + 1, "batch_version": bad, "task_id": "t0", "n_samples": 1, "task_removed": False,
                    "task_n_samples": 12, "n_replayed": bad - 1, "n_representatives": out["n_representatives"]}
+    # the bad batch's own prequential score no longer counts: the figures are those before it (none)
+    assert (model(c, name)["prequential"], c.get(f"/models/{name}/tasks/t0").json()["prequential"]) == figures
     after = predict(c, name, "t0", Xq)
     diff = float(np.max(np.abs(after - before)))
     print(f"\n{backend_app.backend}: before {np.round(before[:4], 4)} poisoned {np.round(poisoned_preds[:4], 4)} "
@@ -117,7 +121,17 @@ def test_taking_a_batch_back_equals_the_engine_on_the_stream_without_it(backend_
     with_bad = engine_run(first + [("t0", bad_X, bad_y)] + later)
     for t in ("t0", "t1", "t2", "t3"):
         np.testing.assert_allclose(predict(c, name, t, Xq), with_bad.predict(t, np.asarray(Xq)), rtol=0, atol=1e-9)
+    overall_with = model(c, name)["prequential"]["overall"]
     assert c.delete(f"/models/{name}/batches/{bad}").status_code == 200
+    # the prequential figures: every stored batch score but the bad one's, added up here
+    with c.app.state.engine.connect() as conn:
+        logged = conn.execute(select(EvaluationLogRow.version, EvaluationLogRow.batch).where(
+            EvaluationLogRow.model_name == name, EvaluationLogRow.batch.is_not(None))).all()
+    assert bad not in {v for v, _ in logged} and len(logged) == len(first) + len(later) - 4  # first batches unscored
+    n, se = sum(b["n"] for _, b in logged), sum(b["se"] for _, b in logged)
+    overall = model(c, name)["prequential"]["overall"]
+    assert overall["n"] == n == overall_with["n"] - 1 and overall["rmse"] == pytest.approx(np.sqrt(se / n), rel=1e-12)
+    assert overall_with["rmse"] > 10 * overall["rmse"]
     without = engine_run(first + later)
     worst = 0.0
     for t in ("t0", "t1", "t2", "t3"):
