@@ -4,9 +4,16 @@ import { primary, scoreView } from "./format.js";
 
 /** One committed update (an UpdateEvent, or the same fields read from a task) as feed text. */
 export function describeUpdate(d, row) {
+  if (d.taken_back) {
+    const t = d.taken_back;
+    return [h("strong", {}, `v${d.version}`), " took back batch ", h("strong", {}, `v${t.batch_version}`), " of task ",
+      h("code", {}, d.task_id), ` · ${t.n_samples} ${t.n_samples === 1 ? "row" : "rows"}`, t.task_removed ? " · the task went with it" : "",
+      ` · ${d.n_representatives} representatives`];
+  }
   const env = d.new_representative ? "opened a new environment" : row?.isRep ? "a representative"
     : row?.lean ? ["leans on ", h("code", {}, row.lean.rep)] : null;
-  return [h("strong", {}, `v${d.version}`), " task ", h("code", {}, d.task_id), ` · ${d.new_task ? "new task" : "more data"}`,
+  return [h("strong", {}, `v${d.version}`), " task ", h("code", {}, d.task_id),
+    ` · ${d.new_task ? "new task" : d.source === "labels" ? "labels that arrived later" : "more data"}`,
     env ? [" · ", env] : null, ` · ${d.n_representatives} representatives`,
     d.prequential ? [" · prequential ", scoreView(primary(d.prequential))] : null];
 }

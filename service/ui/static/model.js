@@ -4,6 +4,7 @@
 import * as api from "./api.js";
 import { fill, h, keepFocus } from "./dom.js";
 import { assignmentsView, derive, environmentsView } from "./environments.js";
+import { historyView } from "./history.js";
 import { liveView, describeUpdate } from "./live.js";
 import { cardsView, headView, parseLatency } from "./overview.js";
 import { matrixView, prequentialView } from "./scores.js";
@@ -19,7 +20,7 @@ export function modelView({ main, guarded, route }, name) {
   let stopped = false;
   const s = {
     model: null, tasks: [], rows: [], byId: new Map(), evaluation: undefined, evaluationError: null, latency: null,
-    versionTimes: [], live: "connecting", loadedVersion: 0, fresh: new Set(),
+    versionTimes: [], live: "connecting", loadedVersion: 0, fresh: new Set(), labels: null,
     preq: new Map(), // task id -> {version, scores}: TaskOut.prequential of GET .../tasks/{id} (the list carries none)
   };
   fill(main, h("div", { class: "model-head" }, h("p", { class: "loading" }, `Loading ${name}…`)));
@@ -46,13 +47,21 @@ export function modelView({ main, guarded, route }, name) {
       s.evaluationError = err.message;
     }
   }
+  async function loadLabels() { // LabelsOut; null on a service without GET …/labels
+    try {
+      s.labels = await api.get(`${base}/labels`, { signal, optional: true });
+    } catch (err) {
+      if (err instanceof api.AuthError || err.name === "AbortError") throw err;
+      s.labels = null;
+    }
+  }
   async function loadLatency() {
     const text = await api.getText("metrics", { signal });
     s.latency = text ? parseLatency(text) : null;
   }
   async function loadAll() {
     await loadModel();
-    await Promise.all([loadTasks(), loadEvaluation(), loadLatency()]);
+    await Promise.all([loadTasks(), loadEvaluation(), loadLatency(), loadLabels()]);
     rederive();
     s.loadedVersion = s.model.version;
   }
@@ -89,7 +98,7 @@ export function modelView({ main, guarded, route }, name) {
   const ctx = { s, name, fetchScores };
   const views = {
     head: headView(ctx), cards: cardsView(ctx), envs: null, z: assignmentsView(ctx),
-    preq: prequentialView(ctx), acc: matrixView(ctx), tasks: tasksView(ctx), live: liveView(ctx),
+    preq: prequentialView(ctx), acc: matrixView(ctx), tasks: tasksView(ctx), live: liveView(ctx), history: historyView(ctx),
   };
   views.envs = environmentsView(ctx, { onShow: (rep) => views.tasks.showEnvironment(rep) });
 
@@ -101,14 +110,15 @@ export function modelView({ main, guarded, route }, name) {
     } }, label);
     fill(main, views.head.el,
       h("nav", { class: "jump", "aria-label": "Sections of this model" }, jump("sec-envs", "Environments"), jump("sec-z", "Assignments Zᵗ"),
-        jump("sec-preq", "Prequential"), jump("sec-acc", "Accuracy matrix"), jump("sec-tasks", "Tasks"), jump("sec-live", "Live")),
-      views.cards.el, views.envs.el, views.z.el, views.preq.el, views.acc.el, views.tasks.el, views.live.el);
+        jump("sec-preq", "Prequential"), jump("sec-acc", "Accuracy matrix"), jump("sec-tasks", "Tasks"),
+        jump("sec-history", "Labels and take-backs"), jump("sec-live", "Live")),
+      views.cards.el, views.envs.el, views.z.el, views.preq.el, views.acc.el, views.tasks.el, views.history.el, views.live.el);
   }
 
   function renderAll() {
     if (stopped) return;
     keepFocus(main, () => {
-      for (const v of [views.head, views.cards, views.envs, views.z, views.preq, views.acc]) v.render();
+      for (const v of [views.head, views.cards, views.envs, views.z, views.preq, views.acc, views.history]) v.render();
       views.tasks.renderEnvSelect();
       views.tasks.render();
       views.live.render();
@@ -147,6 +157,8 @@ export function modelView({ main, guarded, route }, name) {
     const batch = queue.splice(0);
     const ids = [...new Set(batch.map((d) => d.task_id))];
     await loadModel();
+    await Promise.all([loadLabels(), loadEvaluation()]); // the timeline and the labels follow every version
+    if (batch.some((d) => d.taken_back)) needFull = true; // a take-back rewrites every task (and may drop one)
     if (needFull || ids.length > 25) {
       needFull = false;
       await loadTasks();
@@ -196,6 +208,7 @@ export function modelView({ main, guarded, route }, name) {
         s.model = m;
         await loadTasks();
         await loadEvaluation().catch(() => {});
+        await loadLabels().catch(() => {});
         rederive();
         const changed = s.rows.filter((r) => r.task.version > before).sort((a, b) => b.task.version - a.task.version);
         s.fresh = new Set(changed.map((r) => r.task.task_id));
