@@ -351,3 +351,23 @@ def test_labels_summary_counts_pending_predictions_and_labels_received(backend_a
     assert points[3]["source"] == "labels" and points[2]["source"] is None
     assert points[5]["taken_back"] == {"batch_version": 3, "n_samples": 2, "task_removed": False}
     assert c.get(f"/models/{unique_name('nope')}/labels").status_code == 404
+
+
+def test_openapi_documents_the_new_routes_with_examples(make_client):
+    doc = make_client().get("/openapi.json").json()
+    schemas = doc["components"]["schemas"]
+    for path in ("/batches/{version}", "/models/{name}/batches/{version}"):
+        op = doc["paths"][path]["delete"]
+        assert op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/TakeBackOut")
+        for status, field in (("404", "batch_version"), ("409", "fork"), ("410", "taken_back_by")):
+            assert field in op["responses"][status]["content"]["application/json"]["example"], status
+        params = {p["name"]: p for p in op["parameters"]}
+        assert "Idempotency-Key" in params and params["version"]["schema"]["minimum"] == 1
+        assert params["version"]["schema"]["examples"] == [7]
+    assert schemas["TakeBackOut"]["examples"][0]["batch_version"] == 7
+    for path in ("/labels", "/models/{name}/labels"):
+        op = doc["paths"][path]["get"]
+        assert op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/LabelsOut")
+    assert schemas["LabelsOut"]["examples"][0]["tasks"][0]["pending"] == 5
+    assert "taken_back" in schemas["PrequentialPoint"]["properties"]
+    assert "taken_back" in doc["paths"]["/events"]["get"]["description"]

@@ -97,6 +97,9 @@ async def get_events(request: Request, model: ModelDep, settings: SettingsDep,
                                                        "many seconds (default: never).")) -> EventSourceResponse:
     """One event per committed update of the model and one per change of its evaluation, live
     (from any worker or replica); reconnect with ``Last-Event-ID`` to get what was missed.
+    A batch taken back (``DELETE .../batches/{version}``) is an ``update`` event of its own
+    version with ``taken_back``: ``{"batch_version", "n_samples", "task_removed"}``; a batch of
+    labels that arrived later has ``"source": "labels"``.
     At most MAX_EVENT_STREAMS_PER_KEY streams per API key are open at once in one process."""
     hub = model.shared.events
     cap = settings.MAX_EVENT_STREAMS_PER_KEY
