@@ -40,6 +40,7 @@ import core
 from core.preprocessing import as_matrix
 from fcl3.schemas import PREDICTION_ID_PATTERN
 
+from .refusals import Refused
 from .scores import served_outputs
 from .tables import BatchRow, RememberedPredictionRow
 from .writes import Commit, StaleWrite
@@ -86,14 +87,8 @@ def labels_hash(ids: Sequence[str], y: Sequence[float]) -> str:
 
 
 # ----------------------------------------------------------------------------- refusals
-class LabelRefused(Exception):
+class LabelRefused(Refused):
     """A label request refused with nothing changed: ``status`` and the body's extra fields."""
-
-    status = 422
-
-    def __init__(self, message: str, **extra: Any):
-        super().__init__(message)
-        self.message, self.extra = message, extra
 
 
 class UnknownPredictions(LabelRefused):

@@ -30,18 +30,15 @@ from sqlalchemy import Connection, select
 from . import evaluation_store as store
 from .history import History, batches_t, ranges, read_history, replay
 from .reads import Snapshot
+from .refusals import Refused
 from .scores import add_sums, stored, to_json
 from .writes import Commit, PreparedTakeBack
 
 
-class TakeBackRefused(Exception):
+class TakeBackRefused(Refused):
     """A take-back refused with nothing changed: ``status`` and the body's extra fields."""
 
     status = 409
-
-    def __init__(self, message: str, **extra: Any):
-        super().__init__(message)
-        self.message, self.extra = message, extra
 
 
 class NotABatch(TakeBackRefused):

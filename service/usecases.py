@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import core
@@ -64,6 +66,48 @@ def _answer(prepared, version: int) -> dict[str, Any]:
             "prequential": scores(prepared.prequential)}
 
 
+@dataclass
+class _Held:
+    """When the update lock was asked for and when it was held (``time.perf_counter``)."""
+
+    t0: float
+    acquired: float = 0.0
+
+
+@contextmanager
+def _held(model: HostedModel, done: str):
+    """The model's update lock (with the process's foreground), observed: the lock wait
+    (``fcl3_lock_wait_seconds``) and the write's outcome (``fcl3_updates_total``: ``done`` when
+    the block ends, else what was refused: replayed, key in flight, bad input, stale, lock busy)."""
+    held = _Held(time.perf_counter())
+    outcome = "error"
+    try:
+        with model.locks.hold(model.name), model.shared.foreground:
+            held.acquired = time.perf_counter()
+            metrics.LOCK_WAIT_SECONDS.labels("acquired").observe(held.acquired - held.t0)
+            yield held
+        outcome = done
+    except Replayed:
+        outcome = "replayed"
+        raise
+    except KeyInFlight:
+        outcome = "key_in_flight"
+        raise
+    except (core.InputError, LabelRefused, TakeBackRefused):
+        outcome = "bad_input"
+        raise
+    except StaleWrite:
+        outcome = "stale"
+        raise
+    except LockBusy:
+        outcome = "lock_busy"
+        metrics.LOCK_WAIT_SECONDS.labels("busy").observe(time.perf_counter() - held.t0)
+        raise
+    finally:
+        metrics.UPDATES.labels(outcome).inc()
+        model.observe()
+
+
 def learn_batch(model: HostedModel, task_id: str, X, y, claim: Claim | None = None, labels: LabelBatch | None = None):
     """Learn one batch and commit it; returns the prepared update and the new model version.
     With ``labels`` (a label request, :mod:`service.labels`), the batch is its remembered rows,
@@ -79,46 +123,21 @@ def learn_batch(model: HostedModel, task_id: str, X, y, claim: Claim | None = No
     The batch is scored before it is learned (prequential) and the model's evaluation is
     updated in the commit's transaction (:mod:`service.evaluation`); the evaluation sets it
     rescores are scored just after the commit, off the lock, before it answers."""
-    t0 = time.perf_counter()
-    acquired = None
-    outcome = "error"
-    try:
-        with model.locks.hold(model.name), model.shared.foreground:
-            acquired = time.perf_counter()
-            metrics.LOCK_WAIT_SECONDS.labels("acquired").observe(acquired - t0)
-            if claim is not None:
-                model.keys.verify(claim)  # Replayed / KeyInFlight: another request has the key
-            snap = _current(model)
-            served, parts = None, [model.evaluation]
-            if labels is not None:
-                task_id, X, y, served = labels.load()  # LabelRefused: nothing happened
-                parts.append(labels)
-            if claim is not None:
-                parts.append(claim)
-            prepared = model.writer.prepare(snap, task_id, X, y, served)
-            if labels is not None:
-                prepared.source = "labels"
-            version = model.writer.commit(prepared, parts)
-        outcome = "committed"
-    except Replayed:
-        outcome = "replayed"
-        raise
-    except KeyInFlight:
-        outcome = "key_in_flight"
-        raise
-    except (core.InputError, LabelRefused):
-        outcome = "bad_input"
-        raise
-    except StaleWrite:
-        outcome = "stale"
-        raise
-    except LockBusy:
-        outcome = "lock_busy"
-        metrics.LOCK_WAIT_SECONDS.labels("busy").observe(time.perf_counter() - t0)
-        raise
-    finally:
-        metrics.UPDATES.labels(outcome).inc()
-        model.observe()
+    with _held(model, "committed") as held:
+        if claim is not None:
+            model.keys.verify(claim)  # Replayed / KeyInFlight: another request has the key
+        snap = _current(model)
+        served, parts = None, [model.evaluation]
+        if labels is not None:
+            task_id, X, y, served = labels.load()  # LabelRefused: nothing happened
+            parts.append(labels)
+        if claim is not None:
+            parts.append(claim)
+        prepared = model.writer.prepare(snap, task_id, X, y, served)
+        if labels is not None:
+            prepared.source = "labels"
+        version = model.writer.commit(prepared, parts)
+    t0, acquired = held.t0, held.acquired
     released = time.perf_counter()
     ev: Evaluated = prepared.evaluated
     if ev.rescore_job is not None:  # the evaluation sets, off the lock, before answering
@@ -301,38 +320,14 @@ def take_back_batch(model: HostedModel, batch_version: int, claim: Claim | None 
     the batch by replay, commit it with the version compare-and-set (and ``claim``'s answer).
     Returns the prepared take-back and the new version. Observed like an update (outcome
     ``taken_back``) with one log line."""
-    t0 = time.perf_counter()
-    outcome = "error"
-    try:
-        with model.locks.hold(model.name), model.shared.foreground:
-            acquired = time.perf_counter()
-            metrics.LOCK_WAIT_SECONDS.labels("acquired").observe(acquired - t0)
-            if claim is not None:
-                model.keys.verify(claim)
-            snap = model.reader.snapshot(check=True)
-            prepared = take_back_prepare(model.reader, snap, batch_version)
-            parts = [TakeBackLog(model.name)] + ([claim] if claim is not None else [])
-            version = model.writer.commit_take_back(prepared, parts)
-        outcome = "taken_back"
-    except Replayed:
-        outcome = "replayed"
-        raise
-    except KeyInFlight:
-        outcome = "key_in_flight"
-        raise
-    except (core.InputError, TakeBackRefused):
-        outcome = "bad_input"
-        raise
-    except StaleWrite:
-        outcome = "stale"
-        raise
-    except LockBusy:
-        outcome = "lock_busy"
-        metrics.LOCK_WAIT_SECONDS.labels("busy").observe(time.perf_counter() - t0)
-        raise
-    finally:
-        metrics.UPDATES.labels(outcome).inc()
-        model.observe()
+    with _held(model, "taken_back") as held:
+        if claim is not None:
+            model.keys.verify(claim)
+        snap = model.reader.snapshot(check=True)
+        prepared = take_back_prepare(model.reader, snap, batch_version)
+        parts = [TakeBackLog(model.name)] + ([claim] if claim is not None else [])
+        version = model.writer.commit_take_back(prepared, parts)
+    t0, acquired = held.t0, held.acquired
     done = time.perf_counter()
     metrics.UPDATE_SECONDS.observe(done - acquired)
     log.info("batch taken back", extra={

@@ -283,6 +283,27 @@ class ModelWriter:
                         info=snap.info, prequential=prequential, engine_seconds=engine_seconds,
                         prequential_seconds=prequential_seconds)
 
+    def _set_model(self, conn: Connection, p: Prepared | PreparedTakeBack, new_version: int, now: datetime,
+                   not_applied: str) -> None:
+        """The model row at ``new_version``, if it is still at ``p.base_version`` (the
+        compare-and-set that guards every write), else :class:`StaleWrite`."""
+        res = conn.execute(_UPDATE_MODEL, {
+            "w_name": self.name, "w_version": p.base_version, "version": new_version, "params": p.state.params,
+            "meta": p.state.meta, "arrays": p.state.arrays, "format_version": p.state.format_version,
+            "summary": p.summary, "updated_at": now})
+        if res.rowcount != 1:
+            raise StaleWrite(f"model {self.name!r} changed since version {p.base_version} was read (the update lock "
+                             f"expired before the commit); {not_applied} — retry")
+
+    def _serve(self, p: Prepared | PreparedTakeBack, new_version: int, now: datetime) -> int:
+        """After a commit: acknowledged only if the store is still there, then this process's
+        cached snapshot; the new version."""
+        check_store(self.reader.bulk)  # not acknowledged if its file vanished during the commit
+        info = {**p.info, "version": new_version, "params": p.state.params, "meta": p.state.meta,
+                "format_version": p.state.format_version, "summary": p.summary, "updated_at": now}
+        self.reader.offer(Snapshot(new_version, p.learner, info))
+        return new_version
+
     def commit(self, p: Prepared, participants: Sequence[CommitParticipant] = ()) -> int:
         """Write the update in one transaction, guarded by the version compare-and-set;
         returns the new version, which this process then serves. Each of ``participants``
@@ -294,14 +315,7 @@ class ModelWriter:
         last = result_json(p.result)
         answer = {**last, "version": new_version, "prequential": scores(p.prequential)}
         with self.reader.bulk.begin() as conn:
-            res = conn.execute(_UPDATE_MODEL, {
-                "w_name": self.name, "w_version": p.base_version, "version": new_version, "params": p.state.params,
-                "meta": p.state.meta, "arrays": p.state.arrays, "format_version": p.state.format_version,
-                "summary": p.summary, "updated_at": now})
-            if res.rowcount != 1:
-                raise StaleWrite(
-                    f"model {self.name!r} changed since version {p.base_version} was read "
-                    "(the update lock expired before the commit); this batch was NOT applied — retry")
+            self._set_model(conn, p, new_version, now, "this batch was NOT applied")
             if p.result.new_task:
                 conn.execute(_INSERT_TASK, {
                     "model_name": self.name, "task_id": p.task_id, "version": new_version,
@@ -324,11 +338,7 @@ class ModelWriter:
             for part in participants:
                 part.in_commit(conn, commit)
             notify(conn, self.name)
-        check_store(self.reader.bulk)  # not acknowledged if its file vanished during the commit
-        info = {**p.info, "version": new_version, "params": p.state.params, "meta": p.state.meta,
-                "format_version": p.state.format_version, "summary": p.summary, "updated_at": now}
-        self.reader.offer(Snapshot(new_version, p.learner, info))
-        return new_version
+        return self._serve(p, new_version, now)
 
     def commit_take_back(self, p: PreparedTakeBack, participants: Sequence[CommitParticipant] = ()) -> int:
         """Write a take-back in one transaction, guarded like :meth:`commit` (the version
@@ -340,14 +350,7 @@ class ModelWriter:
         now = _now()
         p.answer = p.answer_at(new_version)
         with self.reader.bulk.begin() as conn:
-            res = conn.execute(_UPDATE_MODEL, {
-                "w_name": self.name, "w_version": p.base_version, "version": new_version, "params": p.state.params,
-                "meta": p.state.meta, "arrays": p.state.arrays, "format_version": p.state.format_version,
-                "summary": p.summary, "updated_at": now})
-            if res.rowcount != 1:
-                raise StaleWrite(
-                    f"model {self.name!r} changed since version {p.base_version} was read "
-                    "(the update lock expired before the commit); the batch was NOT taken back — retry")
+            self._set_model(conn, p, new_version, now, "the batch was NOT taken back")
             res = conn.execute(update(batches_t).where(
                 batches_t.c.model_name == self.name, batches_t.c.version == p.batch_version,
                 batches_t.c.taken_back.is_(None)).values(taken_back=new_version))
@@ -372,8 +375,4 @@ class ModelWriter:
             for part in participants:
                 part.in_commit(conn, commit)
             notify(conn, self.name)
-        check_store(self.reader.bulk)  # not acknowledged if its file vanished during the commit
-        info = {**p.info, "version": new_version, "params": p.state.params, "meta": p.state.meta,
-                "format_version": p.state.format_version, "summary": p.summary, "updated_at": now}
-        self.reader.offer(Snapshot(new_version, p.learner, info))
-        return new_version
+        return self._serve(p, new_version, now)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response
-from fastapi.responses import JSONResponse
 
 from fcl3.schemas import TakeBackOut
 
@@ -66,9 +65,7 @@ def take_back(request: Request, model: ModelDep, version: BatchVersion, response
     try:
         out, replayed = usecases.take_back(model, version, idempotency_key)
     except TakeBackRefused as exc:
-        headers = {"X-Model-Version": str(exc.extra["taken_back_by"])} if "taken_back_by" in exc.extra else None
-        return JSONResponse({"detail": request.app.state.redact(exc.message), **exc.extra}, status_code=exc.status,
-                            headers=headers)
+        return exc.response(request.app.state.redact, "taken_back_by")
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return TakeBackOut(**out)

@@ -3,7 +3,6 @@ arrived later (:mod:`service.labels`), at most once per ``Idempotency-Key``."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
-from fastapi.responses import JSONResponse
 
 from fcl3.schemas import LabelsOut, LabelsRequest, UpdateOut
 
@@ -72,9 +71,7 @@ def post_labels(request: Request, model: ModelDep, settings: SettingsDep, body: 
     except LabelRefused as exc:
         if exc.status == 422:
             raise
-        headers = {"X-Model-Version": str(exc.extra["version"])} if "version" in exc.extra else None
-        return JSONResponse({"detail": request.app.state.redact(exc.message), **exc.extra}, status_code=exc.status,
-                            headers=headers)
+        return exc.response(request.app.state.redact, "version")
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return UpdateOut(**out)
