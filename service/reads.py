@@ -199,8 +199,8 @@ class ModelReader:
                 cached = None
             if cached is not None and cached.version == row["version"]:
                 return cached
-            if cached is not None and len(cached.learner.task_ids) > len(row["meta"].get("task_order") or ()):
-                cached = None  # a batch taken back took its task with it: read every task
+            if cached is not None and _take_backs(cached.info) != _take_backs(row):
+                cached = None  # a take-back rebuilt the model (and may have dropped a task): read every task
             q = select(tasks_t.c.task_id, tasks_t.c.arrays, tasks_t.c.meta).where(tasks_t.c.model_name == self.name)
             if cached is not None:
                 q = q.where(tasks_t.c.version > cached.version)
@@ -264,6 +264,11 @@ class ModelReader:
             q = q.where(batches_t.c.task_id == task_id)
         with self.bulk.connect() as conn:
             return [dict(r) for r in conn.execute(q).mappings()]
+
+
+def _take_backs(info) -> int:
+    """How many batches the model row says were taken back (:mod:`service.take_back`)."""
+    return int((info.get("summary") or {}).get("take_backs", 0))
 
 
 def list_models(engine: Engine, offset: int = 0, limit: int = 100) -> tuple[int, list[dict[str, Any]]]:

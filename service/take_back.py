@@ -123,7 +123,9 @@ def prepare(reader, snap: Snapshot, batch_version: int) -> PreparedTakeBack:
     learner = rebuilt.learner
     task_removed = batch.task_id not in learner.tasks_
     state = learner.get_state()
-    summary = {**(snap.info.get("summary") or {}), **rebuilt.summary}
+    before = snap.info.get("summary") or {}
+    # take_backs: how many the model has had; a reader whose cached model had fewer reads every task again
+    summary = {**before, **rebuilt.summary, "take_backs": int(before.get("take_backs", 0)) + 1}
     return PreparedTakeBack(base_version=snap.version, batch_version=batch_version, task_id=batch.task_id,
                             n_samples=int(batch.X.shape[0]), task_removed=task_removed, n_replayed=len(others),
                             learner=learner, state=state, summary=summary, tasks=rebuilt.tasks, info=snap.info,

@@ -162,6 +162,14 @@ def test_the_only_batch_of_a_task_takes_the_task_with_it_in_every_process(make_c
     for c in (a, b):
         np.testing.assert_array_equal(predict(c, name, "t1", Xq), want.predict("t1", np.asarray(Xq)))
     assert model(b, name)["n_tasks"] == 2
+    # b caches; a takes t1 back (t1 gone) and learns a new task: b's cache has as many tasks as the model
+    X, y = regression_batch(np.random.default_rng(16), task=2)
+    assert a.delete(f"/models/{name}/batches/{versions['t1']}").json()["task_removed"]
+    post(a, name, "t9", X, y)
+    want = engine_run([b_ for b_ in stream(6, n_tasks=1, rounds=1)] + [("t9", X, y)])
+    for c in (b, a):
+        assert c.post(f"/models/{name}/predict", json={"task_id": "t1", "X": Xq}).status_code == 404
+        np.testing.assert_array_equal(predict(c, name, "t9", Xq), want.predict("t9", np.asarray(Xq)))
 
 
 # ----------------------------------------------------------------------------- once, and refusals
