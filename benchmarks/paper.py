@@ -1,9 +1,12 @@
 """The paper's benchmark (Table 2 and its figures), run from the command line::
 
     python -m benchmarks.paper --dataset school --runs 10 --json out.json --plots figs/ [--seed 0]
-           [--data-dir DIR] [--models STL,ELLA-Rand] [--no-tune] [--val-splits 3] [--quiet]
+           [--data-dir DIR] [--models STL,ELLA-Rand] [--orders] [--no-tune] [--val-splits 3] [--quiet]
 
-(update times against the number of tasks learned: :mod:`benchmarks.speed`.)
+(the batch comparator CMTL: :mod:`benchmarks.cmtl`; FCL3's error over its hyper-parameters:
+:mod:`benchmarks.sensitivity`; learning times from this benchmark's JSON:
+:mod:`benchmarks.runtime`; update times against the number of tasks learned on synthetic
+streams: :mod:`benchmarks.speed`.)
 
 Protocol (the paper's, with the decisions it leaves open written down):
 
@@ -16,7 +19,11 @@ Protocol (the paper's, with the decisions it leaves open written down):
   on the real data sets, where no clusters are known, the clusters found by k-means
   (``ONEBYONE_CLUSTERS`` clusters, on the unit-normalised STL task vectors learned from the
   training halves, bias excluded); the cluster order and the order inside each cluster are
-  random.
+  random. ``--orders`` adds the task-order variants ``FCL3-Adversarial``,
+  ``ELLA-OneByOne`` and ``ELLA-Adversarial``: the adversarial order starts from a random task
+  and always presents next the remaining task least similar (cosine) to the mean of the
+  unit-normalised STL vectors of the tasks already learned, the one the library explains
+  worst. ``CMTL`` is a batch model: it learns every training half at once, in no order.
 * **Hyper-parameters** are chosen on the *training halves only*: each training half is split
   again 70/30 (fit/validation) at random, ``--val-splits`` times (default 3); every grid point
   of :data:`GRIDS` is learned on the fit parts in the model's own order and scored on the
@@ -25,7 +32,9 @@ Protocol (the paper's, with the decisions it leaves open written down):
   ridge ``mu`` is tuned on STL; ELLA and the FCL3 family tune their own ``mu`` with their
   other parameters (ELLA: ``n_components``; FCL3, CL3 and woDecoder, each on its own:
   ``lambda2`` and ``gamma``). ELLA-Info uses ELLA-Rand's choice and FCL3-OneByOne
-  FCL3-Rand's (see :data:`SHARES_TUNING`; a model whose source is not run tunes its own grid).
+  FCL3-Rand's, and so do the order variants of ``--orders`` (see :data:`SHARES_TUNING`; a
+  model whose source is not run tunes its own grid). CMTL tunes ``rho1``, ``rho2`` and ``k``
+  on the same validation splits.
   Tuned runs are the paper's algorithm: every model predicts with its own rule
   (``task_models="paper"``, e.g. FCL3's ``theta_t = D s_t``). ``--no-tune`` runs the classes'
   own defaults (what the service runs with: empirical-Bayes task models, see
@@ -34,7 +43,10 @@ Protocol (the paper's, with the decisions it leaves open written down):
   averaged over tasks (tasks whose test half lacks a class are skipped for AUC), then
   mean ± standard error over runs. On Disjoint the standardised RMSE (RMSE divided by the
   standard deviation of all targets of the data set) is reported too.
-* **Timing**: wall-clock time of every ``learn`` call of the final fits (median and max).
+* **Significance**: FCL3-Rand against every other model run, paired over the runs (same
+  splits): the paired t-test and the Wilcoxon signed-rank test (two-sided, scipy.stats).
+* **Timing**: wall-clock time of every ``learn`` call of the final fits (median and max; per
+  run the times in arrival order, and the total learning time, which for CMTL is its fit).
 """
 from __future__ import annotations
 
@@ -50,6 +62,7 @@ import numpy as np
 from core import CL3, ELLA, FCL3, STL, FCL3WithoutDecoder, LifelongLearner
 from core.metrics import auc, mean_se, rmse
 
+from .cmtl import CMTL
 from .common import matplotlib_pyplot, progress_bar, write_json
 from .datasets import DATASETS, Dataset, load_dataset
 
@@ -68,12 +81,17 @@ GRIDS: dict[str, dict[str, list]] = {
     "FCL3": {"mu": [1e-2, 1e-1, 1.0], "lambda2": [0.5, 1.0, 5.0], "gamma": [0.5, 2.0]},
     "CL3": {"mu": [1e-2, 1e-1, 1.0], "lambda2": [0.5, 1.0, 5.0], "gamma": [0.5, 2.0]},
     "FCL3-woDecoder": {"mu": [1e-2, 1e-1, 1.0], "lambda2": [0.5, 1.0, 5.0], "gamma": [0.5, 2.0]},
+    # the batch comparator: cluster and ridge strengths, number of clusters (benchmarks.cmtl)
+    "CMTL": {"rho1": [0.1, 1.0, 10.0], "rho2": [0.01, 0.1, 1.0], "k": [2, 5]},
 }
 #: Model family -> engine class.
 FAMILIES: dict[str, type[LifelongLearner]] = {
-    "STL": STL, "ELLA": ELLA, "FCL3": FCL3, "CL3": CL3, "FCL3-woDecoder": FCL3WithoutDecoder,
+    "STL": STL, "ELLA": ELLA, "FCL3": FCL3, "CL3": CL3, "FCL3-woDecoder": FCL3WithoutDecoder, "CMTL": CMTL,
 }
-#: Model name -> (family, order). ``order`` is "rand", "info" or "onebyone".
+#: Families that learn all tasks at once (no order, no paper rule, no single-task ``mu``).
+BATCH_FAMILIES = ("CMTL",)
+#: Model name -> (family, order). ``order`` is "rand", "info", "onebyone", "adversarial" or
+#: "batch" (all tasks at once).
 MODELS: dict[str, tuple[str, str]] = {
     "STL": ("STL", "rand"),
     "ELLA-Rand": ("ELLA", "rand"),
@@ -82,10 +100,20 @@ MODELS: dict[str, tuple[str, str]] = {
     "FCL3-Rand": ("FCL3", "rand"),
     "FCL3-woDecoder-Rand": ("FCL3-woDecoder", "rand"),
     "FCL3-OneByOne": ("FCL3", "onebyone"),
+    "CMTL": ("CMTL", "batch"),
+    "FCL3-Adversarial": ("FCL3", "adversarial"),
+    "ELLA-OneByOne": ("ELLA", "onebyone"),
+    "ELLA-Adversarial": ("ELLA", "adversarial"),
 }
+#: What ``--orders`` adds to the default models (the paper's Table 2 and CMTL).
+ORDER_MODELS = ("FCL3-Adversarial", "ELLA-OneByOne", "ELLA-Adversarial")
+TABLE_MODELS = tuple(m for m in MODELS if m not in ORDER_MODELS)
 #: Models that reuse another model's tuned hyper-parameters (when that model is run too): the
 #: order variants, whose order depends on the model being tuned.
-SHARES_TUNING = {"ELLA-Info": "ELLA-Rand", "FCL3-OneByOne": "FCL3-Rand"}
+SHARES_TUNING = {"ELLA-Info": "ELLA-Rand", "FCL3-OneByOne": "FCL3-Rand", "FCL3-Adversarial": "FCL3-Rand",
+                 "ELLA-OneByOne": "ELLA-Rand", "ELLA-Adversarial": "ELLA-Rand"}
+#: The model every other one is tested against (paired over the runs).
+REFERENCE = "FCL3-Rand"
 #: What tuned runs add to every model: the paper's prediction rule (Table 2 is the paper's algorithm).
 PAPER_RULE = {"task_models": "paper"}
 FCL3_FAMILIES = ("FCL3", "CL3", "FCL3-woDecoder")
@@ -138,6 +166,40 @@ def split_validation(train: Split, rng: np.random.Generator) -> tuple[Split, Spl
     return fit, val
 
 
+def run_splits(ds: Dataset, seed: int, run: int, val_splits: int) -> tuple[Split, Split, list[tuple[Split, Split]], list[str]]:
+    """Run ``run``'s training and test halves, its ``val_splits`` (fit, validation) splits of
+    the training halves and its random task order (seeded by ``[seed, run]``)."""
+    rng = np.random.default_rng([seed, run])
+    train, test = split_tasks(ds, rng)
+    folds = [split_validation(train, rng) for _ in range(val_splits)]
+    return train, test, folds, [ds.task_ids[i] for i in rng.permutation(ds.n_tasks)]
+
+
+def stl_directions(ds: Dataset, train: Split, mu: float) -> np.ndarray:
+    """The unit-normalised STL task vectors (bias excluded) learned from ``train``, one row per
+    task of ``ds.task_ids``."""
+    stl = STL(kind=ds.kind, mu=mu, task_models="paper")
+    for tid in ds.task_ids:
+        stl.learn(tid, *train[tid])
+    V = np.array([stl.theta(t)[:-1] for t in ds.task_ids])
+    return V / np.maximum(np.linalg.norm(V, axis=1, keepdims=True), 1e-12)
+
+
+def adversarial_order(ds: Dataset, train: Split, rng: np.random.Generator, mu: float) -> list[str]:
+    """A random first task, then always the remaining task least similar (cosine) to the mean
+    direction of the tasks already learned (unit-normalised STL vectors)."""
+    V = stl_directions(ds, train, mu)
+    ids = list(ds.task_ids)
+    first = int(rng.integers(len(ids)))
+    order, left, total = [first], [i for i in range(len(ids)) if i != first], V[first].copy()
+    while left:
+        j = left[int(np.argmin(V[left] @ total))]
+        order.append(j)
+        left.remove(j)
+        total += V[j]
+    return [ids[i] for i in order]
+
+
 def onebyone_order(ds: Dataset, train: Split, rng: np.random.Generator, mu: float) -> list[str]:
     """Cluster-by-cluster order: true clusters if known, else k-means on STL task vectors."""
     ids = list(ds.task_ids)
@@ -146,11 +208,7 @@ def onebyone_order(ds: Dataset, train: Split, rng: np.random.Generator, mu: floa
     else:
         from scipy.cluster.vq import kmeans2
 
-        stl = STL(kind=ds.kind, mu=mu, task_models="paper")
-        for tid in ids:
-            stl.learn(tid, *train[tid])
-        V = np.array([stl.theta(t)[:-1] for t in ids])
-        V = V / np.maximum(np.linalg.norm(V, axis=1, keepdims=True), 1e-12)
+        V = stl_directions(ds, train, mu)
         k = min(ONEBYONE_CLUSTERS, len(ids))
         _, labels = kmeans2(V, k, seed=int(rng.integers(2**31)), minit="++")
     order: list[str] = []
@@ -236,19 +294,17 @@ def run_benchmark(
     grids = GRIDS if grids is None else grids
     ds = load_dataset(dataset, data_dir, random_state=seed)
     kind = ds.kind
-    models = list(MODELS) if models is None else check_models(list(models))
+    models = list(TABLE_MODELS) if models is None else check_models(list(models))
     y_std = float(np.std(np.concatenate([y for _, y in ds.tasks])))
     per_model: dict[str, dict[str, Any]] = {m: {"scores": [], "std_scores": [], "update_ms": [], "params": [],
-                                               "curves": [], "reps": [], "rep_tasks": [], "orders": []}
+                                               "curves": [], "reps": [], "rep_tasks": [], "orders": [],
+                                               "update_ms_runs": [], "learn_s": []}
                                            for m in models}
     raw: dict[str, Any] = {"first_run": {}}
     bar = progress_bar(total=runs * len(models), desc=f"{dataset}", enabled=progress)
     for r in range(runs):
-        rng = np.random.default_rng([seed, r])
         run_seed = seed + r
-        train, test = split_tasks(ds, rng)
-        folds = [split_validation(train, rng) for _ in range(val_splits)]
-        rand_order = [ds.task_ids[i] for i in rng.permutation(ds.n_tasks)]
+        train, test, folds, rand_order = run_splits(ds, seed, r, val_splits)
         order_rng = np.random.default_rng([seed, r, 1])
         chosen: dict[str, dict[str, Any]] = {}
         # the single-task ridge: tuned on STL (whether or not STL is reported)
@@ -256,18 +312,20 @@ def run_benchmark(
         if tune_params:
             stl_params, _ = tune("STL", "rand", kind, folds, rand_order, stl_params, run_seed, grids["STL"])
         shared = {"mu": stl_params["mu"]} if "mu" in stl_params else {}
-        onebyone = None
+        computed_orders: dict[str, list[str]] = {}
         sources = [m for m in models if m in SHARES_TUNING.values()]
         for name in sources + [m for m in models if m not in sources]:
             family, order_kind = MODELS[name]
-            if order_kind == "rand":
+            if order_kind in ("rand", "batch"):
                 order: str | list[str] = rand_order
             elif order_kind == "info":
                 order = "info"
             else:
-                if onebyone is None:
-                    onebyone = onebyone_order(ds, train, order_rng, shared.get("mu", STL().mu))
-                order = onebyone
+                if order_kind not in computed_orders:
+                    make = onebyone_order if order_kind == "onebyone" else adversarial_order
+                    computed_orders[order_kind] = make(ds, train, order_rng, shared.get("mu", STL().mu))
+                order = computed_orders[order_kind]
+            batch = family in BATCH_FAMILIES
             if family == "STL":
                 params = dict(stl_params)
             elif not tune_params:
@@ -275,17 +333,22 @@ def run_benchmark(
             elif name in SHARES_TUNING and SHARES_TUNING[name] in chosen:
                 params = chosen[SHARES_TUNING[name]]
             else:
-                base = {**PAPER_RULE, **({} if "mu" in grids[family] else shared)}
+                base = {} if batch else {**PAPER_RULE, **({} if "mu" in grids[family] else shared)}
                 params, _ = tune(family, order_kind, kind, folds, order, base, run_seed, grids[family])
             chosen[name] = params
             model = build(family, kind, params, run_seed)
-            out = run_stream(model, train, order, kind, test=test, curve=curves)
+            out = run_stream(model, train, order, kind, test=test, curve=curves and not batch)
+            learn_s = sum(out["update_ms"]) / 1000.0
+            if batch:
+                learn_s += model.fit().fit_seconds
             score = mean_score(model, kind, test)
             rec = per_model[name]
             rec["scores"].append(score)
             if kind == "regression":
                 rec["std_scores"].append(float(np.mean([task_score(model, kind, t, *test[t]) for t in test]) / y_std))
             rec["update_ms"].extend(out["update_ms"])
+            rec["update_ms_runs"].append(out["update_ms"])
+            rec["learn_s"].append(learn_s)
             rec["params"].append({k: (float(v) if isinstance(v, (float, np.floating)) else v) for k, v in params.items()})
             rec["curves"].append(out["curve"])
             rec["orders"].append(out["order"])
@@ -310,8 +373,11 @@ def run_benchmark(
         entry: dict[str, Any] = {
             "mean": mean, "se": se, "per_run": rec["scores"],
             "update_ms_median": float(np.median(rec["update_ms"])), "update_ms_max": float(np.max(rec["update_ms"])),
-            "params": rec["params"],
+            "params": rec["params"], "learn_s_per_run": rec["learn_s"], "update_ms_per_run": rec["update_ms_runs"],
         }
+        if MODELS[name][0] in BATCH_FAMILIES:  # its learn calls only store rows: no update times
+            entry["update_ms_median"] = entry["update_ms_max"] = None
+            entry.pop("update_ms_per_run")
         if dataset == "disjoint":
             m2, s2 = mean_se(rec["std_scores"])
             entry["rmse_standardized"] = {"mean": m2, "se": s2, "per_run": rec["std_scores"]}
@@ -323,8 +389,60 @@ def run_benchmark(
                 entry["representative_clusters"] = [[cl[t] for t in reps] for reps in rec["rep_tasks"]]
                 entry["clusters_covered"] = [len(set(cl[t] for t in reps)) for reps in rec["rep_tasks"]]
         summary["models"][name] = entry
+    summary["significance"] = significance(summary)
+    summary["order_tests"] = order_tests(summary)
     summary["_raw"] = {**raw, "curves": {m: per_model[m]["curves"] for m in models}, "dataset": ds}
     return summary
+
+
+# --------------------------------------------------------------------------- significance
+def paired_tests(reference: list[float], other: list[float], kind: str) -> dict[str, Any]:
+    """Paired two-sided tests of ``reference`` against ``other`` (scores of the same runs):
+    the t-test and the Wilcoxon signed-rank test (scipy.stats; exact for small samples, ``None``
+    when every difference is zero or there are fewer than 2 runs). ``wins`` counts the runs
+    where the reference is better (lower RMSE, higher AUC)."""
+    from scipy import stats
+
+    a, b = np.asarray(reference, dtype=float), np.asarray(other, dtype=float)
+    ok = np.isfinite(a) & np.isfinite(b)
+    a, b = a[ok], b[ok]
+    diff = b - a
+    out: dict[str, Any] = {"n": int(a.size), "mean_difference": float(np.mean(diff)) if a.size else None,
+                           "wins": int(np.sum(diff > 0) if kind == "regression" else np.sum(diff < 0)),
+                           "t_p": None, "wilcoxon_p": None}
+    if a.size >= 2 and np.any(diff != 0):
+        out["t_p"] = float(stats.ttest_rel(a, b).pvalue)
+        out["wilcoxon_p"] = float(stats.wilcoxon(a, b).pvalue)
+    return out
+
+
+def significance(summary: dict[str, Any], reference: str = REFERENCE) -> dict[str, Any] | None:
+    """:func:`paired_tests` of ``reference`` against every other model of ``summary``
+    (``None`` when ``reference`` was not run)."""
+    models = summary["models"]
+    if reference not in models:
+        return None
+    kind = "regression" if summary["metric"] == "rmse" else "classification"
+    ref = models[reference]["per_run"]
+    return {"reference": reference, "differences": "other model minus reference",
+            "tests": {m: paired_tests(ref, e["per_run"], kind) for m, e in models.items() if m != reference}}
+
+
+def order_tests(summary: dict[str, Any]) -> dict[str, Any]:
+    """Each order variant of FCL3 and ELLA against the family's random order (paired tests)."""
+    models = summary["models"]
+    kind = "regression" if summary["metric"] == "rmse" else "classification"
+    out = {}
+    for name in models:
+        family, order = MODELS[name]
+        ref = f"{family}-Rand"
+        if family in ("FCL3", "ELLA") and order != "rand" and ref in models:
+            out[f"{name} vs {ref}"] = paired_tests(models[ref]["per_run"], models[name]["per_run"], kind)
+    return out
+
+
+def _p(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2g}" if value >= 1e-3 else f"{value:.1e}"
 
 
 # --------------------------------------------------------------------------- output
@@ -333,7 +451,9 @@ def format_table(summary: dict[str, Any]) -> str:
     head = "RMSE" if metric == "rmse" else "AUC %"
     lines = [f"{summary['dataset']}: {summary['runs']} run(s), mean ± s.e. ({'tuned on validation' if summary['tuned'] else 'defaults'})"]
     extra = summary["dataset"] == "disjoint"
-    cols = f"{'model':<22}{head:>20}" + (f"{'std. RMSE':>20}" if extra else "") + f"{'update ms med/max':>22}{'reps':>8}"
+    sig = summary.get("significance")
+    cols = (f"{'model':<22}{head:>20}" + (f"{'std. RMSE':>20}" if extra else "") + f"{'update ms med/max':>22}{'reps':>8}"
+            + (f"{'learn s':>9}{'t-test p':>10}{'Wilcoxon p':>12}{'wins':>6}" if sig else ""))
     lines += [cols, "-" * len(cols)]
     for name, e in summary["models"].items():
         se = e["se"]
@@ -343,9 +463,20 @@ def format_table(summary: dict[str, Any]) -> str:
             s = e["rmse_standardized"]
             s_se = "nan" if s["se"] is None or not np.isfinite(s["se"]) else f"{s['se']:.3f}"
             row += f"{s['mean']:>12.3f} ± {s_se:<5}"
-        row += f"{e['update_ms_median']:>12.2f} / {e['update_ms_max']:<7.1f}"
+        if e["update_ms_median"] is None:
+            row += f"{'(batch)':>22}"
+        else:
+            row += f"{e['update_ms_median']:>12.2f} / {e['update_ms_max']:<7.1f}"
         row += f"{e['n_representatives']['mean']:>8.1f}" if "n_representatives" in e else f"{'':>8}"
+        if sig:
+            row += f"{np.mean(e['learn_s_per_run']):>9.2f}"
+            t = sig["tests"].get(name)
+            row += (f"{_p(t['t_p']):>10}{_p(t['wilcoxon_p']):>12}{t['wins']:>3}/{t['n']:<2}" if t
+                    else f"{'(reference)':>22}")
         lines.append(row)
+    if sig:
+        lines.append(f"p: paired two-sided tests of {sig['reference']} against each model over the runs; "
+                     f"wins: runs where {sig['reference']} is better; learn s: total learning time per run")
     return "\n".join(lines)
 
 
@@ -359,27 +490,28 @@ def write_plots(summary: dict[str, Any], out_dir: str) -> list[str]:
     ylabel = "mean test RMSE over learned tasks" if summary["metric"] == "rmse" else "mean test AUC % over learned tasks"
     written = []
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for model, curves in raw["curves"].items():
-        if not any(curves):
-            continue
-        arr = np.array(curves, dtype=float)
-        x = np.arange(1, arr.shape[1] + 1)
-        m = np.nanmean(arr, axis=0)
-        ax.plot(x, m, label=model, lw=1.6)
-        if arr.shape[0] > 1:
-            se = np.nanstd(arr, axis=0, ddof=1) / np.sqrt(arr.shape[0])
-            ax.fill_between(x, m - se, m + se, alpha=0.15)
-    ax.set_xlabel("number of tasks learned")
-    ax.set_ylabel(ylabel)
-    ax.set_title(f"{name}: error vs number of tasks learned ({summary['runs']} run(s))")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = os.path.join(out_dir, f"{name}_learned_tasks.png")
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    written.append(path)
+    if any(any(curves) for curves in raw["curves"].values()):  # none with --no-curves
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for model, curves in raw["curves"].items():
+            if not any(curves):
+                continue
+            arr = np.array(curves, dtype=float)
+            x = np.arange(1, arr.shape[1] + 1)
+            m = np.nanmean(arr, axis=0)
+            ax.plot(x, m, label=model, lw=1.6)
+            if arr.shape[0] > 1:
+                se = np.nanstd(arr, axis=0, ddof=1) / np.sqrt(arr.shape[0])
+                ax.fill_between(x, m - se, m + se, alpha=0.15)
+        ax.set_xlabel("number of tasks learned")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{name}: error vs number of tasks learned ({summary['runs']} run(s))")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"{name}_learned_tasks.png")
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+        plt.close(fig)
+        written.append(path)
 
     cl = dict(zip(ds.task_ids, ds.clusters.tolist())) if ds.clusters is not None else None
     for model, first in raw["first_run"].items():
@@ -447,7 +579,26 @@ def write_plots(summary: dict[str, Any], out_dir: str) -> list[str]:
     return written
 
 
+def save_figure(plt, fig, path: str, dpi: int = 110) -> str:
+    """Lay out, write and close ``fig``; returns ``path``."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
 # --------------------------------------------------------------------------- CLI
+def finish(result: Any, report: str, json_out: str | None, figures=None) -> int:
+    """The end of a benchmark's command: print ``report``, write the figures (``figures()``
+    returns their paths) and the JSON; exit status 0."""
+    print(report)
+    for path in figures() if figures else []:
+        print(f"wrote {path}", file=sys.stderr)
+    if json_out:
+        print(f"wrote {write_json(json_out, result)}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.paper", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -458,6 +609,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", help="directory of the real data sets (default: $FCL3_DATA_DIR, ../shared/data)")
     ap.add_argument("--plots", help="write the figures to this directory")
     ap.add_argument("--models", help="comma-separated subset of: " + ", ".join(MODELS))
+    ap.add_argument("--orders", action="store_true",
+                    help="add the task-order variants " + ", ".join(ORDER_MODELS) + " (tuned as their -Rand model)")
     ap.add_argument("--no-tune", action="store_true", help="use the classes' own defaults instead of validation tuning")
     ap.add_argument("--val-splits", type=int, default=3,
                     help="random fit/validation splits of the training halves averaged when tuning")
@@ -466,19 +619,18 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip the test error after every task (no learning-curve figure; faster)")
     args = ap.parse_args(argv)
     models = [m.strip() for m in args.models.split(",")] if args.models else None
+    if args.orders:
+        models = list(dict.fromkeys((models or list(TABLE_MODELS)) + list(ORDER_MODELS)))
     try:
         summary = run_benchmark(args.dataset, args.runs, args.seed, models, not args.no_tune, args.data_dir,
                                 progress=not args.quiet, val_splits=args.val_splits, curves=not args.no_curves)
     except (FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(format_table(summary))
-    if args.plots:
-        for p in write_plots(summary, args.plots):
-            print(f"wrote {p}", file=sys.stderr)
-    if args.json_out:
-        print(f"wrote {write_json(args.json_out, summary)}", file=sys.stderr)
-    return 0
+    report = "\n".join([format_table(summary)] + [
+        f"order: {pair}: mean difference {t['mean_difference']:+.4g}, t-test p {_p(t['t_p'])}, "
+        f"Wilcoxon p {_p(t['wilcoxon_p'])}" for pair, t in summary["order_tests"].items()])
+    return finish(summary, report, args.json_out, args.plots and (lambda: write_plots(summary, args.plots)))
 
 
 if __name__ == "__main__":
