@@ -1,4 +1,6 @@
-"""Idempotency keys of ``POST .../tasks/{task_id}/data`` (header ``Idempotency-Key``).
+"""Idempotency keys of ``POST .../tasks/{task_id}/data`` (header ``Idempotency-Key``), and
+likewise of ``POST .../labels`` and ``DELETE .../batches/{version}`` (their own request hashes:
+:func:`service.labels.labels_hash`, :func:`service.take_back.take_back_hash`).
 
 A key belongs to one model (``(model_name, key)`` is the primary key of ``idempotency_keys``).
 The life of a key, around the update of :func:`service.usecases.learn_once`::

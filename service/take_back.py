@@ -121,7 +121,7 @@ def prepare(reader, snap: Snapshot, batch_version: int) -> PreparedTakeBack:
                      f"batch {batch_version} of model {reader.name!r} cannot be taken back: ")
     seconds = time.perf_counter() - t0
     learner = rebuilt.learner
-    task_removed = batch.task_id not in learner.tasks_
+    task_removed = batch.task_id not in getattr(learner, "tasks_", {})  # unfitted: the model's only batch
     state = learner.get_state()
     before = snap.info.get("summary") or {}
     # take_backs: how many the model has had; a reader whose cached model had fewer reads every task again

@@ -254,6 +254,23 @@ def test_the_default_model_route(backend_app):
     assert c.get("/model").json()["n_tasks"] == 1
 
 
+def test_taking_back_the_only_batch_leaves_a_model_with_nothing_learned(backend_app):
+    """The model is then what a new one is (unfitted), at a new version; it learns again."""
+    c = backend_app()
+    name = create(c)
+    X, y = regression_batch(np.random.default_rng(17), task=0)
+    post(c, name, "t0", X, y)
+    r = c.delete(f"/models/{name}/batches/1")
+    assert r.status_code == 200, r.text
+    assert r.json() == {"version": 2, "batch_version": 1, "task_id": "t0", "n_samples": 12, "task_removed": True,
+                        "task_n_samples": 0, "n_replayed": 0, "n_representatives": 0}
+    m = model(c, name)
+    assert (m["version"], m["n_tasks"], m["n_batches"], m["representatives"]) == (2, 0, 0, [])
+    assert c.post(f"/models/{name}/predict", json={"task_id": "t0", "X": X}).status_code == 404
+    assert post(c, name, "t0", X, y) == 3
+    np.testing.assert_array_equal(predict(c, name, "t0", X), engine_run([("t0", X, y)]).predict("t0", np.asarray(X)))
+
+
 # ----------------------------------------------------------------------------- SIGKILL
 def _env(backend: str, request, tmp_path) -> dict:
     if backend == "postgres+redis":
