@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
-from sqlalchemy import BigInteger, Connection, Engine, bindparam, cast, delete, func, insert, select, text, update
+from sqlalchemy import BigInteger, Connection, Engine, cast, delete, func, insert, select, text, update
 
 import core
 from core.preprocessing import as_matrix
