@@ -591,7 +591,8 @@ def save_figure(plt, fig, path: str, dpi: int = 110) -> str:
 def finish(result: Any, report: str, json_out: str | None, figures=None) -> int:
     """The end of a benchmark's command: print ``report``, write the figures (``figures()``
     returns their paths) and the JSON; exit status 0."""
-    print(report)
+    if report:
+        print(report)
     for path in figures() if figures else []:
         print(f"wrote {path}", file=sys.stderr)
     if json_out:

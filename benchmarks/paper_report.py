@@ -1,11 +1,12 @@
 """Markdown tables and the task-order figure from the JSON of ``python -m benchmarks.paper``::
 
     python -m benchmarks.paper_report docs/results/table2_{disjoint,parkinson,school,landmine}.json
-           [--order-plot docs/figures/task_order.png]
+           [--order-plot docs/figures/task_order.png] [--json tables.json] [--quiet]
 
 Prints Table 2 (mean ± s.e. per model and data set), the paired tests of FCL3-Rand against
 every other model (t-test and Wilcoxon p-values, the runs FCL3-Rand wins) and, for runs with
 ``--orders``, the task-order table (each order variant against its family's random order).
+``--json`` writes the same figures per data set (means, standard errors, tests).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .common import matplotlib_pyplot
-from .paper import MODELS, ORDER_MODELS, _p, save_figure
+from .paper import MODELS, ORDER_MODELS, _p, finish, save_figure
 
 #: The orders of the task-order figure, left to right, and the models that show them.
 ORDERS = {"Rand": ("FCL3-Rand", "ELLA-Rand"), "OneByOne": ("FCL3-OneByOne", "ELLA-OneByOne"),
@@ -109,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results", nargs="+", help="JSON files of python -m benchmarks.paper")
     ap.add_argument("--order-plot", help="write the task-order figure here (PNG)")
+    ap.add_argument("--json", dest="json_out", help="write each data set's means, standard errors and tests here")
+    ap.add_argument("--quiet", action="store_true", help="print no tables (only the files written)")
     args = ap.parse_args(argv)
     summaries = []
     for path in args.results:
@@ -118,15 +121,16 @@ def main(argv: list[str] | None = None) -> int:
         print("error: every JSON must come from a run with FCL3-Rand (the tests' reference)", file=sys.stderr)
         return 2
     runs = sorted({s["runs"] for s in summaries})
-    print(f"Table 2 ({', '.join(map(str, runs))} runs, mean ± s.e.):\n\n{table2(summaries)}\n")
-    print(f"Paired tests, p-values t-test / Wilcoxon (runs {summaries[0]['significance']['reference']} wins):\n\n"
-          f"{p_values(summaries)}\n")
+    report = [f"Table 2 ({', '.join(map(str, runs))} runs, mean ± s.e.):\n\n{table2(summaries)}\n",
+              f"Paired tests, p-values t-test / Wilcoxon (runs {summaries[0]['significance']['reference']} wins):"
+              f"\n\n{p_values(summaries)}\n"]
     if any(s.get("order_tests") for s in summaries):
-        print(f"Task order (p: against the family's Rand, t-test / Wilcoxon):\n\n{order_table(summaries)}")
-    if args.order_plot:
-        print(f"wrote {order_plot(summaries, args.order_plot)}", file=sys.stderr)
-    return 0
-
+        report.append(f"Task order (p: against the family's Rand, t-test / Wilcoxon):\n\n{order_table(summaries)}")
+    tables = [{"dataset": s["dataset"], "metric": s["metric"], "runs": s["runs"],
+               "models": {m: {"mean": e["mean"], "se": e["se"]} for m, e in s["models"].items()},
+               "significance": s["significance"], "order_tests": s.get("order_tests", {})} for s in summaries]
+    return finish(tables, "" if args.quiet else "\n".join(report), args.json_out,
+                  args.order_plot and (lambda: [order_plot(summaries, args.order_plot)]))
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from benchmarks import paper as bench
-from benchmarks import runtime, sensitivity
+from benchmarks import paper_report, runtime, sensitivity
 from benchmarks.datasets import make_disjoint
 
 TINY = {"STL": {"mu": [1e-1]}, "ELLA": {"n_components": [2]}, "FCL3": {"gamma": [0.5]},
@@ -89,6 +89,14 @@ def test_cmtl_tuned_beside_the_online_learners_with_p_values(monkeypatch, tmp_pa
     # the order variants take their -Rand model's tuning (ELLA-Rand tuned though not reported)
     assert data["models"]["FCL3-Adversarial"]["params"] == data["models"]["FCL3-Rand"]["params"]
     assert all(len(u) == 9 for u in data["models"]["STL"]["update_ms_per_run"])
+    # the report reads the same JSON back: tables, the order figure
+    rc = paper_report.main([str(out), str(out), "--quiet", "--json", str(tmp_path / "t.json"),
+                            "--order-plot", str(tmp_path / "o.png")])
+    assert rc == 0 and (tmp_path / "o.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    tables = json.loads((tmp_path / "t.json").read_text())
+    assert len(tables) == 2 and tables[0]["significance"] == sig
+    assert tables[0]["models"]["CMTL"] == {"mean": c["mean"], "se": c["se"]}
+    assert "| CMTL |" in paper_report.table2([data]) and "| CMTL |" in paper_report.p_values([data])
 
 
 def test_sensitivity_scores_are_the_models_test_errors(tmp_path, small_data):
