@@ -126,13 +126,14 @@ def parse_body(body: bytes, content_type: str | None) -> PredictRequest:
 
 
 def _answer(model, settings, query: PredictQuery | VersionQuery, body: bytes | None, content_type: str | None,
-            snap=None) -> Response:
-    """The 200 of a prediction (``snap``: the snapshot ``fresh`` returned, to answer from)."""
+            snap=None, req: PredictRequest | None = None) -> Response:
+    """The 200 of a prediction (``snap``: the snapshot ``fresh`` returned, to answer from;
+    ``req``: the POST body already parsed)."""
     if body is None:
         check_size(settings, len(query.x), (t.count(",") + 1 for t in query.x))
         task_id, X = query.task_id, parse_rows(query.x)
     else:
-        req = parse_body(body, content_type)
+        req = req if req is not None else parse_body(body, content_type)
         check_size(settings, len(req.X), map(len, req.X))
         task_id, X = req.task_id, req.X
         if req.remember:  # stored for a label that arrives later (service.labels): a write
@@ -162,16 +163,17 @@ async def predict(request: Request) -> Response:
     model = hosted(request, name)
     settings = request.app.state.settings
     if request.method != "POST":  # GET (or HEAD)
-        query, body, content_type = _validated(_predict_query, "query", _query(request)), None, None
+        query, body, content_type, req = _validated(_predict_query, "query", _query(request)), None, None, None
         small = sum(t.count(",") + 1 for t in query.x) <= INLINE_VALUES
     else:
         query = _validated(_version_query, "query", _query(request))
         body, content_type = await request.body(), request.headers.get("content-type")
-        small = len(body) <= INLINE_BYTES and b"remember" not in body  # remembering writes: the thread pool
+        req = parse_body(body, content_type) if len(body) <= INLINE_BYTES else None  # a large one in the pool
+        small = req is not None and not req.remember  # remembering writes: the thread pool
     snap = model.reader.fresh(query.min_version) if small else None
     if snap is not None:
-        return _answer(model, settings, query, body, content_type, snap)
-    return await run_in_threadpool(_answer, model, settings, query, body, content_type)
+        return _answer(model, settings, query, body, content_type, snap, req)
+    return await run_in_threadpool(_answer, model, settings, query, body, content_type, None, req)
 
 
 # ----------------------------------------------------------------------------- the routes
