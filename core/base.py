@@ -21,8 +21,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, RIDGE, Family, Library, choose_family, family_curves,
-                       posterior_fit)
+from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, POPULATION, RIDGE, Family, Library, choose_family,
+                       family_curves, posterior_fit)
 from .exceptions import InputError, UnknownTaskError
 from .losses import KINDS, curvature_scale, fit_single_task, fit_squared_from_moments, sigmoid
 from .population import (Population, choose_logistic_population, fit_population, logistic_mode, pooled_intercept,
@@ -418,12 +418,21 @@ class LifelongLearner:
             return choice["family"], {k: np.asarray(v) for k, v in choice["priors"].items()}
 
         def compute():
-            return choose_family(self._choice_evidence(), self._families, self._n_omega)
+            return choose_family(self._choice_evidence(), self._families, self._n_omega, self._reference_families)
         return self._stream_value("priors", compute)
 
     def _choice_evidence(self) -> list[dict]:
         """Every task's evidence curves, which the stream's choice reads."""
         return [e for e in (r.meta.get("evidence") for r in getattr(self, "tasks_", {}).values()) if e]
+
+    @property
+    def _reference_families(self) -> tuple[str, ...]:
+        """The families, in order, that another must beat by
+        :data:`core.evidence.STRONG_EVIDENCE` to be used (:func:`core.evidence.choose_family`):
+        the stream's population (the mixed model) once one is fitted, then ``ridge`` (each
+        task alone)."""
+        fitted = self._keeps_population and int(getattr(self, "population_tasks_", 0))
+        return (POPULATION.name, RIDGE.name) if fitted else (RIDGE.name,)
 
     def _update_stream_choice(self) -> None:
         """Choose the stream's family and its priors over ``omega`` again from every task's
@@ -436,7 +445,8 @@ class LifelongLearner:
             if not refit_due(choice["tasks"], since, len(self.tasks_)):
                 self.stream_choice_ = {**choice, "updates": since}
                 return
-        family, priors = choose_family(self._choice_evidence(), self._families, self._n_omega)
+        family, priors = choose_family(self._choice_evidence(), self._families, self._n_omega,
+                                       self._reference_families)
         self.stream_choice_ = {"family": family, "priors": {k: [float(x) for x in v] for k, v in priors.items()},
                                "tasks": len(self.tasks_), "updates": 0}
 
@@ -682,6 +692,7 @@ class LifelongLearner:
             return model
         model._init_learned(int(state.meta["n_features"]))
         model._set_global_state(state)
+        model._check_global_shapes()
         if set(state.meta["task_order"]) != set(state.tasks):
             raise ValueError("state is inconsistent: task_order does not list exactly the stored tasks")
         model.tasks_ = TaskMap((tid, model._task_record(state.tasks[tid])) for tid in state.meta["task_order"])
@@ -701,6 +712,18 @@ class LifelongLearner:
             name = attr.rstrip("_")
             value = state.meta[name] if name in state.meta or attr not in defaults else defaults[attr]
             setattr(self, attr, copy.deepcopy(value))
+
+    def _check_global_shapes(self) -> None:
+        """Refuse global arrays whose shapes a learner of these settings and features cannot
+        have: each has the dimensions of a fresh learner's, where an axis empty at the start
+        (one that grows with the tasks or the environments) may have any length."""
+        fresh = type(self)(**self.get_params())  # a full load only: a state moved forward
+        fresh._init_learned(int(self.n_features_in_))  # (with_state) is the store's own
+        for attr in self._state_attrs:
+            want, got = np.shape(getattr(fresh, attr)), np.shape(getattr(self, attr))
+            if len(got) != len(want) or any(w and g != w for g, w in zip(got, want)):
+                raise ValueError(f"state is inconsistent: array {attr.rstrip('_')!r} has shape {got}, "
+                                 f"expected {tuple(w or 'any' for w in want)}")
 
     def _state_defaults(self) -> dict[str, Any]:
         """Values of global arrays and meta that a state of an earlier format lacks (none here)."""

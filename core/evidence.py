@@ -39,11 +39,15 @@ centre); the stream pools the tasks' curves, as the family choice does.
 The family itself is chosen for the whole stream (:func:`choose_family`): each task's
 evidence curve for every family is measured when the task is learned, against the library
 *as it was without that task*; a family's stream total is the marginal likelihood of all the
-tasks at its own ``pi``, and a family other than ``ridge`` is used only when its total beats
-``ridge``'s by a log Bayes factor of at least :data:`STRONG_EVIDENCE` (3, "strong" on the
-scale of Kass & Raftery 1995). Pooling over tasks makes the choice reliable where a single
-task's evidence is not; measuring against the library without the task keeps the task's own
-data from vouching for a prior fitted to it.
+tasks at its own ``pi``, and a family other than the *reference* is used only when its total
+beats the reference's by a log Bayes factor of at least :data:`STRONG_EVIDENCE` (3, "strong"
+on the scale of Kass & Raftery 1995). The reference is the stream's population (the mixed
+model, the statistician's default for grouped data) once the learner has fitted one, then,
+when another family beats the population so, ``ridge`` (each task alone): on tasks of two or
+three rows neither the population nor ``ridge`` can show strong evidence against the other,
+and the population is what borrows strength. Pooling over
+tasks makes the choice reliable where a single task's evidence is not; measuring against the
+library without the task keeps the task's own data from vouching for a prior fitted to it.
 """
 from __future__ import annotations
 
@@ -476,14 +480,16 @@ def _evidence_curve(value, n_omega: int) -> np.ndarray | None:
 
 
 def choose_family(evidence: list[dict[str, list[float] | float | None]], families: tuple[Family, ...],
-                  n_omega: int) -> tuple[str, dict[str, np.ndarray]]:
+                  n_omega: int, references: tuple[str, ...] = (RIDGE.name,)) -> tuple[str, dict[str, np.ndarray]]:
     """The family used for every task of a stream and each family's prior over ``omega``.
 
     ``evidence`` holds each task's evidence curve per family (``None`` or missing: the family
     was not defined for that task, which counts as ``ridge``'s curve). Each family's stream
-    total is its log marginal likelihood at its :func:`omega_prior`; the family with the
-    largest total is used if it beats ``ridge`` by :data:`STRONG_EVIDENCE`. Returns the
-    family's name and ``{family: log pi}`` (empty for an empty stream: ``pi`` uniform)."""
+    total is its log marginal likelihood at its :func:`omega_prior`. The first of
+    ``references`` (those among ``families``; ``ridge`` always is) that no family beats by
+    :data:`STRONG_EVIDENCE` is used, and the family with the largest total when every
+    reference is beaten so. Returns the family's name and ``{family: log pi}`` (empty for an
+    empty stream: ``pi`` uniform)."""
     rows: dict[str, list[np.ndarray]] = {f.name: [] for f in families}
     for ev in evidence:
         base = _evidence_curve(ev.get(RIDGE.name), n_omega)
@@ -498,6 +504,7 @@ def choose_family(evidence: list[dict[str, list[float] | float | None]], familie
     for name, curves in rows.items():
         priors[name], totals[name] = omega_prior(np.array(curves))
     best = max(totals, key=totals.get)
-    if best != RIDGE.name and totals[best] - totals[RIDGE.name] >= STRONG_EVIDENCE:
-        return best, priors
-    return RIDGE.name, priors
+    for reference in (r for r in references if r in totals):
+        if totals[best] - totals[reference] < STRONG_EVIDENCE:
+            return reference, priors
+    return best, priors

@@ -252,6 +252,16 @@ class FCL3(LifelongLearner):
         self.n_learned_ = 0
         self.n_seeded_columns_ = 0
 
+    def _check_global_shapes(self) -> None:
+        """As the base class, and one row of ``S``, ``env_counts``, ``env_weights`` and
+        ``env_weighted`` per representative."""
+        super()._check_global_shapes()
+        k = len(self.representatives_)
+        for attr in ("S_", "env_counts_", "env_weights_", "env_weighted_"):
+            if np.shape(getattr(self, attr))[0] != k:
+                raise ValueError(f"state is inconsistent: array {attr.rstrip('_')!r} has "
+                                 f"{np.shape(getattr(self, attr))[0]} rows for {k} representatives")
+
     def _state_defaults(self) -> dict:
         """A state from before the population (format 3) starts from the initial one; the next
         update fits it to every task. A state from before ``population_updates_`` counts from 0;

@@ -119,3 +119,27 @@ def test_a_broken_learner_is_not_registered():
     assert MutatingSTL.__name__ not in core.LEARNERS
     with pytest.raises(core.InputError, match="MutatingSTL"):
         core.learner_class(MutatingSTL.__name__)
+
+
+@pytest.mark.parametrize("cls", [FCL3, ELLA, STL, CL3, FCL3WithoutDecoder])
+def test_a_state_with_a_global_array_of_the_wrong_shape_is_refused(cls):
+    """Every global array of a learned state, given a shape the learner cannot have, makes
+    :func:`core.load_state` refuse the state (whatever the stream's family would read)."""
+    rng = np.random.default_rng(0)
+    model = cls()
+    for t in range(4):
+        X = rng.normal(size=(8, 3))
+        model.learn(f"t{t}", X, X @ rng.normal(size=3))
+    state = model.get_state()
+    core.load_state(state)  # the state as exported loads
+    for name, value in model.get_state().arrays.items():
+        if name.startswith("scaler_") or np.ndim(value) == 0:
+            continue
+        bad = model.get_state()
+        bad.arrays[name] = np.zeros((1,) * (np.ndim(value) + 1))
+        with pytest.raises(ValueError, match=name):
+            core.load_state(bad)
+        if np.shape(value)[-1] > 1:
+            bad.arrays[name] = np.zeros(np.shape(value)[:-1] + (1,))
+            with pytest.raises(ValueError, match=name):
+                core.load_state(bad)

@@ -437,3 +437,22 @@ def test_logistic_evidence_of_a_one_row_task_is_finite_and_comparable():
         # where the logit's prior spread is moderate; far out on the grid the likelihood is a
         # step on the grid's scale and it is off by up to 0.1 nats (a known limit)
         assert abs(E[0, j] - np.log(p)) < (1e-3 if om <= 1.0 else 0.15)
+
+
+def test_family_choice_puts_the_burden_of_proof_on_whatever_is_not_the_reference():
+    fams = (ev.RIDGE, ev.POPULATION, ev.Family("mixture", centred_on_representatives=True))
+    refs = ("population", "ridge")
+    tasks = [{"ridge": 0.0, "population": -0.6, "mixture": 0.2}] * 3  # population -1.8, mixture +0.6
+    assert ev.choose_family(tasks, fams, 5)[0] == "ridge"
+    assert ev.choose_family(tasks, fams, 5, refs)[0] == "population"  # mixture +2.4 < 3
+    tasks = tasks + tasks[:2]  # population -3.0, mixture +1.0
+    # the population is beaten by 4.0 >= 3, ridge by 1.0 only: ridge, as without the population
+    assert ev.choose_family(tasks, fams, 5, refs)[0] == "ridge"
+    tasks = [{"ridge": 0.0, "population": 0.5, "mixture": 1.2}] * 5  # population +2.5, mixture +6.0
+    assert ev.choose_family(tasks, fams, 5, refs)[0] == "mixture"  # beats both by >= 3
+    assert ev.choose_family(tasks, fams, 5)[0] == "mixture"
+    tasks = [{"ridge": 0.0, "population": 0.9, "mixture": 1.2}] * 5  # population +4.5, mixture +6.0
+    assert ev.choose_family(tasks, fams, 5, refs)[0] == "population"  # mixture +1.5 over it
+    assert ev.choose_family(tasks, fams, 5)[0] == "mixture"
+    # a reference the learner does not have is skipped
+    assert ev.choose_family(tasks, fams[::2], 5, refs)[0] == "mixture"

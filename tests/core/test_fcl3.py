@@ -464,3 +464,18 @@ def test_a_failed_update_leaves_the_tasks_as_they_were():
         model.learn("a", np.full((5, 3), 1e300), np.full(5, 1e300))
     assert model.tasks_ is tasks and model.tasks_["a"] is record and len(tasks) == 3
     np.testing.assert_array_equal(model.predict("a", X), before)
+
+
+def test_the_stream_family_is_the_population_unless_another_beats_it_by_strong_evidence():
+    """Once a population is fitted it is the reference family (the mixed model): the stream's
+    choice is :func:`core.evidence.choose_family` of the stored evidence with that reference,
+    and before the population (and for the paper's rule) the reference is ``ridge``."""
+    from core.evidence import choose_family
+    m = FCL3(kind="classification", random_state=0)
+    assert m._reference_families == ("ridge",)
+    for tid, X, y, _ in clustered_stream(8, kind="classification", n=6, spread=0.05, n_clusters=1):
+        m.learn(tid, X, y)
+    assert m.population_tasks_ and m._reference_families == ("population", "ridge")
+    expected = choose_family(m._choice_evidence(), m._families, m._n_omega, ("population", "ridge"))[0]
+    assert m.stream_choice_["family"] == expected
+    assert FCL3(kind="classification", task_models="paper")._reference_families == ("ridge",)
