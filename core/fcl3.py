@@ -253,14 +253,17 @@ class FCL3(LifelongLearner):
         self.n_seeded_columns_ = 0
 
     def _check_global_shapes(self) -> None:
-        """As the base class, and one row of ``S``, ``env_counts``, ``env_weights`` and
-        ``env_weighted`` per representative."""
+        """As the base class, and one row of ``S`` per representative and as many rows of
+        ``env_weights`` and ``env_weighted`` as of ``env_counts`` (sums whose length differs
+        from the representatives' are summed again when first needed, as for a state that
+        predates them)."""
         super()._check_global_shapes()
-        k = len(self.representatives_)
-        for attr in ("S_", "env_counts_", "env_weights_", "env_weighted_"):
-            if np.shape(getattr(self, attr))[0] != k:
-                raise ValueError(f"state is inconsistent: array {attr.rstrip('_')!r} has "
-                                 f"{np.shape(getattr(self, attr))[0]} rows for {k} representatives")
+        rows = {"S": (self.S_.shape[0], len(self.representatives_), "representatives"),
+                "env_weights": (self.env_weights_.shape[0], self.env_counts_.shape[0], "env_counts"),
+                "env_weighted": (self.env_weighted_.shape[0], self.env_counts_.shape[0], "env_counts")}
+        for name, (got, want, of) in rows.items():
+            if got != want:
+                raise ValueError(f"state is inconsistent: array {name!r} has {got} rows for {want} {of}")
 
     def _state_defaults(self) -> dict:
         """A state from before the population (format 3) starts from the initial one; the next

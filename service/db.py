@@ -165,21 +165,32 @@ class StoreFile:
         if why is not None:
             raise sqlite3.OperationalError(why)
 
+    def _take_identity(self) -> bool:
+        """Take the file's identity if none is taken yet and the file exists; whether it was
+        taken now."""
+        with self._lock:
+            if self.identity is not None:
+                return False
+            try:
+                st = os.stat(self.path)
+            except OSError:
+                return False  # not there (yet): the next connection takes the identity
+            self.identity = (st.st_dev, st.st_ino)
+            return True
+
     def opened(self) -> None:
         """At each new connection: take the file's identity (the first), else check it."""
-        with self._lock:
-            if self.identity is None:
-                try:
-                    st = os.stat(self.path)
-                except OSError:
-                    return  # gone already: the next connection takes the identity
-                self.identity = (st.st_dev, st.st_ino)
-                return
+        if self.identity is None:
+            self._take_identity()
+            return
         self.check()
 
     def install(self, engine: Engine) -> None:
-        """Check the file before each new connection is opened, each pooled connection is
-        used, and each commit."""
+        """Take the identity of the file there now (a process that has not connected yet, such
+        as a second worker whose requests all went to the first, must not create a new file
+        at the path once it is deleted), then check the file before each new connection is
+        opened, each pooled connection is used, and each commit."""
+        self._take_identity()
 
         @event.listens_for(engine, "do_connect")
         def _open_existing(_dialect, _record, cargs, cparams):

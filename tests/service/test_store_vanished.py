@@ -166,3 +166,23 @@ def test_a_file_deleted_during_the_commit_is_not_acknowledged(make_client, tmp_p
     c.__exit__(None, None, None)
     again = make_client(SQLITE_PATH=str(path), MODEL_NAME=c.app.state.settings.MODEL_NAME)
     assert again.get("/model").json()["version"] == 3
+
+
+def test_an_engine_that_never_connected_does_not_create_the_file_again(tmp_path):
+    """A second worker whose requests all went to the first has an engine that never
+    connected: the file deleted, its first connection must fail, not make a new empty file
+    at the path (seen in a 2-worker server under load)."""
+    import sqlalchemy as sa
+
+    from service.config import Settings
+    from service.db import make_engine
+
+    path = tmp_path / "store.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE t (x INTEGER)")
+    engine = make_engine(Settings(SQLITE_PATH=str(path), DATABASE_URL="", REDIS_URL=""))
+    path.unlink()
+    with pytest.raises(sa.exc.OperationalError, match="deleted"):
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    assert not path.exists()
