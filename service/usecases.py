@@ -28,7 +28,7 @@ from .registry import HostedModel, ModelRegistry  # noqa: F401 - service.main bu
 from .responses import result_json
 from .scores import Transfer, scores
 from .take_back import TakeBackLog, TakeBackRefused, prepare as take_back_prepare, take_back_hash
-from .writes import StaleWrite
+from .writes import Prepared, Queued, StaleWrite, WriteQueue
 
 # "service.store": the logger name is part of each of its log lines (their "logger" field).
 log = logging.getLogger("service.store")
@@ -75,17 +75,12 @@ class _Held:
 
 
 @contextmanager
-def _held(model: HostedModel, done: str):
-    """The model's update lock (with the process's foreground), observed: the lock wait
-    (``fcl3_lock_wait_seconds``) and the write's outcome (``fcl3_updates_total``: ``done`` when
-    the block ends, else what was refused: replayed, key in flight, bad input, stale, lock busy)."""
-    held = _Held(time.perf_counter())
+def _outcome(model: HostedModel, done: str, t0: float):
+    """A write's outcome (``fcl3_updates_total``: ``done`` when the block ends, else what was
+    refused: replayed, key in flight, bad input, stale, lock busy), then the served gauges."""
     outcome = "error"
     try:
-        with model.locks.hold(model.name), model.shared.foreground:
-            held.acquired = time.perf_counter()
-            metrics.LOCK_WAIT_SECONDS.labels("acquired").observe(held.acquired - held.t0)
-            yield held
+        yield
         outcome = done
     except Replayed:
         outcome = "replayed"
@@ -101,11 +96,28 @@ def _held(model: HostedModel, done: str):
         raise
     except LockBusy:
         outcome = "lock_busy"
-        metrics.LOCK_WAIT_SECONDS.labels("busy").observe(time.perf_counter() - held.t0)
+        metrics.LOCK_WAIT_SECONDS.labels("busy").observe(time.perf_counter() - t0)
         raise
     finally:
         metrics.UPDATES.labels(outcome).inc()
         model.observe()
+
+
+@contextmanager
+def _held(model: HostedModel, done: str):
+    """The model's update lock (with the process's foreground), observed: the lock wait
+    (``fcl3_lock_wait_seconds``) and the write's outcome (:func:`_outcome`)."""
+    held = _Held(time.perf_counter())
+    with _outcome(model, done, held.t0):
+        with model.locks.hold(model.name), model.shared.foreground:
+            held.acquired = time.perf_counter()
+            metrics.LOCK_WAIT_SECONDS.labels("acquired").observe(held.acquired - held.t0)
+            yield held
+
+
+#: The most batches one group commits (one transaction): its time under the update lock stays
+#: far below ``LOCK_TTL`` and its first batch is not answered much later than alone.
+MAX_GROUP = 64
 
 
 def learn_batch(model: HostedModel, task_id: str, X, y, claim: Claim | None = None, labels: LabelBatch | None = None):
@@ -114,31 +126,38 @@ def learn_batch(model: HostedModel, task_id: str, X, y, claim: Claim | None = No
     loaded under the lock (``task_id``, ``X``, ``y`` are ignored), scored by the outputs they
     were served, and marked labelled by the commit.
 
-    Under the model's update lock: refresh to the stored version (creating the model first if
-    its row is missing), learn on a private copy, commit with the version compare-and-set.
+    **Group commit.** The batch joins its model's queue in this process
+    (:class:`service.writes.WriteQueue`); one waiting request at a time leads: it takes the
+    model's update lock, takes every batch queued by then (at most :data:`MAX_GROUP`; a label
+    request alone), and under the lock refreshes to the stored version, learns them in arrival
+    order, each on the learner the previous one left (a private copy each), scored before it is
+    learned, and commits them in one transaction with one version compare-and-set
+    (:meth:`service.writes.ModelWriter.commit_group`): batch ``i`` is model version
+    ``base + i``, with its own batch row, answer, evaluation and ``Idempotency-Key`` answer, as
+    if committed alone. A batch refused while it is learned (bad input, its key replayed or in
+    flight, labels refused) is left out of the group, nothing of it applied; a claim taken over
+    at the commit makes the group commit again batch by batch. Each request is answered only
+    after the commit of its group. Across processes the update lock orders the groups, and
+    the version sequence in the database is the order every replica agrees on.
+
     With ``claim`` (an ``Idempotency-Key`` held by this request, see :func:`learn_once`), the
     claim is checked again under the lock and the answer is stored with the batch.
     Observed: lock wait (``fcl3_lock_wait_seconds``), update time, outcome; one log line per
     committed update (engine time and the time outside it: lock wait, load, scoring, commit).
-    The batch is scored before it is learned (prequential) and the model's evaluation is
-    updated in the commit's transaction (:mod:`service.evaluation`); the evaluation sets it
-    rescores are scored just after the commit, off the lock, before it answers."""
-    with _held(model, "committed") as held:
-        if claim is not None:
-            model.keys.verify(claim)  # Replayed / KeyInFlight: another request has the key
-        snap = _current(model)
-        served, parts = None, [model.evaluation]
-        if labels is not None:
-            task_id, X, y, served = labels.load()  # LabelRefused: nothing happened
-            parts.append(labels)
-        if claim is not None:
-            parts.append(claim)
-        prepared = model.writer.prepare(snap, task_id, X, y, served)
-        if labels is not None:
-            prepared.source = "labels"
-        version = model.writer.commit(prepared, parts)
-    t0, acquired = held.t0, held.acquired
-    released = time.perf_counter()
+    The model's evaluation is updated in the commit's transaction (:mod:`service.evaluation`);
+    the evaluation sets it rescores are scored just after the commit, off the lock, before it
+    answers, by the request of that batch."""
+    item = Queued(task_id, X, y, claim, labels)
+    item.deadline = item.t0 + float(getattr(model.locks, "wait", 5.0))
+    with _outcome(model, "committed", item.t0):
+        try:
+            _submit(model, item)
+        finally:
+            if item.acquired:
+                metrics.LOCK_WAIT_SECONDS.labels("acquired").observe(item.acquired - item.t0)
+    prepared, version = item.prepared, item.version
+    t0, acquired, released = item.t0, item.acquired, item.released
+    task_id = prepared.task_id
     ev: Evaluated = prepared.evaluated
     if ev.rescore_job is not None:  # the evaluation sets, off the lock, before answering
         try:
@@ -162,12 +181,105 @@ def learn_batch(model: HostedModel, task_id: str, X, y, claim: Claim | None = No
         "prequential_ms": round(prepared.prequential_seconds * 1000, 2),
         "evaluation_ms": round(prepared.evaluation_seconds * 1000, 2),
         "rescore_after_commit_ms": round(prepared.rescore_seconds * 1000, 2),
-        "lock_held_ms": round(prepared.lock_held_seconds * 1000, 2), "evaluation_rescored": ev.rescored})
+        "lock_held_ms": round(prepared.lock_held_seconds * 1000, 2), "evaluation_rescored": ev.rescored,
+        "group_size": item.group_size})
     _observe_evaluation(model, prepared.learner.kind, ev)
     model.wake()
     if ev.matrix_job is not None:  # the accuracy matrix's row, off the lock (service.evaluation)
         model.evaluation.submit(ev.matrix_job, lambda figures: _matrix_done(model, figures))
     return prepared, version
+
+
+def _submit(model: HostedModel, item: Queued) -> None:
+    """Queue ``item`` and wait until it is committed or refused (then raise its error): led by
+    another request of this process, or by this one when no other leads."""
+    q = model.writer.queue
+    with q.cond:
+        q.items.append(item)
+        while not item.done and (q.leading or item.taken):
+            q.cond.wait()
+        lead = not item.done
+        if lead:
+            q.leading = True
+    if lead:
+        try:
+            while not item.done:  # a group holds at most MAX_GROUP: ours may be in the next one
+                _lead(model, q, item)
+        finally:
+            with q.cond:
+                q.leading = False
+                q.cond.notify_all()
+    if item.error is not None:
+        raise item.error
+
+
+def _lead(model: HostedModel, q: WriteQueue, me: Queued) -> None:
+    """One group: the update lock (waiting at most what is left of ``me``'s lock wait), the
+    batches queued by then, learned and committed; each batch's outcome, after the release."""
+    group: list[Queued] = []
+    outcome: dict[Queued, tuple[Prepared | None, int | None, BaseException | None]] = {}
+    error: BaseException | None = None
+    try:
+        with model.locks.hold(model.name, wait=max(me.deadline - time.perf_counter(), 0.0)), model.shared.foreground:
+            acquired = time.perf_counter()
+            with q.cond:
+                group = q.take(MAX_GROUP)
+            for item in group:
+                item.acquired, item.group_size = acquired, len(group)
+            _learn_group(model, group, outcome)
+    except BaseException as exc:  # noqa: BLE001 - each batch without an outcome is answered with it
+        error = exc
+    released = time.perf_counter()
+    for item in group or [me]:
+        item.released = released
+        prepared, version, err = outcome.get(item, (None, None, error))
+        if prepared is None and err is None:
+            err = RuntimeError("batch left without an outcome")  # not reached: every batch gets one
+        q.finish(item, prepared, version, err)
+
+
+def _learn_group(model: HostedModel, group: list[Queued], outcome: dict) -> None:
+    """Under the update lock: learn ``group`` in order on the stored version and commit the
+    batches that were learned in one transaction; ``outcome[item]`` = (prepared, version, None)
+    or (None, None, the error that refused it). An error of the whole group (the database, a
+    stale version) is raised."""
+    snap = _current(model)
+    ready: list[tuple[Queued, Prepared, list]] = []
+    for item in group:
+        try:
+            if item.claim is not None:
+                model.keys.verify(item.claim)  # Replayed / KeyInFlight: another request has the key
+            task_id, X, y, served = item.task_id, item.X, item.y, None
+            parts: list = [model.evaluation]
+            if item.labels is not None:
+                task_id, X, y, served = item.labels.load()  # LabelRefused: nothing happened
+                parts.append(item.labels)
+            if item.claim is not None:
+                parts.append(item.claim)
+            prepared = model.writer.prepare(snap, task_id, X, y, served)  # InputError: this batch only
+            if item.labels is not None:
+                prepared.source = "labels"
+        except Exception as exc:  # noqa: BLE001 - refused: this batch only, nothing of it applied
+            outcome[item] = (None, None, exc)
+            continue
+        ready.append((item, prepared, parts))
+        snap = Snapshot(snap.version + 1, prepared.learner,
+                        {**snap.info, "version": snap.version + 1, "summary": prepared.summary})
+    if not ready:
+        return
+    try:
+        if len(ready) == 1:
+            versions = [model.writer.commit(ready[0][1], ready[0][2])]
+        else:
+            versions = model.writer.commit_group([p for _, p, _ in ready], [parts for _, _, parts in ready])
+    except KeyTakenOver:  # one batch's key was taken over: rolled back; each batch alone, own outcome
+        if len(ready) == 1:
+            raise
+        for item, _, _ in ready:
+            _learn_group(model, [item], outcome)
+        return
+    for (item, prepared, _), version in zip(ready, versions):
+        outcome[item] = (prepared, version, None)
 
 
 def _matrix_done(model: HostedModel, figures: Transfer) -> None:

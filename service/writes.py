@@ -23,8 +23,9 @@ The lock only saves wasted work; the version compare-and-set is the guard (see
 """
 from __future__ import annotations
 
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Protocol, Sequence
 
@@ -79,7 +80,8 @@ class Prepared:
     task_id: str
     result: core.UpdateResult
     learner: core.LifelongLearner
-    state: core.ModelState  # global part + the one task touched (what the commit writes)
+    #: global part + the tasks the commit rewrites, exported by the commit (None before)
+    state: core.ModelState | None
     X: np.ndarray
     y: np.ndarray
     summary: dict[str, Any]  # the model row's summary after this update
@@ -159,7 +161,7 @@ _UPDATE_MODEL = update(models_t).where(models_t.c.name == bindparam("w_name"),
                                        models_t.c.version == bindparam("w_version"))
 _UPDATE_TASK = (update(tasks_t).where(tasks_t.c.model_name == bindparam("w_name"),
                                       tasks_t.c.task_id == bindparam("w_task"))
-                .values(n_batches=tasks_t.c.n_batches + 1))
+                .values(n_batches=tasks_t.c.n_batches + bindparam("w_n")))
 _REWRITE_TASK = update(tasks_t).where(tasks_t.c.model_name == bindparam("w_name"),
                                       tasks_t.c.task_id == bindparam("w_task"))
 _INSERT_TASK = insert(tasks_t)
@@ -178,6 +180,64 @@ def representatives(learner: core.LifelongLearner, previous: list[str], result: 
     return reps
 
 
+@dataclass(eq=False)
+class Queued:
+    """One batch waiting in a :class:`WriteQueue`: what to learn, and once done, its prepared
+    update and version, or the error that refused it (nothing of it applied)."""
+
+    task_id: str
+    X: Any
+    y: Any
+    claim: Any = None  # service.idempotency.Claim of its Idempotency-Key, or None
+    labels: Any = None  # service.labels.LabelBatch (the rows loaded under the lock), or None
+    t0: float = field(default_factory=time.perf_counter)  # when it arrived
+    deadline: float = 0.0  # perf_counter time past which it no longer waits for the update lock
+    taken: bool = False  # in a group under way
+    done: bool = False
+    acquired: float = 0.0  # when its group held the update lock
+    group_size: int = 0  # batches of its group
+    released: float = 0.0  # when its group released it
+    prepared: Prepared | None = None
+    version: int | None = None
+    error: BaseException | None = None
+
+
+class WriteQueue:
+    """The batches of one model waiting in one process, in arrival order (group commit: the
+    request that leads takes the update lock and commits what is queued in one transaction;
+    :func:`service.usecases.learn_batch`). Only a data structure: ``cond`` guards it."""
+
+    def __init__(self):
+        self.cond = threading.Condition()
+        self.items: list[Queued] = []
+        self.leading = False  # a request of this process is leading a group of this model
+
+    def take(self, limit: int) -> list[Queued]:
+        """The first queued batches, at most ``limit``, marked taken (call with ``cond`` held).
+        A label request is a group of its own: its rows are loaded under the lock and marked
+        labelled by its commit, so two of them must not see the same rows pending."""
+        group: list[Queued] = []
+        for item in self.items:
+            if len(group) >= limit or (item.labels is not None and group):
+                break
+            group.append(item)
+            if item.labels is not None:
+                break
+        self.items = self.items[len(group):]
+        for item in group:
+            item.taken = True
+        return group
+
+    def finish(self, item: Queued, prepared: Prepared | None = None, version: int | None = None,
+               error: BaseException | None = None) -> None:
+        """Mark ``item`` done (its version, or its error) and wake its request."""
+        with self.cond:
+            item.prepared, item.version, item.error, item.done = prepared, version, error, True
+            if item in self.items:
+                self.items.remove(item)
+            self.cond.notify_all()
+
+
 class ModelWriter:
     """Writes of the model that ``reader`` reads; a commit becomes the reader's cached snapshot."""
 
@@ -187,6 +247,7 @@ class ModelWriter:
         self.reader = reader
         self.name = reader.name
         self.model_settings = model_settings
+        self.queue = WriteQueue()  # its batches waiting in this process (group commit)
 
     def ensure_model(self) -> bool:
         """Create the model row (version 0, unfitted learner) if it does not exist yet;
@@ -273,24 +334,24 @@ class ModelWriter:
         else:
             prequential = score_prequential(snap.learner, task_id, X, y)
         prequential_seconds = time.perf_counter() - t1
-        # global part + the task touched (and any the engine learned again): what commit writes
-        state = learner.get_state(tasks=[task_id, *result.relearned])
         summary = dict(snap.info.get("summary") or {})
         summary["representatives"] = representatives(learner, summary.get("representatives", []), result)
         summary["n_representatives"] = int(result.n_representatives)
-        return Prepared(base_version=snap.version, task_id=task_id, result=result, learner=learner, state=state,
+        return Prepared(base_version=snap.version, task_id=task_id, result=result, learner=learner, state=None,
                         X=np.asarray(X, dtype=float), y=np.asarray(y, dtype=float), summary=summary,
                         info=snap.info, prequential=prequential, engine_seconds=engine_seconds,
                         prequential_seconds=prequential_seconds)
 
     def _set_model(self, conn: Connection, p: Prepared | PreparedTakeBack, new_version: int, now: datetime,
-                   not_applied: str) -> None:
-        """The model row at ``new_version``, if it is still at ``p.base_version`` (the
-        compare-and-set that guards every write), else :class:`StaleWrite`."""
+                   not_applied: str, last: Prepared | None = None) -> None:
+        """The model row at ``new_version`` (with ``last``'s state and summary, by default
+        ``p``'s), if it is still at ``p.base_version`` (the compare-and-set that guards every
+        write), else :class:`StaleWrite`."""
+        last = last if last is not None else p
         res = conn.execute(_UPDATE_MODEL, {
-            "w_name": self.name, "w_version": p.base_version, "version": new_version, "params": p.state.params,
-            "meta": p.state.meta, "arrays": p.state.arrays, "format_version": p.state.format_version,
-            "summary": p.summary, "updated_at": now})
+            "w_name": self.name, "w_version": p.base_version, "version": new_version, "params": last.state.params,
+            "meta": last.state.meta, "arrays": last.state.arrays, "format_version": last.state.format_version,
+            "summary": last.summary, "updated_at": now})
         if res.rowcount != 1:
             raise StaleWrite(f"model {self.name!r} changed since version {p.base_version} was read (the update lock "
                              f"expired before the commit); {not_applied} — retry")
@@ -308,37 +369,64 @@ class ModelWriter:
         """Write the update in one transaction, guarded by the version compare-and-set;
         returns the new version, which this process then serves. Each of ``participants``
         writes its part in the same transaction, after the update's rows (one that raises rolls
-        the whole commit back)."""
-        new_version = p.base_version + 1
-        task = p.state.tasks[p.task_id]
+        the whole commit back). One batch: :meth:`commit_group` of one."""
+        return self.commit_group([p], [participants])[0]
+
+    def commit_group(self, group: Sequence[Prepared], participants: Sequence[Sequence[CommitParticipant]]
+                     ) -> list[int]:
+        """Write consecutive updates in ONE transaction: ``group[i]`` was prepared on the learner
+        of ``group[i-1]`` (the first on the stored version), so batch ``i`` gets the model version
+        ``base + i + 1``, its own batch row, its own answer and its participants
+        (``participants[i]``, called in order, each seeing the rows of the batches before it).
+        The model row moves from ``base`` to ``base + len(group)`` with one compare-and-set; each
+        task the group touched is written once, with the last learner's state and the counters
+        of every batch of it. Returns the versions; the last one is then served."""
+        base = group[0].base_version
+        versions = [base + i + 1 for i in range(len(group))]
+        last = group[-1]
         now = _now()
-        last = result_json(p.result)
-        answer = {**last, "version": new_version, "prequential": scores(p.prequential)}
-        with self.reader.bulk.begin() as conn:
-            self._set_model(conn, p, new_version, now, "this batch was NOT applied")
-            if p.result.new_task:
-                conn.execute(_INSERT_TASK, {
-                    "model_name": self.name, "task_id": p.task_id, "version": new_version,
-                    "n_samples": p.result.n_samples, "n_batches": 1, "arrays": task["arrays"], "meta": task["meta"],
-                    "last_update": last, "created_at": now, "updated_at": now})
-            else:
-                res = conn.execute(_UPDATE_TASK, {
-                    "w_name": self.name, "w_task": p.task_id, "version": new_version, "n_samples": p.result.n_samples,
-                    "arrays": task["arrays"], "meta": task["meta"], "last_update": last, "updated_at": now})
-                if res.rowcount != 1:
-                    raise StaleWrite(f"task {p.task_id!r} row missing; this batch was NOT applied — retry")
+        touched: dict[str, dict[str, Any]] = {}  # task id -> what its row gets
+        answers = []
+        for p, v in zip(group, versions):
+            result = result_json(p.result)
+            answers.append({**result, "version": v, "prequential": scores(p.prequential)})
+            t = touched.setdefault(p.task_id, {"n": 0, "new": False})
+            t.update(n=t["n"] + 1, version=v, last=result, n_samples=p.result.n_samples)
+            t["new"] = t["new"] or bool(p.result.new_task)
             for tid in p.result.relearned:  # learned again by the engine (its scaling's warm-up)
-                conn.execute(_REWRITE_TASK, {
-                    "w_name": self.name, "w_task": tid, "version": new_version,
-                    "arrays": p.state.tasks[tid]["arrays"], "meta": p.state.tasks[tid]["meta"], "updated_at": now})
-            conn.execute(_INSERT_BATCH, {
-                "model_name": self.name, "task_id": p.task_id, "version": new_version,
-                "n_samples": int(p.X.shape[0]), "X": p.X, "y": p.y, "source": p.source, "created_at": now})
-            commit = Commit(p, new_version, now, answer)
-            for part in participants:
-                part.in_commit(conn, commit)
+                touched.setdefault(tid, {"n": 0, "new": False})["version"] = v
+        state = last.learner.get_state(tasks=list(touched))
+        last.state = state
+        with self.reader.bulk.begin() as conn:
+            self._set_model(conn, group[0], versions[-1], now, "this batch was NOT applied", last)
+            for tid, t in touched.items():
+                task = state.tasks[tid]
+                if t["new"]:
+                    conn.execute(_INSERT_TASK, {
+                        "model_name": self.name, "task_id": tid, "version": t["version"],
+                        "n_samples": t["n_samples"], "n_batches": t["n"], "arrays": task["arrays"],
+                        "meta": task["meta"], "last_update": t["last"], "created_at": now, "updated_at": now})
+                elif t["n"]:
+                    res = conn.execute(_UPDATE_TASK, {
+                        "w_name": self.name, "w_task": tid, "w_n": t["n"], "version": t["version"],
+                        "n_samples": t["n_samples"], "arrays": task["arrays"], "meta": task["meta"],
+                        "last_update": t["last"], "updated_at": now})
+                    if res.rowcount != 1:
+                        raise StaleWrite(f"task {tid!r} row missing; this batch was NOT applied — retry")
+                else:
+                    conn.execute(_REWRITE_TASK, {
+                        "w_name": self.name, "w_task": tid, "version": t["version"],
+                        "arrays": task["arrays"], "meta": task["meta"], "updated_at": now})
+            conn.execute(_INSERT_BATCH, [
+                {"model_name": self.name, "task_id": p.task_id, "version": v, "n_samples": int(p.X.shape[0]),
+                 "X": p.X, "y": p.y, "source": p.source, "created_at": now} for p, v in zip(group, versions)])
+            for p, v, answer, parts in zip(group, versions, answers, participants):
+                commit = Commit(p, v, now, answer)
+                for part in parts:
+                    part.in_commit(conn, commit)
             notify(conn, self.name)
-        return self._serve(p, new_version, now)
+        self._serve(last, versions[-1], now)
+        return versions
 
     def commit_take_back(self, p: PreparedTakeBack, participants: Sequence[CommitParticipant] = ()) -> int:
         """Write a take-back in one transaction, guarded like :meth:`commit` (the version

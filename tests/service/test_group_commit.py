@@ -1,0 +1,248 @@
+"""Group commit: batches of one model that queue while an update runs are learned in order in
+one pass and committed in one transaction, each with its own version, answer, prequential
+score and Idempotency-Key answer, exactly as if committed one by one."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import core
+from service import usecases
+from service.learners import make_learner
+from service.reads import ModelReader
+from service.responses import result_json
+from service.scores import prequential, scores
+
+from .conftest import regression_batch
+
+
+def _arrays_equal(a: core.ModelState, b: core.ModelState) -> None:
+    assert a.meta == b.meta and a.params == b.params
+    assert set(a.arrays) == set(b.arrays) and set(a.tasks) == set(b.tasks)
+    for k in a.arrays:
+        np.testing.assert_array_equal(a.arrays[k], b.arrays[k], err_msg=k)
+    for t in a.tasks:
+        assert a.tasks[t]["meta"] == b.tasks[t]["meta"]
+        for k in a.tasks[t]["arrays"]:
+            np.testing.assert_array_equal(a.tasks[t]["arrays"][k], b.tasks[t]["arrays"][k], err_msg=f"{t}/{k}")
+
+
+def _grouped(model, calls, n_wait=None):
+    """Run ``calls`` (each returns an answer or raises) in threads while the test holds the
+    model's update lock, so that they all queue; release once every one is queued. Returns
+    (answers or exceptions in call order, sizes of the groups committed)."""
+    sizes = []
+    real = model.writer.commit_group
+
+    def counting(group, parts):
+        sizes.append(len(group))
+        return real(group, parts)
+
+    model.writer.commit_group = counting
+    out = [None] * len(calls)
+
+    def run(i):
+        try:
+            out[i] = calls[i]()
+        except Exception as exc:  # noqa: BLE001 - returned to the test
+            out[i] = exc
+
+    q = model.writer.queue
+    try:
+        with model.locks.hold(model.name):
+            threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+            for t in threads:
+                t.start()
+            deadline = time.monotonic() + 10
+            while True:
+                with q.cond:
+                    if len(q.items) >= (n_wait or len(calls)):
+                        break
+                assert time.monotonic() < deadline, "the batches never queued"
+                time.sleep(0.005)
+        for t in threads:
+            t.join(30)
+    finally:
+        model.writer.commit_group = real
+    return out, sizes
+
+
+def _replay(model, settings):
+    """The stored batches learned one by one in version order by a fresh learner: the
+    reference learner and each batch's prequential scores and result."""
+    learner = make_learner(settings)
+    per_version = {}
+    for b in model.reader.batches():
+        pre = prequential(learner, b["task_id"], b["X"], b["y"])
+        nxt = learner.copy()
+        res = nxt.learn(b["task_id"], b["X"], b["y"])
+        per_version[b["version"]] = (scores(pre), result_json(res))
+        learner = nxt
+    return learner, per_version
+
+
+@pytest.mark.parametrize("n_tasks", [3, 12])
+def test_a_group_equals_the_same_batches_learned_one_by_one(backend_app, n_tasks):
+    c = backend_app(LOCK_WAIT=20)
+    model = c.app.state.model
+    rng = np.random.default_rng(7)
+    warm = [(f"t{i % 3}", *regression_batch(rng, task=i)) for i in range(3)]
+    for task, X, y in warm:
+        usecases.learn_answer(model, task, X, y)
+    batches = [(f"t{i % n_tasks}", *regression_batch(rng, n=1 + i % 3, task=i)) for i in range(12)]
+    calls = [lambda b=b: usecases.learn_answer(model, *b) for b in batches]
+    answers, sizes = _grouped(model, calls)
+    assert not [a for a in answers if isinstance(a, Exception)], answers
+    assert max(sizes) > 1  # at least one real group
+    versions = sorted(a["version"] for a in answers)
+    assert versions == list(range(4, 16))  # one version per batch, none lost or doubled
+
+    settings = c.app.state.settings.model_settings()
+    reference, per_version = _replay(model, settings)
+    # each answer is the one the batch gets alone: same result, same prequential scores
+    for a in answers:
+        pre, res = per_version[a["version"]]
+        assert {k: a[k] for k in res} == res
+        assert a["prequential"] == pre
+    # the served model and the stored one (read afresh) equal the sequential learner, bit for bit
+    _arrays_equal(model.reader.snapshot().learner.get_state(), reference.get_state())
+    fresh = ModelReader(model.reader.engine, model.name).snapshot()
+    assert fresh.version == 15
+    _arrays_equal(fresh.learner.get_state(), reference.get_state())
+    # the stored counters: every batch counted once
+    m = c.get("/model").json()
+    assert m["version"] == 15 and m["n_batches"] == 15
+    tasks = {t["task_id"]: t for t in c.get("/tasks", params={"limit": 1000}).json()["tasks"]}
+    for tid, rec in reference.tasks_.items():
+        assert tasks[tid]["n_samples"] == rec.n_samples
+    counts = {}
+    for task, _, _ in warm + batches:
+        counts[task] = counts.get(task, 0) + 1
+    for tid, n in counts.items():
+        assert c.get(f"/tasks/{tid}").json()["n_batches"] == n
+    # the evaluation: the same batches posted one by one to another model give the same
+    # per-version scores (the batch's and the model-wide), task figures and answers
+    seq = backend_app(LOCK_WAIT=20)
+    for b in model.reader.batches():
+        r = seq.post(f"/tasks/{b['task_id']}/data", json={"X": b["X"].tolist(), "y": b["y"].tolist()})
+        assert r.status_code == 200 and r.json()["version"] == b["version"]
+    grouped, alone = c.get("/evaluation").json(), seq.get("/evaluation").json()
+    assert len(grouped["prequential"]) == 15
+    assert grouped["prequential"] == alone["prequential"]
+    assert grouped["tasks"] == alone["tasks"]
+    for tid in counts:
+        g, s = c.get(f"/tasks/{tid}").json(), seq.get(f"/tasks/{tid}").json()
+        assert {k: v for k, v in g.items() if not k.endswith("_at")} == {k: v for k, v in s.items() if not k.endswith("_at")}
+
+
+def test_bad_input_fails_only_its_batch(backend_app):
+    c = backend_app(LOCK_WAIT=20)
+    model = c.app.state.model
+    rng = np.random.default_rng(8)
+    usecases.learn_answer(model, "t0", *regression_batch(rng))
+    good = [("t0", *regression_batch(rng)), ("t1", *regression_batch(rng, task=1)), ("t0", *regression_batch(rng))]
+    X, y = regression_batch(rng, d=5)  # another width
+    calls = [lambda b=good[0]: usecases.learn_answer(model, *b),
+             lambda: usecases.learn_answer(model, "t1", X, y),
+             lambda b=good[1]: usecases.learn_answer(model, *b),
+             lambda: usecases.learn_answer(model, "t2", [[1.0, float("nan"), 0, 0]], [1.0]),
+             lambda b=good[2]: usecases.learn_answer(model, *b)]
+    answers, sizes = _grouped(model, calls)
+    bad = [a for a in answers if isinstance(a, Exception)]
+    assert len(bad) == 2 and all(isinstance(e, core.InputError) for e in bad)
+    assert sorted(a["version"] for a in answers if not isinstance(a, Exception)) == [2, 3, 4]
+    assert sizes == [3]
+    stored = model.reader.batches()
+    assert [b["version"] for b in stored] == [1, 2, 3, 4]
+    assert "t2" not in {b["task_id"] for b in stored}
+    reference, _ = _replay(model, c.app.state.settings.model_settings())
+    _arrays_equal(ModelReader(model.reader.engine, model.name).snapshot().learner.get_state(), reference.get_state())
+    # over HTTP the bad batch answers 422 and changes nothing
+    r = c.post("/tasks/t1/data", json={"X": X, "y": y})
+    assert r.status_code == 422 and c.get("/model").json()["version"] == 4
+
+
+def test_idempotency_keys_in_a_group_are_answered_once_and_replayed(backend_app):
+    c = backend_app(LOCK_WAIT=20)
+    model = c.app.state.model
+    rng = np.random.default_rng(9)
+    batches = [(f"t{i % 2}", *regression_batch(rng, task=i)) for i in range(6)]
+    calls = [lambda i=i, b=b: usecases.learn_once(model, *b, key=f"k-{i}") for i, b in enumerate(batches)]
+    answers, sizes = _grouped(model, calls)
+    assert not [a for a in answers if isinstance(a, Exception)], answers
+    assert max(sizes) > 1
+    assert sorted(a[0]["version"] for a in answers) == [1, 2, 3, 4, 5, 6]
+    assert not any(replayed for _, replayed in answers)
+    for i, (task, X, y) in enumerate(batches):  # the same request again: the first answer, nothing applied
+        r = c.post(f"/tasks/{task}/data", json={"X": X, "y": y}, headers={"Idempotency-Key": f"k-{i}"})
+        assert r.status_code == 200 and r.headers.get("Idempotent-Replayed") == "true"
+        assert r.json() == answers[i][0]
+    assert c.get("/model").json()["version"] == 6
+
+
+def test_a_key_taken_over_in_a_group_commits_the_others_alone(backend_app):
+    """A claim taken over while its group is learned rolls the group's transaction back; the
+    other batches are committed one by one and that batch is not applied by its request."""
+    c = backend_app(LOCK_WAIT=20)
+    model = c.app.state.model
+    rng = np.random.default_rng(10)
+    batches = [(f"t{i % 2}", *regression_batch(rng, task=i)) for i in range(4)]
+    real_prepare = model.writer.prepare
+    stolen = []
+
+    def prepare(snap, task_id, X, y, served=None):
+        out = real_prepare(snap, task_id, X, y, served)
+        if X == batches[1][1] and not stolen:  # another request takes key k-1 over meanwhile
+            from sqlalchemy import text
+            with model.reader.engine.begin() as conn:
+                conn.execute(text("UPDATE idempotency_keys SET owner = 'someone.else' WHERE model_name = :m AND "
+                                  "key = 'k-1'"), {"m": model.name})
+            stolen.append(1)
+        return out
+
+    model.writer.prepare = prepare
+    try:
+        calls = [lambda i=i, b=b: usecases.learn_once(model, *b, key=f"k-{i}") for i, b in enumerate(batches)]
+        answers, sizes = _grouped(model, calls)
+    finally:
+        model.writer.prepare = real_prepare
+    assert stolen and max(sizes) > 1
+    from service.idempotency import KeyInFlight
+    assert isinstance(answers[1], KeyInFlight)
+    ok = [a for i, a in enumerate(answers) if i != 1]
+    assert sorted(a[0]["version"] for a in ok) == [1, 2, 3]
+    assert sorted(b["task_id"] for b in model.reader.batches()) == sorted(batches[i][0] for i in (0, 2, 3))
+
+
+def test_concurrent_http_clients_lose_and_double_nothing(backend_app):
+    """8 clients, one-row batches to one model over HTTP: every acknowledged batch stored once
+    at its answered version, and the model equals them learned one by one."""
+    c = backend_app(LOCK_WAIT=20)
+    rng = np.random.default_rng(11)
+    per_client = [[(f"t{(i + j) % 4}", *regression_batch(rng, n=1, task=i + j)) for j in range(8)] for i in range(8)]
+    acks, errors = [], []
+
+    def client(batches):
+        for task, X, y in batches:
+            r = c.post(f"/tasks/{task}/data", json={"X": X, "y": y})
+            (acks if r.status_code == 200 else errors).append((task, X, y, r))
+
+    threads = [threading.Thread(target=client, args=(b,)) for b in per_client]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, [r.text for *_, r in errors]
+    model = c.app.state.model
+    stored = {b["version"]: b for b in model.reader.batches()}
+    assert sorted(stored) == list(range(1, 65))
+    for task, X, y, r in acks:
+        b = stored[r.json()["version"]]
+        assert b["task_id"] == task and np.array_equal(b["X"], np.asarray(X)) and np.array_equal(b["y"], np.asarray(y))
+    reference, per_version = _replay(model, c.app.state.settings.model_settings())
+    for *_, r in acks:
+        assert r.json()["prequential"] == per_version[r.json()["version"]][0]
+    _arrays_equal(ModelReader(model.reader.engine, model.name).snapshot().learner.get_state(), reference.get_state())
