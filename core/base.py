@@ -33,6 +33,14 @@ from .state import ModelState, SquaredLossMoments, TaskData, TaskRecord, TaskRow
 from .task_map import TaskMap
 
 
+def pad_square(M: np.ndarray, at: int, k: int, diagonal: float = 0.0) -> np.ndarray:
+    """A new square matrix: ``M`` with ``k`` zero rows and columns inserted before index ``at``
+    and ``diagonal`` on the new diagonal entries."""
+    out = np.insert(np.insert(M, [at] * k, 0.0, axis=0), [at] * k, 0.0, axis=1)
+    out[np.arange(at, at + k), np.arange(at, at + k)] = diagonal
+    return out
+
+
 #: ``task_models`` values: every task's own empirical-Bayes model, or the paper's rule.
 TASK_MODELS = ("empirical_bayes", "paper")
 #: Streams of at most this many tasks choose their family at every update; longer ones on the
@@ -76,7 +84,11 @@ class LifelongLearner:
     predicts every task with its posterior mean under a prior built from the learned library
     without that task, the prior's strength and family chosen by the evidence
     (:mod:`core.evidence`); ``"paper"`` predicts with the learner's own rule (FCL3: ``D s_t``;
-    ELLA: ``L s_t``; STL: the ridge fit with ``mu``).
+    ELLA: ``L s_t``; STL: the ridge fit with ``mu``). ``grow_features``: ``False`` (default)
+    refuses a batch of another width than the first; ``True`` lets a wider batch append
+    feature columns at the end (:meth:`add_features`: each enters every stored task with
+    weight 0, the stored statistics padded exactly) and predicts rows wider than the model
+    with the columns it never learned at weight 0.
     """
 
     _state_attrs: ClassVar[tuple[str, ...]] = ()  # global learned arrays
@@ -85,13 +97,15 @@ class LifelongLearner:
     _families: ClassVar[tuple[Family, ...]] = (RIDGE,)
 
     def __init__(self, kind: str = "regression", mu: float = 0.1, standardize: bool = True, random_state: int = 0,
-                 max_task_rows: int | None = None, task_models: str = "empirical_bayes"):
+                 max_task_rows: int | None = None, task_models: str = "empirical_bayes",
+                 grow_features: bool = False):
         self.kind = kind
         self.mu = mu
         self.standardize = standardize
         self.random_state = random_state
         self.max_task_rows = max_task_rows
         self.task_models = task_models
+        self.grow_features = grow_features
 
     # ----------------------------------------------------------------- parameters
     @classmethod
@@ -161,8 +175,9 @@ class LifelongLearner:
         if not isinstance(task_id, str) or not task_id:
             raise InputError("task_id must be a non-empty string")
         n_features = getattr(self, "n_features_in_", None)
-        X = as_matrix(X, n_features)
-        if not self.is_fitted:
+        X = self._as_rows(X, n_features)
+        wider = self.is_fitted and X.shape[1] > n_features
+        if not self.is_fitted or wider:
             self.check_size(X.shape[1])
         y = as_targets(y, X.shape[0], self.kind)
         known = task_id in getattr(self, "tasks_", {})
@@ -172,6 +187,8 @@ class LifelongLearner:
             labels = label_convention(y, previous.labels if previous else "unknown")
         snapshot = self._snapshot()
         try:
+            if wider:
+                self._add_features(X.shape[1] - n_features)
             if not self.is_fitted:
                 self._init_learned(X.shape[1])
                 y01 = (y == 1.0).astype(float) if self.kind == "classification" else y
@@ -200,6 +217,87 @@ class LifelongLearner:
             raise
         self._forget_derived()  # the task models follow the new library
         return result
+
+    def _as_rows(self, X, n_features: int | None) -> np.ndarray:
+        """``X`` checked as a matrix of ``n_features`` columns, or of at least that many when
+        the learner grows (``grow_features``) and has learned its first batch."""
+        if not (self.grow_features and self.is_fitted):
+            return as_matrix(X, n_features)
+        X = as_matrix(X, None)
+        if X.shape[1] < n_features:
+            raise InputError(f"X has {X.shape[1]} features per row but the model expects at least {n_features}")
+        return X
+
+    # ----------------------------------------------------------------- new feature columns
+    def add_features(self, n_new: int) -> None:
+        """Append ``n_new`` feature columns (``grow_features``; :meth:`learn` calls it for a
+        wider batch). A new column enters the model as if every row learned so far had held 0
+        in it: the scaling gets mean 0 and scale 1 for it (what it fits on an all-zero
+        column), each stored task's statistics (``X'X``, ``X'y``; or its rows) are padded with
+        those zeros, its single-task fit ``w_t`` gets weight 0 there (exact: a column of zeros
+        decouples from the others under the ridge) and its half-Hessian ``Omega_t`` the ridge
+        ``mu`` on the new diagonal; subclasses pad their shared statistics the same way
+        (:meth:`_grow_global`). Every stored task's model gets weight 0 on the new columns and
+        keeps its other weights, so no stored task's predictions change. Transactional."""
+        if not self.is_fitted:
+            raise InputError("a model grows only once it has learned its first batch")
+        if isinstance(n_new, bool) or not isinstance(n_new, (int, np.integer)) or n_new < 1:
+            raise InputError(f"n_new must be an integer >= 1, got {n_new!r}")
+        self.check_size(int(self.n_features_in_) + int(n_new))
+        snapshot = self._snapshot()
+        try:
+            self._add_features(int(n_new))
+        except BaseException:
+            self._restore(snapshot)
+            raise
+        self._forget_derived()
+
+    def _zero_columns(self, record: TaskRecord) -> np.ndarray:
+        """Which features are zero in every row of the task, in the scaled space."""
+        data = record.data
+        if isinstance(data, SquaredLossMoments):
+            return np.diag(data.gram)[:-1] == 0.0
+        return np.all(self.scaler_.design(data.X)[:, :-1] == 0.0, axis=0)
+
+    def _ridge_of(self, record: TaskRecord) -> float:
+        """The absolute ridge of a task's single-task fit on a (non-bias) coordinate."""
+        if isinstance(record.data, SquaredLossMoments):
+            return float(self.mu)
+        return float(self.mu * curvature_scale(self.kind, record.data.X, record.data.y))
+
+    def _add_features(self, k: int) -> None:
+        """:meth:`add_features` without its checks; replaces attributes, never writes into them."""
+        d0 = int(self.n_features_in_)
+        old = self.scaler_
+        self.scaler_ = Scaler(np.concatenate([old.x_mean, np.zeros(k)]), np.concatenate([old.x_scale, np.ones(k)]),
+                              old.y_mean, old.y_scale)
+        records = dict(self.tasks_)
+        grown = {tid: self._grown_record(r, d0, k) for tid, r in records.items()}
+        self._grow_global(d0, k, records, grown)
+        self.tasks_ = TaskMap(grown.items())
+        self.n_features_in_ = d0 + k
+
+    def _grown_record(self, record: TaskRecord, d0: int, k: int) -> TaskRecord:
+        """A stored task with ``k`` zero columns after its ``d0`` features (before the bias)."""
+        data = record.data
+        if isinstance(data, SquaredLossMoments):
+            data = SquaredLossMoments(data.n, pad_square(data.gram, d0, k), np.insert(data.moment, [d0] * k, 0.0),
+                                      data.yy)
+        else:
+            data = TaskRows(np.hstack([data.X, np.zeros((data.X.shape[0], k))]), data.y, data.n)
+        ridge = self._ridge_of(record)
+        return TaskRecord(data=data, labels=record.labels, w=np.insert(record.w, [d0] * k, 0.0),
+                          omega=pad_square(record.omega, d0, k, ridge),
+                          arrays=self._grown_task_arrays(record, d0, k, ridge), meta=dict(record.meta))
+
+    def _grown_task_arrays(self, record: TaskRecord, d0: int, k: int, ridge: float) -> dict[str, np.ndarray]:
+        """A task's learner-specific arrays after :meth:`add_features` (none depend on the
+        features here)."""
+        return dict(record.arrays)
+
+    def _grow_global(self, d0: int, k: int, records: dict[str, TaskRecord], grown: dict[str, TaskRecord]) -> None:
+        """Pad the learner's global arrays for ``k`` new columns after feature ``d0``
+        (``records``: the tasks before, ``grown``: after). Nothing global here."""
 
     def _learn_batch(self, task_id: str, batch: TaskData, labels: str) -> UpdateResult:
         """Learn one summarised batch (in the current scaling) of task ``task_id``."""
@@ -397,7 +495,7 @@ class LifelongLearner:
         if data is not None:
             try:
                 curves = family_curves(self.kind, data, self._with_task_noise(library, record), self._families,
-                                       self._intercept_prior())
+                                       self._intercept_prior(), self.grow_features)
             except (np.linalg.LinAlgError, ArithmeticError):  # values of extreme magnitude
                 curves = {}
             evidence = {name: [float(v) for v in c.log_evidence] for name, c in curves.items()
@@ -482,10 +580,10 @@ class LifelongLearner:
                        else self._with_task_noise(self._safe_library(task_id, record), record))
             try:
                 intercept = self._intercept_prior()
-                curve = family_curves(self.kind, data, library, (family,), intercept).get(name)
+                curve = family_curves(self.kind, data, library, (family,), intercept, self.grow_features).get(name)
                 if curve is None:  # the library cannot define the family for this task
                     name = RIDGE.name
-                    curve = family_curves(self.kind, data, None, (RIDGE,), intercept)[name]
+                    curve = family_curves(self.kind, data, None, (RIDGE,), intercept, self.grow_features)[name]
                 fit = posterior_fit(curve, priors.get(name))
                 # a logistic fit has the population's intercept in its prior already; a task
                 # alone on its own scales keeps its own intercept, as the user's per-task fit does
@@ -560,7 +658,9 @@ class LifelongLearner:
         data = record.data
         w = record.w
         rss = float(data.yy - 2.0 * w @ data.moment + w @ data.gram @ w)
-        return (rss if np.isfinite(rss) else 0.0), float(data.n - w.size)
+        # a column of zeros (a new feature the task never had, ``grow_features``) fits nothing
+        params = np.count_nonzero(np.diag(data.gram)[:-1]) + 1 if self.grow_features else w.size
+        return (rss if np.isfinite(rss) else 0.0), float(data.n - params)
 
     def _task_noise(self, record: TaskRecord, pop: Population) -> float:
         """A regression task's noise variance, shrunk toward the stream's typical one."""
@@ -625,7 +725,7 @@ class LifelongLearner:
 
     def decision_function(self, task_id: str, X) -> np.ndarray:
         self._record(task_id)
-        X = as_matrix(X, self.n_features_in_)
+        X = self._as_rows(X, self.n_features_in_)[:, :self.n_features_in_]  # never-learned columns: weight 0
         with np.errstate(over="ignore", invalid="ignore"):
             score = self.scaler_.linear(X, self._task_model(task_id))
         if not np.isfinite(score).all():

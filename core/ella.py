@@ -144,9 +144,10 @@ class ELLA(LifelongLearner):
         random_state: int = 0,
         max_task_rows: int | None = None,
         task_models: str = "empirical_bayes",
+        grow_features: bool = False,
     ):
         super().__init__(kind=kind, mu=mu, standardize=standardize, random_state=random_state,
-                         max_task_rows=max_task_rows, task_models=task_models)
+                         max_task_rows=max_task_rows, task_models=task_models, grow_features=grow_features)
         self.n_components = n_components
         self.code_l1 = code_l1
         self.ridge = ridge
@@ -240,6 +241,22 @@ class ELLA(LifelongLearner):
         return UpdateResult(
             task_id=task_id, n_samples=record.n_samples, new_task=previous is None, code=s.copy(),
         )
+
+    def _grow_global(self, d0: int, k: int, records: dict, grown: dict) -> None:
+        """The basis gains zero rows for the new features (bias row last) and ``A`` the terms
+        ``kron(s_t s_t', ridge_t I)`` of the new block of each task's ``Omega_t`` (``b`` gains
+        zeros: ``w_t`` is 0 there)."""
+        d, kk = self._dim, int(self.n_components)
+        new = np.arange(d0, d0 + k)
+        G = np.zeros((kk, kk))
+        for record in records.values():
+            s = record.arrays["code"]
+            G += self._ridge_of(record) * np.outer(s, s)
+        A = np.insert(np.insert(self.A_.reshape(kk, d, kk, d), [d0] * k, 0.0, axis=1), [d0] * k, 0.0, axis=3)
+        A[:, new, :, new] = G
+        self.A_ = A.reshape(kk * (d + k), kk * (d + k))
+        self.b_ = np.insert(self.b_.reshape(kk, d), [d0] * k, 0.0, axis=1).reshape(-1)
+        self.L_ = np.insert(self.L_, [d0] * k, 0.0, axis=0)
 
     def _theta(self, task_id: str) -> np.ndarray:
         return self.L_ @ self.tasks_[task_id].arrays["code"]

@@ -134,12 +134,13 @@ class Fit:
     theta: np.ndarray
 
 
-def _prior_factor(d: int, basis: np.ndarray | None, rho: float) -> np.ndarray:
-    """``R`` with ``R R' = I + rho B B' / b`` (``I`` when ``rho = 0`` or there is no basis)."""
+def _prior_factor(d: int, basis: np.ndarray | None, rho: float, slopes: int | None = None) -> np.ndarray:
+    """``R`` with ``R R' = I + rho B B' / b`` (``I`` when ``rho = 0`` or there is no basis);
+    ``b`` is ``tr(B B')`` over ``slopes`` slopes (default ``d``)."""
     if basis is None or rho == 0.0 or not np.any(basis):
         return np.eye(d)
     BB = basis @ basis.T
-    scale = max(float(np.trace(BB)) / d, _TINY)
+    scale = max(float(np.trace(BB)) / (slopes or d), _TINY)
     return np.linalg.cholesky(np.eye(d) + (rho / scale) * BB)
 
 
@@ -155,14 +156,15 @@ def own_scale_factor(G: np.ndarray, n: int, xbar: np.ndarray, weight: float = 1.
 
 
 def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centres: np.ndarray,
-                  basis: np.ndarray | None, rho: float, factor: np.ndarray | None = None
-                  ) -> tuple[np.ndarray, np.ndarray]:
+                  basis: np.ndarray | None, rho: float, factor: np.ndarray | None = None,
+                  slopes: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Log evidence and posterior mean of a squared-loss task for every centre and every
     ``omega`` of :data:`GAUSSIAN_OMEGAS`: arrays ``(k, n_omega)`` and ``(k, n_omega, d + 1)``.
 
     ``gram = X'X``, ``moment = X'y``, ``yy = y'y`` over the task's rows (bias column last).
     ``factor``: a given ``R`` (prior covariance ``omega R R'`` in units of ``sigma^2``,
-    ``omega`` not rescaled by the task's design) instead of the family's.
+    ``omega`` not rescaled by the task's design) instead of the family's. ``slopes``: the
+    number of slopes the per-slope scales divide by (default ``d``; see :func:`family_curves`).
     """
     d = gram.shape[0] - 1
     xbar = gram[-1, :-1] / n
@@ -172,8 +174,8 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
     S = yy - n * ybar * ybar
     dof = max(n - 1, 1)
     if factor is None:
-        omegas = GAUSSIAN_OMEGAS / max(float(np.trace(G)) / d, _TINY)
-        R = _prior_factor(d, basis, rho)
+        omegas = GAUSSIAN_OMEGAS / max(float(np.trace(G)) / (slopes or d), _TINY)
+        R = _prior_factor(d, basis, rho, slopes)
     else:
         omegas, R = GAUSSIAN_OMEGAS, factor
     lam, U = np.linalg.eigh(R.T @ G @ R)
@@ -199,7 +201,8 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
 
 def logistic_fits(X: np.ndarray, y: np.ndarray, centres: np.ndarray, basis: np.ndarray | None,
                   rho: float, factor: np.ndarray | None = None,
-                  intercept: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  intercept: tuple[float, float] | None = None, slopes: int | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """Log evidence and posterior mode of a logistic task for the centre ``0`` (row 0) and
     every centre of ``centres`` (rows 1..), each by the Laplace approximation at its own
     posterior mode, for every ``omega`` of :data:`LOGISTIC_OMEGAS`. (A second-order expansion
@@ -225,9 +228,9 @@ def logistic_fits(X: np.ndarray, y: np.ndarray, centres: np.ndarray, basis: np.n
     if factor is None:
         Xc = X[:, :-1] - X[:, :-1].mean(axis=0)
         n = X.shape[0]
-        curvature = 0.25 * float(np.trace(Xc.T @ Xc)) / d
+        curvature = 0.25 * float(np.trace(Xc.T @ Xc)) / (slopes or d)
         omegas = LOGISTIC_OMEGAS / (curvature if curvature > 1e-10 * n else 0.25 * n)
-        R = _prior_factor(d, basis, rho)
+        R = _prior_factor(d, basis, rho, slopes)
     else:
         omegas, R = LOGISTIC_OMEGAS, factor
     Kunit = R @ R.T
@@ -297,7 +300,8 @@ def mixed_curve(E: np.ndarray, TH: np.ndarray, log_weights: np.ndarray | None = 
 
 
 def family_curves(kind: str, data, library: Library | None, families: tuple[Family, ...],
-                  prior_population: Population | None = None) -> dict[str, Curve]:
+                  prior_population: Population | None = None, skip_zero_columns: bool = False
+                  ) -> dict[str, Curve]:
     """Every family's :class:`Curve` for one task. ``data`` is the task's sufficient statistics
     ``(n, gram, moment, yy)`` (squared loss) or its rows ``(X, y)`` (logistic loss). A family
     the library cannot define (no basis for ``rho > 0``, no representatives for a mixture)
@@ -305,11 +309,20 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
     intercept is the logistic intercept's prior (flat when ``None``): its marginal for the
     families whose prior is on the slopes alone, and for ``own_scale`` its prior predictive
     of the logit at the task's mean row, the intercept of the task's centred columns (so that
-    per-task offsets of the columns change nothing)."""
+    per-task offsets of the columns change nothing). ``skip_zero_columns``: the per-slope
+    scales of the prior (``tr(G) / d``, ``tr(B B') / d``) count only the slopes whose column is
+    not zero in every row of the task, so a column of zeros appended to a task (a learner's
+    new feature, :meth:`core.LifelongLearner.add_features`) changes neither its evidence nor
+    its posterior (off by default: the learners' results without new columns stay as they
+    were)."""
     intercept = None
     if prior_population is not None and kind != "regression":
         intercept = (float(prior_population.mean[-1]), float(prior_population.cov[-1, -1]))
     d = data[1].shape[0] - 1 if kind == "regression" else data[0].shape[1] - 1
+    slopes = None
+    if skip_zero_columns:
+        nonzero = np.diag(data[1])[:-1] != 0.0 if kind == "regression" else np.any(data[0][:, :-1] != 0.0, axis=0)
+        slopes = max(int(np.count_nonzero(nonzero)), 1)
     has_basis = library is not None and library.basis is not None and bool(np.any(library.basis))
     has_centres = library is not None and len(library.centres) > 0
     curves: dict[str, Curve] = {}
@@ -366,9 +379,10 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
         basis = library.basis if has_basis else None
         if kind == "regression":
             n, gram, moment, yy = data
-            E, TH = gaussian_fits(n, gram, moment, yy, np.vstack([np.zeros((1, d)), centres]), basis, rho)
+            E, TH = gaussian_fits(n, gram, moment, yy, np.vstack([np.zeros((1, d)), centres]), basis, rho,
+                                  slopes=slopes)
         else:
-            E, TH = logistic_fits(data[0], data[1], centres, basis, rho, None, intercept)
+            E, TH = logistic_fits(data[0], data[1], centres, basis, rho, None, intercept, slopes)
         for fam in fams:
             curves[fam.name] = (mixed_curve(E[1:], TH[1:], library.log_weights) if fam.centred_on_representatives
                                 else mixed_curve(E[:1], TH[:1]))

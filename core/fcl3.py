@@ -78,7 +78,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import LifelongLearner, TaskRecord, UpdateResult
+from .base import LifelongLearner, TaskRecord, UpdateResult, pad_square
 from .evidence import OWN_SCALE, POPULATION, RIDGE, Family, Library
 from .losses import half_hessian
 from .params import (BASE_CONSTRAINTS, MAX_COMPONENTS, MAX_OUTER_ITER, MAX_WEIGHT, Boolean, NoneValue, Options,
@@ -175,9 +175,10 @@ class FCL3(LifelongLearner):
         task_intercept: bool = True, z_init: str = "single_task", seed_columns: str = "novel",
         standardize: bool = True,
         random_state: int = 0, max_task_rows: int | None = None, task_models: str = "empirical_bayes",
+        grow_features: bool = False,
     ):
         super().__init__(kind=kind, mu=mu, standardize=standardize, random_state=random_state,
-                         max_task_rows=max_task_rows, task_models=task_models)
+                         max_task_rows=max_task_rows, task_models=task_models, grow_features=grow_features)
         self.n_components = n_components
         self.lambda1 = lambda1
         self.lambda2 = lambda2
@@ -472,7 +473,7 @@ class FCL3(LifelongLearner):
             D[:, seeded] = w / np.linalg.norm(w) * (self.max_norm or 1.0)
             seeded += 1
             rep_omegas = self._rep_hessians(record, rep_codes, D)
-        scale = float(np.mean(np.diag(omega)))
+        scale = self._hessian_scale(record, omega)
         s, Z = self._solve_code(D, self.L_, w, omega, rep_codes, rep_omegas, scale, use_encoder)
 
         terms, db, dM, dC = self._contribution_terms(s, w, omega, Z, rep_codes, rep_omegas)
@@ -514,6 +515,69 @@ class FCL3(LifelongLearner):
             outlier_probability=float(Z[-1]), new_representative=new_rep,
             n_representatives=len(representatives),
         )
+
+    def _hessian_scale(self, record: TaskRecord, omega: np.ndarray) -> float:
+        """``mean(diag(Omega_t))`` (:meth:`_quadratic` form), the scale of the code's weights;
+        with ``grow_features`` over the features whose column is not zero in every row of the
+        task (a new feature it never had holds the ridge there and would shrink the scale)."""
+        diag = np.diag(omega)
+        if self.grow_features:
+            kept = ~self._zero_columns(record)
+            if not self.task_intercept:
+                kept = np.append(kept, True)
+            if np.any(kept):
+                diag = diag[kept]
+        return float(np.mean(diag))
+
+    # ------------------------------------------------------------------ new feature columns
+    def _grown_task_arrays(self, record: TaskRecord, d0: int, k: int, ridge: float) -> dict[str, np.ndarray]:
+        """A classification task's Hessians at the representatives' models get the ridge on
+        the new diagonal (a zero column adds nothing to ``X' diag(p(1-p)) X``)."""
+        arrays = dict(record.arrays)
+        if "rep_omegas" in arrays:
+            arrays["rep_omegas"] = np.array([pad_square(om, d0, k, ridge) for om in arrays["rep_omegas"]]
+                                            ).reshape(-1, d0 + k + (0 if self.task_intercept else 1),
+                                                      d0 + k + (0 if self.task_intercept else 1))
+        return arrays
+
+    def _grow_global(self, d0: int, k: int, records: dict, grown: dict) -> None:
+        """New rows ``d0 .. d0+k-1`` of ``D`` (the rows of the new features, in the coordinates
+        of :meth:`_quadratic`) and the statistics padded exactly: every task's terms
+        ``kron(S_j, Omega_j)`` in ``A`` have ``ridge_t I`` as the new block of ``Omega_j``
+        (the new column is zero in its rows), so ``A`` gains ``sum_t ridge_t sum_j S_j`` on
+        each new feature's diagonal block and nothing else; ``b``, ``M``, ``C`` gain zeros
+        (``w_t`` is 0 there); ``D`` and ``L`` gain zero rows and columns (the solutions of the
+        padded systems); each environment's ``sum n_t Omega'_t`` gains ``sum n_t ridge_t I``.
+        The population's mean gets 0 for the new slopes and its covariance the block that EM
+        starts from (``I``, standardised units), uncorrelated with the rest: no task has data
+        there, and the next refit of the population moves it."""
+        d, p = self.D_.shape
+        new = np.arange(d0, d0 + k)
+        G = np.zeros((p, p))
+        for record in records.values():
+            terms = self._stored_contribution_terms(record)[0]
+            G += self._ridge_of(record) * sum(S_j for S_j, _ in terms)
+        A = np.insert(np.insert(self.A_.reshape(p, d, p, d), [d0] * k, 0.0, axis=1), [d0] * k, 0.0, axis=3)
+        A[:, new, :, new] = G  # A[c1, i, c2, i] for every new row i
+        self.A_ = A.reshape(p * (d + k), p * (d + k))
+        self.b_ = np.insert(self.b_.reshape(p, d), [d0] * k, 0.0, axis=1).reshape(-1)
+        self.D_ = np.insert(self.D_, [d0] * k, 0.0, axis=0)
+        self.L_ = np.insert(self.L_, [d0] * k, 0.0, axis=1)
+        self.M_ = np.insert(self.M_, [d0] * k, 0.0, axis=1)
+        self.C_ = pad_square(self.C_, d0, k)
+        reps = list(self.representatives_)
+        W = np.insert(np.insert(self.env_weights_, [d0] * k, 0.0, axis=1), [d0] * k, 0.0, axis=2)
+        if self.env_counts_.shape[0] == len(reps):  # else summed again when first needed
+            for tid, record in records.items():
+                key = self._environment_key(tid, record, reps)
+                if key in reps:
+                    W[reps.index(key), new, new] += record.n_samples * self._ridge_of(record)
+        self.env_weights_ = W
+        self.env_weighted_ = np.insert(self.env_weighted_, [d0] * k, 0.0, axis=1)
+        pop = Population.from_array(self.population_)
+        cov = pad_square(pop.cov, d0, k, 1.0)
+        self.population_ = Population(np.insert(pop.mean, [d0] * k, 0.0), cov, pop.noise).to_array()
+        self.population_mean_cov_ = pad_square(self.population_mean_cov_, d0, k)
 
     def _finite_witness(self, name: str, array: np.ndarray) -> np.ndarray:
         """``A`` is a sum of PSD terms ``kron(S, Omega)``, so ``|A_ij| <= sqrt(A_ii A_jj)`` and a
@@ -654,6 +718,7 @@ class FCL3WithoutDecoder(FCL3):
         task_intercept: bool = True, z_init: str = "single_task", seed_columns: str = "novel",
         standardize: bool = True,
         random_state: int = 0, max_task_rows: int | None = None, task_models: str = "empirical_bayes",
+        grow_features: bool = False,
     ):
         super().__init__(
             kind=kind, n_components=n_components, mu=mu, lambda1=lambda1, lambda2=lambda2, alpha=alpha,
@@ -661,7 +726,7 @@ class FCL3WithoutDecoder(FCL3):
             ridge=ridge, encoder_ridge=encoder_ridge, max_norm=max_norm, joint=joint,
             max_outer_iter=max_outer_iter, tol=tol, task_intercept=task_intercept, z_init=z_init,
             seed_columns=seed_columns, standardize=standardize, random_state=random_state,
-            max_task_rows=max_task_rows, task_models=task_models,
+            max_task_rows=max_task_rows, task_models=task_models, grow_features=grow_features,
         )
 
 
@@ -678,6 +743,7 @@ class CL3(FCL3):
         task_intercept: bool = True, z_init: str = "single_task", seed_columns: str = "novel",
         standardize: bool = True,
         random_state: int = 0, max_task_rows: int | None = None, task_models: str = "empirical_bayes",
+        grow_features: bool = False,
     ):
         super().__init__(
             kind=kind, n_components=n_components, mu=mu, lambda1=lambda1, lambda2=lambda2, alpha=alpha,
@@ -685,5 +751,5 @@ class CL3(FCL3):
             ridge=ridge, encoder_ridge=encoder_ridge, max_norm=max_norm, joint=joint,
             max_outer_iter=max_outer_iter, tol=tol, task_intercept=task_intercept, z_init=z_init,
             seed_columns=seed_columns, standardize=standardize, random_state=random_state,
-            max_task_rows=max_task_rows, task_models=task_models,
+            max_task_rows=max_task_rows, task_models=task_models, grow_features=grow_features,
         )

@@ -176,6 +176,7 @@ BASE_CONSTRAINTS: dict[str, Constraints] = {
     "random_state": [integer(0, MAX_SEED)],
     "max_task_rows": [NoneValue(), integer(1, MAX_TASK_ROWS)],
     "task_models": [Options(("empirical_bayes", "paper"))],
+    "grow_features": [Boolean()],
 }
 
 
