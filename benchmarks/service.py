@@ -49,7 +49,7 @@ import numpy as np
 
 import core
 
-from .common import http_request, machine, percentile, progress_bar
+from .common import http_request, machine, pct, percentile, progress_bar
 from .launcher import Server, create_throwaway_database, drop_throwaway_backend, migrate, redis_prefix
 
 BARE_APP = "benchmarks.bare_app:app"
@@ -296,10 +296,163 @@ def update_rate(port: int, models: list[str], bodies: dict[str, list[tuple[str, 
             "machine_busy_share": round(use["machine_busy_share"], 2)}
 
 
+def group_commit_matrix(port: int, pids: list[int], clients: tuple[int, ...], models: tuple[int, ...],
+                        seconds: float, n_tasks: int, d: int, say=lambda *a: None) -> dict:
+    """Committed updates/s and latency with ``c`` concurrent clients sending ONE-ROW batches,
+    spread over ``m`` models (client ``i`` to model ``i % m``), for each ``c`` of ``clients``
+    and ``m`` of ``models``, ``seconds`` each; keep-alive connections placed by the kernel
+    on the workers. The models are ``gc-1``, ``gc-2``, ... (created here, every task learned
+    once before the clock starts)."""
+    names = [f"gc-{k + 1}" for k in range(max(models))]
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+        for name in names:
+            r = client.post("/models", json={"name": name, "kind": "regression", "estimator": "FCL3"})
+            assert r.status_code in (201, 409), r.text
+    per_client = max(64, int(seconds * 400))
+    bodies = {name: batch_bodies(name, n_tasks, 1, d, per_client * max(clients), 10 + k)
+              for k, name in enumerate(names)}
+    for name in names:  # every task once (a new task's first batch is not scored)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+            for path, body in bodies[name][:n_tasks]:
+                client.post(path, content=body, headers={"Content-Type": "application/json"}).raise_for_status()
+    out = {}
+    for m in models:
+        for c in clients:
+            say(f"  group commit: {c} clients, {m} model(s) ...")
+            client_bodies = [bodies[names[i % m]][i * per_client:(i + 1) * per_client] for i in range(c)]
+            writers = [Writer(port, b, None, pids) for b in client_bodies]
+            usage = Usage(pids)
+            deadline = time.perf_counter() + seconds
+            for w in writers:
+                w.deadline = deadline
+                w.start()
+            for w in writers:
+                w.join()
+            use = usage.stop()
+            for w in writers:
+                if w.error is not None:
+                    raise w.error
+            lat = [v for w in writers for v in w.latency_ms]
+            committed = sum(w.committed for w in writers)
+            out[f"{c}x{m}"] = {"clients": c, "models": m, "committed": committed,
+                               "not_committed": sum(w.other for w in writers),
+                               "committed_per_s": round(committed / use["wall_s"], 1),
+                               "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99),
+                               "machine_busy_share": round(use["machine_busy_share"], 2)}
+    return out
+
+
 def batch_bodies(model: str, n_tasks: int, rows: int, d: int, n: int, seed: int) -> list[tuple[str, bytes]]:
     prefix = "" if model is None else f"/models/{model}"
     return [(f"{prefix}/tasks/{t}/data", json.dumps({"X": X.tolist(), "y": y.tolist()}).encode())
             for t, X, y in make_stream(n, n_tasks, rows, d, seed)]
+
+
+# ----------------------------------------------------------------------------- bytes per commit
+class WrittenBytes:
+    """Bytes of the parameters of every statement ``engines`` run while counting (what the
+    service sends the database: arrays as their ``.npy``/zip bytes, JSON as its text, 8 per
+    number or time), by statement kind (the table it writes)."""
+
+    def __init__(self, *engines):
+        from sqlalchemy import event
+
+        self.by_statement: dict[str, int] = {}
+        self.on = False
+        for e in engines:
+            event.listen(e, "before_cursor_execute", self._count)
+
+    @staticmethod
+    def size(v) -> int:
+        if v is None:
+            return 0
+        if isinstance(v, (bytes, bytearray, memoryview)):
+            return len(v)
+        if isinstance(v, str):
+            return len(v.encode("utf-8", "surrogatepass"))
+        return 8
+
+    def _count(self, conn, cursor, statement, parameters, context, executemany):
+        if not self.on:
+            return
+        rows = parameters if executemany else [parameters]
+        n = 0
+        for row in rows:
+            values = row.values() if isinstance(row, dict) else (row or ())
+            n += sum(self.size(v) for v in values)
+        words = statement.split()
+        kind = " ".join(words[:3]) if words else "?"
+        self.by_statement[kind] = self.by_statement.get(kind, 0) + n
+
+    def measure(self, fn) -> tuple[int, dict[str, int]]:
+        """Bytes written by ``fn()``, in total and by statement."""
+        self.by_statement, self.on = {}, True
+        try:
+            fn()
+        finally:
+            self.on = False
+        return sum(self.by_statement.values()), dict(self.by_statement)
+
+
+def synthetic_learner(n_tasks: int, d: int = 10, rows: int = 5, learned: int = 20, seed: int = 0):
+    """An FCL3 regression learner with ``n_tasks`` tasks: ``learned`` learned from batches,
+    the others copies of their states under new ids (learning 10,000 tasks one by one takes
+    minutes: only the rows a commit writes are measured here, not the learning)."""
+    import copy
+
+    learner = core.LEARNERS["FCL3"](kind="regression")
+    for t, X, y in make_stream(min(learned, n_tasks) * 2, min(learned, n_tasks), rows, d, seed):
+        learner.learn(t, X, y)
+    state = learner.get_state()
+    real = list(state.tasks)
+    for i in range(n_tasks - len(real)):
+        state.tasks[f"copy-{i}"] = copy.deepcopy(state.tasks[real[i % len(real)]])
+    state.meta["task_order"] = list(state.tasks)
+    return core.load_state(state)
+
+
+def bytes_per_commit(sizes: tuple[int, ...] = (100, 10_000), database_url: str | None = None, d: int = 10,
+                     rows: int = 5) -> dict:
+    """Bytes the service sends the database to commit one batch of a known task, and one of a
+    new task, into a model of ``n`` tasks for each ``n`` of ``sizes`` (in-process: a
+    :class:`service.registry.HostedModel` on ``database_url``, by default a new SQLite file),
+    with the bytes by statement."""
+    from service import usecases
+    from service.config import Settings
+    from service.db import make_engine, upgrade_schema
+    from service.locks import LocalLocks
+    from service.registry import HostedModel
+    from service.writes import NewModel
+
+    tmp = Path(tempfile.mkdtemp(prefix="fcl3-bytes-"))
+    url = database_url or f"sqlite:///{tmp / 'bytes.db'}"
+    settings = Settings(_env_file=None, DATABASE_URL=url, REDIS_URL=None, FCL3_ESTIMATOR="FCL3", FCL3_KIND="regression")
+    engine = make_engine(settings)
+    upgrade_schema(engine)
+    counter = WrittenBytes(engine)
+    out = {}
+    rng = np.random.default_rng(5)
+    try:
+        for n in sizes:
+            name = f"bytes-{n}-{os.getpid()}-{time.monotonic_ns() % 10**9}"
+            learner = synthetic_learner(n, d=d, rows=rows)
+            model = HostedModel.open(engine, LocalLocks(30.0, 5.0), name, None, default=False)
+            model.writer.create(NewModel(learner, settings.model_settings()))
+            model.reader.snapshot()
+            X = rng.normal(size=(rows, d))
+            y = X.sum(axis=1)
+            usecases.learn_batch(model, "task-0", X, y)  # warm (first scoring, evaluation row)
+            known, by_known = counter.measure(lambda: usecases.learn_batch(model, "task-1", X, y))
+            new, by_new = counter.measure(lambda: usecases.learn_batch(model, f"new-{n}", X, y))
+            out[str(n)] = {"tasks": n, "known_task_commit_bytes": known, "new_task_commit_bytes": new,
+                           # what the model row's meta held before revision 0008, rewritten by every commit
+                           "task_order_json_bytes": len(json.dumps(model.reader.snapshot().learner.task_ids)),
+                           "known_task_by_statement": by_known, "new_task_by_statement": by_new}
+            model.writer.delete()
+    finally:
+        engine.dispose()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
 
 # ----------------------------------------------------------------------------- one setup

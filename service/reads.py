@@ -201,11 +201,20 @@ class ModelReader:
                 return cached
             if cached is not None and _take_backs(cached.info) != _take_backs(row):
                 cached = None  # a take-back rebuilt the model (and may have dropped a task): read every task
-            q = select(tasks_t.c.task_id, tasks_t.c.arrays, tasks_t.c.meta).where(tasks_t.c.model_name == self.name)
+            q = (select(tasks_t.c.task_id, tasks_t.c.position, tasks_t.c.arrays, tasks_t.c.meta)
+                 .where(tasks_t.c.model_name == self.name))
             if cached is not None:
                 q = q.where(tasks_t.c.version > cached.version)
-            changed = {t.task_id: {"arrays": t.arrays, "meta": t.meta} for t in conn.execute(q)}
-        state = core.ModelState(estimator=row["estimator"], params=row["params"], meta=row["meta"],
+            rows = conn.execute(q).all()
+        changed = {t.task_id: {"arrays": t.arrays, "meta": t.meta} for t in rows}
+        meta = dict(row["meta"])
+        if meta.get("fitted") and "task_order" not in meta:  # the order is kept by the task rows' positions
+            known = list(cached.learner.task_ids) if cached is not None else []
+            seen = set(known)
+            added = sorted((t for t in rows if t.task_id not in seen), key=lambda t: (t.position is None, t.position))
+            meta["task_order"] = known + [t.task_id for t in added]
+        del rows
+        state = core.ModelState(estimator=row["estimator"], params=row["params"], meta=meta,
                                 arrays=row["arrays"], tasks=changed, format_version=row["format_version"])
         if cached is None:
             learner = core.load_state(state)

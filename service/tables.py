@@ -96,7 +96,7 @@ class ModelRow(Base):
     kind: Mapped[str] = mapped_column(String(32), nullable=False)
     settings: Mapped[dict] = mapped_column(JSON, nullable=False)  # what the model was created with
     params: Mapped[dict] = mapped_column(JSON, nullable=False)  # learner.get_params()
-    meta: Mapped[dict] = mapped_column(JSON, nullable=False)  # ModelState.meta
+    meta: Mapped[dict] = mapped_column(JSON, nullable=False)  # ModelState.meta, without task_order (tasks.position)
     arrays: Mapped[dict] = mapped_column(NDArrayDict, nullable=False)  # ModelState.arrays
     format_version: Mapped[int] = mapped_column(Integer, nullable=False)
     summary: Mapped[dict] = mapped_column(JSON, nullable=False, default=dict)  # representatives etc.
@@ -114,6 +114,9 @@ class TaskRow(Base):
     version: Mapped[int] = mapped_column(Integer, nullable=False)  # model version that last wrote it
     n_samples: Mapped[int] = mapped_column(Integer, nullable=False)
     n_batches: Mapped[int] = mapped_column(Integer, nullable=False)
+    #: The task's place in the learner's task order (``ModelState.meta["task_order"]``, which
+    #: the model row does not store: it would grow with the tasks and be rewritten by every commit)
+    position: Mapped[int | None] = mapped_column(Integer, nullable=True)
     arrays: Mapped[dict] = mapped_column(NDArrayDict, nullable=False)  # ModelState.tasks[id]["arrays"]
     meta: Mapped[dict] = mapped_column(JSON, nullable=False)  # ModelState.tasks[id]["meta"]
     last_update: Mapped[dict] = mapped_column(JSON, nullable=False)  # the last UpdateResult, as JSON

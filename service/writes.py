@@ -146,6 +146,21 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def stored_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """A model row's meta: the state's, without ``task_order`` (each task row keeps its
+    ``position``; :mod:`service.reads` rebuilds the list), so a commit writes nothing whose
+    size grows with the number of tasks."""
+    return {k: v for k, v in meta.items() if k != "task_order"}
+
+
+def task_positions(state: core.ModelState, learner: core.LifelongLearner | None = None) -> dict[str, int]:
+    """Each task's place in the learner's task order (the state's ``task_order``)."""
+    order = state.meta.get("task_order")
+    if order is None:
+        order = list(learner.task_ids) if learner is not None else list(state.tasks)
+    return {tid: i for i, tid in enumerate(order)}
+
+
 def learner_summary(learner: core.LifelongLearner) -> dict[str, Any]:
     """A model row's summary from a learner alone (a new, imported or forked model)."""
     reps = getattr(learner, "representatives", None)
@@ -275,14 +290,16 @@ class ModelWriter:
                     raise ModelExists(self.name)
                 conn.execute(insert(models_t).values(
                     name=self.name, version=new.version, estimator=state.estimator, kind=learner.kind,
-                    settings=new.settings, params=state.params, meta=state.meta, arrays=state.arrays,
+                    settings=new.settings, params=state.params, meta=stored_meta(state.meta), arrays=state.arrays,
                     format_version=state.format_version, summary=summary, origin=new.origin,
                     created_at=now, updated_at=now))
+                positions = task_positions(state, learner)
                 for task_id, task in state.tasks.items():
                     info = infos.get(task_id) or {}
                     conn.execute(insert(tasks_t).values(
                         model_name=self.name, task_id=task_id, version=int(info.get("version", new.version)),
                         n_samples=int(learner.tasks_[task_id].n_samples), n_batches=int(info.get("n_batches", 0)),
+                        position=positions[task_id],
                         arrays=task["arrays"], meta=task["meta"], last_update=info.get("last_update") or {},
                         created_at=now, updated_at=now))
                 for b in new.batches or ():
@@ -350,7 +367,7 @@ class ModelWriter:
         last = last if last is not None else p
         res = conn.execute(_UPDATE_MODEL, {
             "w_name": self.name, "w_version": p.base_version, "version": new_version, "params": last.state.params,
-            "meta": last.state.meta, "arrays": last.state.arrays, "format_version": last.state.format_version,
+            "meta": stored_meta(last.state.meta), "arrays": last.state.arrays, "format_version": last.state.format_version,
             "summary": last.summary, "updated_at": now})
         if res.rowcount != 1:
             raise StaleWrite(f"model {self.name!r} changed since version {p.base_version} was read (the update lock "
@@ -360,7 +377,7 @@ class ModelWriter:
         """After a commit: acknowledged only if the store is still there, then this process's
         cached snapshot; the new version."""
         check_store(self.reader.bulk)  # not acknowledged if its file vanished during the commit
-        info = {**p.info, "version": new_version, "params": p.state.params, "meta": p.state.meta,
+        info = {**p.info, "version": new_version, "params": p.state.params, "meta": stored_meta(p.state.meta),
                 "format_version": p.state.format_version, "summary": p.summary, "updated_at": now}
         self.reader.offer(Snapshot(new_version, p.learner, info))
         return new_version
@@ -397,6 +414,7 @@ class ModelWriter:
                 touched.setdefault(tid, {"n": 0, "new": False})["version"] = v
         state = last.learner.get_state(tasks=list(touched))
         last.state = state
+        positions = task_positions(state, last.learner) if any(t["new"] for t in touched.values()) else {}
         with self.reader.bulk.begin() as conn:
             self._set_model(conn, group[0], versions[-1], now, "this batch was NOT applied", last)
             for tid, t in touched.items():
@@ -404,8 +422,9 @@ class ModelWriter:
                 if t["new"]:
                     conn.execute(_INSERT_TASK, {
                         "model_name": self.name, "task_id": tid, "version": t["version"],
-                        "n_samples": t["n_samples"], "n_batches": t["n"], "arrays": task["arrays"],
-                        "meta": task["meta"], "last_update": t["last"], "created_at": now, "updated_at": now})
+                        "n_samples": t["n_samples"], "n_batches": t["n"], "position": positions[tid],
+                        "arrays": task["arrays"], "meta": task["meta"], "last_update": t["last"],
+                        "created_at": now, "updated_at": now})
                 elif t["n"]:
                     res = conn.execute(_UPDATE_TASK, {
                         "w_name": self.name, "w_task": tid, "w_n": t["n"], "version": t["version"],
@@ -450,10 +469,11 @@ class ModelWriter:
                 n_samples=p.n_samples, task_removed=p.task_removed, n_replayed=p.n_replayed, created_at=now))
             if p.task_removed:
                 conn.execute(delete(tasks_t).where(tasks_t.c.model_name == self.name, tasks_t.c.task_id == p.task_id))
+            positions = task_positions(p.state, p.learner)
             for tid, task in p.state.tasks.items():
                 counters = p.tasks[tid]
                 res = conn.execute(_REWRITE_TASK, {
-                    "w_name": self.name, "w_task": tid, "version": new_version,
+                    "w_name": self.name, "w_task": tid, "version": new_version, "position": positions[tid],
                     "n_samples": int(p.learner.tasks_[tid].n_samples), "n_batches": int(counters["n_batches"]),
                     "arrays": task["arrays"], "meta": task["meta"], "last_update": counters["last_update"],
                     "updated_at": now})
