@@ -297,7 +297,8 @@ def update_rate(port: int, models: list[str], bodies: dict[str, list[tuple[str, 
 
 
 def group_commit_matrix(port: int, pids: list[int], clients: tuple[int, ...], models: tuple[int, ...],
-                        seconds: float, n_tasks: int, d: int, say=lambda *a: None) -> dict:
+                        seconds: float, n_tasks: int, d: int, say=lambda *a: None, estimator: str = "FCL3",
+                        params: dict | None = None) -> dict:
     """Committed updates/s and latency with ``c`` concurrent clients sending ONE-ROW batches,
     spread over ``m`` models (client ``i`` to model ``i % m``), for each ``c`` of ``clients``
     and ``m`` of ``models``, ``seconds`` each; keep-alive connections placed by the kernel
@@ -306,7 +307,8 @@ def group_commit_matrix(port: int, pids: list[int], clients: tuple[int, ...], mo
     names = [f"gc-{k + 1}" for k in range(max(models))]
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
         for name in names:
-            r = client.post("/models", json={"name": name, "kind": "regression", "estimator": "FCL3"})
+            r = client.post("/models", json={"name": name, "kind": "regression", "estimator": estimator,
+                                             "params": params or {}})
             assert r.status_code in (201, 409), r.text
     per_client = max(64, int(seconds * 400))
     bodies = {name: batch_bodies(name, n_tasks, 1, d, per_client * max(clients), 10 + k)
@@ -346,6 +348,92 @@ def batch_bodies(model: str, n_tasks: int, rows: int, d: int, n: int, seed: int)
     prefix = "" if model is None else f"/models/{model}"
     return [(f"{prefix}/tasks/{t}/data", json.dumps({"X": X.tolist(), "y": y.tolist()}).encode())
             for t, X, y in make_stream(n, n_tasks, rows, d, seed)]
+
+
+def school_stream(max_batches: int | None = None) -> tuple[list[tuple[str, np.ndarray, np.ndarray]], str]:
+    """School (139 tasks, 28 features) as a stream of batches: each task's rows in two halves,
+    every first half, then every second half (the second batches are scored and touch known
+    tasks). A synthetic stream of the same shape when the data file is missing."""
+    try:
+        from .datasets import load_real
+
+        data = load_real("school")
+        tasks, source = list(zip(data.task_ids, data.tasks)), "school"
+    except FileNotFoundError:
+        rng = np.random.default_rng(0)
+        tasks = []
+        for t in range(139):
+            X = rng.normal(size=(110, 28))
+            tasks.append((f"school-{t}", (X, X @ rng.normal(size=28) + rng.normal(size=110))))
+        source = "synthetic (139 tasks x 110 rows x 28 features: School's shape)"
+    first = [(t, X[:len(X) // 2], y[:len(X) // 2]) for t, (X, y) in tasks]
+    second = [(t, X[len(X) // 2:], y[len(X) // 2:]) for t, (X, y) in tasks]
+    stream = first + second
+    return (stream if max_batches is None else stream[:max_batches]), source
+
+
+def engine_times(estimator: str, params: dict, stream) -> list[float]:
+    """The bare engine's ``learn`` time of each batch of ``stream`` (ms), in order."""
+    learner = core.LEARNERS[estimator](kind="regression", **params)
+    out = []
+    for task, X, y in stream:
+        t0 = time.perf_counter()
+        learner.learn(task, X, y)
+        out.append((time.perf_counter() - t0) * 1e3)
+    return out
+
+
+def sequential_ratio(port: int, estimator: str, params: dict, max_batches: int | None, rounds: int = 2) -> dict:
+    """One sequential client streaming School into a new model over HTTP beside the bare engine
+    learning the same batches, alternated ``rounds`` times in one run: median HTTP update ÷
+    median engine update (each round on a model of its own)."""
+    stream, source = school_stream(max_batches)
+    bodies = [(t, json.dumps({"X": X.tolist(), "y": y.tolist()}).encode()) for t, X, y in stream]
+    eng, web = [], []
+    for k in range(rounds):
+        eng += engine_times(estimator, params, stream)
+        name = f"school-{k}-{os.getpid()}"
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
+            r = client.post("/models", json={"name": name, "kind": "regression", "estimator": estimator,
+                                             "params": params})
+            assert r.status_code == 201, r.text
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        try:
+            for task, body in bodies:
+                t0 = time.perf_counter()
+                c.request("POST", f"/models/{name}/tasks/{task}/data", body, {"Content-Type": "application/json"})
+                resp = c.getresponse()
+                resp.read()
+                web.append((time.perf_counter() - t0) * 1e3)
+                assert resp.status == 200, resp.status
+        finally:
+            c.close()
+    med_e, med_h = statistics.median(eng), statistics.median(web)
+    return {"source": source, "batches": len(stream), "rounds": rounds, "engine_p50_ms": round(med_e, 2),
+            "http_p50_ms": round(med_h, 2), "http_p99_ms": pct(web, 99), "engine_p99_ms": pct(eng, 99),
+            "ratio_http_vs_engine_p50": round(med_h / med_e, 2),
+            "outside_engine_p50_ms": round(med_h - med_e, 2)}
+
+
+def engine_rate(estimator: str, params: dict, n_tasks: int, d: int, seconds: float) -> dict:
+    """The bare engine learning one-row batches over ``n_tasks`` tasks, one after the other, for
+    about ``seconds``: the ceiling of committed updates/s of ONE model (its batches are learned in
+    order, so a group commit saves everything but the learning)."""
+    stream = make_stream(max(64, int(seconds * 2000)), n_tasks, 1, d, seed=21)
+    learner = core.LEARNERS[estimator](kind="regression", **params)
+    for t, X, y in stream[:n_tasks]:
+        learner.learn(t, X, y)
+    n, t0 = 0, time.perf_counter()
+    times = []
+    for t, X, y in stream[n_tasks:]:
+        t1 = time.perf_counter()
+        learner.learn(t, X, y)
+        times.append((time.perf_counter() - t1) * 1e3)
+        n += 1
+        if time.perf_counter() - t0 > seconds:
+            break
+    wall = time.perf_counter() - t0
+    return {"updates_per_s": round(n / wall, 1), "p50_ms": pct(times, 50), "p99_ms": pct(times, 99)}
 
 
 # ----------------------------------------------------------------------------- bytes per commit
@@ -575,7 +663,23 @@ def run_setup(kind: str, workers: int, args, tmp: Path) -> dict:
             "post_100_rows_vs_1_row_server_cpu": cpu_ratio("post_predict_100_rows", "post_predict_1_row"),
         }
 
-        # 3. updates/s, one model vs two models (PostgreSQL + Redis)
+        # 3. group commit: 1, 2, 8 clients x 1, 2 models, one-row batches, beside the engine's ceiling
+        if args.group_seconds > 0:
+            params = json.loads(args.params)
+            clients = tuple(int(v) for v in args.group_clients.split(","))
+            say(f"{kind}: group commit ...")
+            out["engine_one_row_ceiling"] = engine_rate(args.estimator, params, 4, args.d, args.group_seconds)
+            out["group_commit"] = group_commit_matrix(server.port, pids, clients, (1, 2), args.group_seconds, 4,
+                                                      args.d, say, args.estimator, params)
+            out["engine_one_row_ceiling_after"] = engine_rate(args.estimator, params, 4, args.d, args.group_seconds)
+
+        # 4. a sequential client at School size: median HTTP update / median engine update
+        if args.school_batches != 0:
+            say(f"{kind}: School, sequential ...")
+            out["school_sequential"] = sequential_ratio(server.port, args.estimator, json.loads(args.params),
+                                                        None if args.school_batches < 0 else args.school_batches)
+
+        # 5. updates/s, one model vs two models (PostgreSQL + Redis)
         if kind != "embedded" and args.update_seconds > 0:
             with httpx.Client(base_url=base, timeout=60) as client:
                 r = client.post("/models", json={"name": "bench-b", "kind": "regression", "estimator": args.estimator,
@@ -674,9 +778,41 @@ def table(results: dict) -> str:
     add("  machine CPU busy (1 / 2 models)", lambda r: "-" if "updates_per_s" not in r else " / ".join(
         f"{statistics.median(rnd[c]['machine_busy_share'] for rnd in r['updates_per_s']['rounds']):.0%}"
         for c in ("one_model", "two_models")))
+    def ceiling(r):
+        if "engine_one_row_ceiling" not in r:
+            return "-"
+        a, b = r["engine_one_row_ceiling"], r["engine_one_row_ceiling_after"]
+        return f"{a['updates_per_s']:.0f} / {b['updates_per_s']:.0f} updates/s (before / after), p50 {a['p50_ms']:.1f} ms"
+    add("engine alone, one-row batches, 1 model", ceiling)
+    cases = sorted({k for r in runs.values() for k in r.get("group_commit", {})},
+                   key=lambda k: (int(k.split("x")[1]), int(k.split("x")[0])))
+    for case in cases:
+        c, m = case.split("x")
+        add(f"group commit {c} client{'s' if c != '1' else ''} x {m} model{'s' if m != '1' else ''}: "
+            "updates/s, p50 / p99",
+            lambda r, case=case: "-" if case not in r.get("group_commit", {}) else
+            f"{r['group_commit'][case]['committed_per_s']:.0f}/s, {r['group_commit'][case]['p50_ms']:.1f} / "
+            f"{r['group_commit'][case]['p99_ms']:.1f} ms" + (f" ({r['group_commit'][case]['not_committed']} not 200)"
+                                                             if r['group_commit'][case]['not_committed'] else ""))
+
+    def school(r):
+        s = r.get("school_sequential")
+        if not s:
+            return "-"
+        return (f"HTTP {s['http_p50_ms']:.1f} ms ÷ engine {s['engine_p50_ms']:.1f} ms = "
+                f"{s['ratio_http_vs_engine_p50']:.2f} ({s['batches']} batches x {s['rounds']})")
+    add("School, 1 sequential client: median update", school)
     widths = [max(len(str(row[i])) for row in [head, *rows]) for i in range(len(head))]
     line = lambda row: "  ".join(str(c).ljust(w) for c, w in zip(row, widths))  # noqa: E731
-    return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, rows)])
+    out = [line(head), line(["-" * w for w in widths]), *map(line, rows)]
+    if results.get("bytes_per_commit"):
+        out.append("")
+        out.append("bytes written per commit (parameters sent to the database), known task / new task:")
+        for db, sizes in results["bytes_per_commit"].items():
+            parts = [f"{v['tasks']:,} tasks: {v['known_task_commit_bytes']:,} / {v['new_task_commit_bytes']:,} B"
+                     f" (task_order no longer written: {v['task_order_json_bytes']:,} B)" for v in sizes.values()]
+            out.append(f"  {db}: " + "; ".join(parts))
+    return "\n".join(out)
 
 
 def main(argv=None) -> dict:
@@ -697,6 +833,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--update-seconds", type=float, default=4.0, help="duration of each updates/s measurement "
                     "(0: none)")
     ap.add_argument("--update-rounds", type=int, default=2, help="rounds of one model, then two models")
+    ap.add_argument("--group-seconds", type=float, default=3.0, help="duration of each group-commit measurement "
+                    "(clients x models, one-row batches; 0: none)")
+    ap.add_argument("--group-clients", default="1,2,8", help="numbers of concurrent clients of the group-commit table")
+    ap.add_argument("--school-batches", type=int, default=-1, help="batches of the sequential School stream "
+                    "(-1: all 278, 0: none)")
+    ap.add_argument("--bytes-tasks", default="100,10000", help="model sizes (tasks) of the bytes-per-commit "
+                    "measurement ('': none)")
     ap.add_argument("--estimator", default="FCL3")
     ap.add_argument("--params", default="{}", help="FCL3_PARAMS JSON")
     ap.add_argument("--pg-admin-url", default="postgresql://postgres@127.0.0.1:5432/test")
@@ -724,6 +867,20 @@ def main(argv=None) -> dict:
     }
     for kind, workers in setups:
         results["runs"][kind] = run_setup(kind, workers, args, tmp)
+    if args.bytes_tasks:
+        sizes = tuple(int(v) for v in args.bytes_tasks.split(","))
+        results["bytes_per_commit"] = {}
+        for kind, _ in setups:
+            if not args.quiet:
+                print(f"{kind}: bytes per commit ...", file=sys.stderr, flush=True)
+            if kind == "embedded":
+                results["bytes_per_commit"]["sqlite"] = bytes_per_commit(sizes, d=args.d)
+            else:
+                dbname, db_url = create_throwaway_database(args.pg_admin_url, "bytes")
+                try:
+                    results["bytes_per_commit"]["postgresql"] = bytes_per_commit(sizes, db_url, d=args.d)
+                finally:
+                    drop_throwaway_backend(args.pg_admin_url, dbname, None, None)
     results["machine"]["loadavg_at_end"] = [round(v, 2) for v in os.getloadavg()]
     results["table"] = table(results)
     print(results["table"])

@@ -33,7 +33,9 @@ def test_update_split_from_two_scrapes():
 def test_embedded_short_run(tmp_path, capsys):
     out = tmp_path / "bench.json"
     res = service.main(["--embedded", "--updates", "8", "--tasks", "2", "--rows", "5", "--d", "3", "--seconds", "0.3",
-                        "--rounds", "2", "--concurrency", "2", "--estimator", "STL", "--json", str(out), "--quiet"])
+                        "--rounds", "2", "--concurrency", "2", "--estimator", "STL", "--json", str(out), "--quiet",
+                        "--group-seconds", "0.3", "--group-clients", "1,2", "--school-batches", "6",
+                        "--bytes-tasks", "20,60"])
     assert json.loads(out.read_text()) == res
     (run,) = res["runs"].values()
     assert run["setup"] == {**run["setup"], "database": "sqlite", "lock": "file", "uvicorn_workers": 1}
@@ -46,5 +48,15 @@ def test_embedded_short_run(tmp_path, capsys):
     assert r["post_100_rows_vs_1_row_time"]["median"] > 0
     split = run["update_ms"]["server_split_mean"]
     assert split["updates"] == 8 and split["engine_ms"] is not None and split["outside_engine_ms"] >= 0
+    # group commit: every case committed something, latencies reported, beside the engine alone
+    assert set(run["group_commit"]) == {"1x1", "2x1", "1x2", "2x2"}
+    for case in run["group_commit"].values():
+        assert case["committed"] > 0 and case["not_committed"] == 0 and case["p99_ms"] >= case["p50_ms"] > 0
+    assert run["engine_one_row_ceiling"]["updates_per_s"] > 0
+    school = run["school_sequential"]
+    assert school["batches"] == 6 and school["ratio_http_vs_engine_p50"] > 0
+    sizes = res["bytes_per_commit"]["sqlite"]
+    assert set(sizes) == {"20", "60"} and all(v["known_task_commit_bytes"] > 0 for v in sizes.values())
     table = capsys.readouterr().out
     assert "GET /predict ÷ bare route" in table and "embedded (1 worker)" in table
+    assert "group commit 2 clients x 2 models" in table and "bytes written per commit" in table
