@@ -219,13 +219,14 @@ class LifelongLearner:
         return result
 
     def _as_rows(self, X, n_features: int | None) -> np.ndarray:
-        """``X`` checked as a matrix of ``n_features`` columns, or of at least that many when
-        the learner grows (``grow_features``) and has learned its first batch."""
+        """``X`` checked as a matrix of ``n_features`` columns; when the learner grows
+        (``grow_features``) and has learned its first batch, of any width: a row narrower than
+        the model holds 0 in the columns it lacks (appended), a wider one has new columns."""
         if not (self.grow_features and self.is_fitted):
             return as_matrix(X, n_features)
         X = as_matrix(X, None)
         if X.shape[1] < n_features:
-            raise InputError(f"X has {X.shape[1]} features per row but the model expects at least {n_features}")
+            X = np.hstack([X, np.zeros((X.shape[0], n_features - X.shape[1]))])
         return X
 
     # ----------------------------------------------------------------- new feature columns

@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
+from .records import RecordError, parse_schema
+
 Number = Annotated[float, Strict()]
 
 
@@ -56,23 +58,72 @@ def _not_empty(X: list) -> list:
     return X
 
 
+#: A record: feature name -> value (a number, a category's level, true/false, or null when the
+#: feature is nullable); see docs/records.md.
+Record = dict[str, Any]
+_RECORDS_DESCRIPTION = ("Rows as records of the model's feature schema, instead of `X`: "
+                        '`[{"age": 31, "urban": "yes", "smoker": false}, ...]`. Unknown names, wrong types and '
+                        "missing required fields are refused (422 naming the field); categories are one-hot "
+                        "encoded by the service, missing values (null) of nullable features get their indicator "
+                        "(docs/records.md).")
+
+
+def _x_or_records(data: Any) -> Any:
+    """A body with ``records`` and no ``X``: ``X`` is null (``X`` stays required otherwise, so a
+    body with neither is refused as missing ``X``)."""
+    if isinstance(data, dict) and "records" in data and "X" not in data:
+        return {**data, "X": None}
+    return data
+
+
+def _one_of_x_or_records(model: Any) -> Any:
+    if (model.X is None) == (model.records is None):
+        raise ValueError("give either X (rows of numbers) or records (rows of named features), not both")
+    if model.records is not None and not model.records:
+        raise ValueError("records is empty: a batch needs at least one row")
+    return model
+
+
+def _x_or_records_schema(schema: dict[str, Any]) -> None:
+    """OpenAPI: ``X`` or ``records``, one of them."""
+    schema["required"] = [r for r in schema.get("required", []) if r != "X"]
+    schema["oneOf"] = [{"required": ["X"]}, {"required": ["records"]}]
+
+
 class Batch(Request):
-    X: list[list[Number]] = Field(..., description="Feature rows (all the same width).",
-                                  examples=[[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]])
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_x_or_records_schema)
+
+    X: list[list[Number]] | None = Field(..., description="Feature rows (all the same width); or `records`.",
+                                         examples=[[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]])
+    records: list[Record] | None = Field(None, description=_RECORDS_DESCRIPTION,
+                                         examples=[[{"age": 31, "urban": "yes"}, {"age": 25, "urban": "no"}]])
     y: list[Number] = Field(..., description="One target per row; labels 0/1 or -1/1 for classification.",
                             examples=[[0.5, 1.5]])
 
-    _x_not_empty = field_validator("X")(_not_empty)
+    _x_not_empty = field_validator("X")(lambda X: X if X is None else _not_empty(X))
+    _before = model_validator(mode="before")(_x_or_records)
+    _after = model_validator(mode="after")(_one_of_x_or_records)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.X if self.X is not None else self.records)
 
 
 class PredictRequest(Request):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_x_or_records_schema)
+
     task_id: TaskId
-    X: list[list[Number]] = Field(..., examples=[[[1.0, 2.0, 3.0]]])
+    X: list[list[Number]] | None = Field(..., description="Feature rows; or `records`.", examples=[[[1.0, 2.0, 3.0]]])
+    records: list[Record] | None = Field(None, description=_RECORDS_DESCRIPTION.replace(
+        "; categories", " (a level never learned is encoded as no level of its category and listed in `unseen`); "
+        "categories"), examples=[[{"age": 31, "urban": "yes"}]])
     remember: bool = Field(False, description="Store the rows, the outputs served and the version serving them, "
                            "and answer `prediction_ids`: `POST .../labels` learns them when their labels arrive "
                            "(within PREDICTION_TTL).", examples=[True])
 
-    _x_not_empty = field_validator("X")(_not_empty)
+    _x_not_empty = field_validator("X")(lambda X: X if X is None else _not_empty(X))
+    _before = model_validator(mode="before")(_x_or_records)
+    _after = model_validator(mode="after")(_one_of_x_or_records)
 
 
 class AssignmentEntry(BaseModel):
@@ -101,6 +152,9 @@ class PredictOut(BaseModel):
     predictions: list[float]
     probabilities: list[float] | None = Field(None, description="P(positive class), classification only.")
     version: int
+    unseen: dict[str, list[str]] | None = Field(None, description="Records only: per category, the levels the "
+                                                "model has never learned (encoded as no level: every column of the "
+                                                "category 0). Absent when there are none.")
     prediction_ids: list[str] | None = Field(None, description='With `"remember": true`: one id per row, in row '
                                              "order, for `POST .../labels`.",
                                              examples=[["19c0d6e3a2f-8c1e5b0d2a4f6e13", "19c0d6e3a2f-0b7d3e9a1c5f2e84"]])
@@ -199,6 +253,11 @@ class ModelOut(BaseModel):
     representatives: list[str]
     created_at: UtcDatetime
     updated_at: UtcDatetime
+    features: list[dict[str, Any]] | None = Field(None, description="The feature schema (null: the model takes X "
+                                                  "only); see `POST /models`.")
+    columns: list[str] | None = Field(None, description="With a schema: the columns its records are encoded into, "
+                                      "in order (`age`, `age=null`, `urban=yes`, ...): the vocabulary (GET of one "
+                                      "model).")
     origin: dict[str, Any] | None = Field(None, description='How the model came to be: null (created), '
                                           '{"fork": {"model", "version"}} or {"import": {"model", "version"}}.')
     prequential: "ModelPrequential | None" = Field(None, description="Model-wide prequential scores (GET of one model).")
@@ -217,6 +276,22 @@ class ForkFrom(Request):
                                 description="Its version to start from (default: its current version).")
 
 
+class FeatureSpec(Request):
+    """One named feature of a model's schema."""
+
+    name: str = Field(..., min_length=1, max_length=200, examples=["age"])
+    type: Literal["number", "category", "boolean"] = Field(..., description="`number` (one column), `category` "
+                                                           "(one-hot: a column per level, added as levels arrive), "
+                                                           "`boolean` (one column, true = 1).")
+    nullable: bool = Field(False, description="May be null or absent: a number or boolean then gets a missing "
+                           "indicator column and is encoded as `fill`; a category gets a missing level.")
+    fill: Number | None = Field(None, description="Number or boolean only: the value a missing one is encoded "
+                                "with, beside its indicator (default 0).")
+    levels: list[Annotated[str, Field(max_length=200)]] | None = Field(
+        None, max_length=10000, description="Category only: levels known in advance, whose columns exist from the "
+        "start (others are added as they arrive).", examples=[["Y", "N"]])
+
+
 class ModelCreate(Request):
     """A new model: its settings, or ``fork`` (an existing model at one of its versions; the
     settings are then the parent's, and none may be given)."""
@@ -228,20 +303,45 @@ class ModelCreate(Request):
                                    "each within its range (core.params: e.g. n_components 1-50, max_outer_iter "
                                    "0-200, tol in (0, 1]), else 422 naming it and its range.")
     d: int | None = Field(None, gt=0, le=10**6, description="Number of features; null: fixed by the first batch.")
+    features: list[FeatureSpec] | None = Field(None, min_length=1, max_length=1000, description=(
+        "A feature schema: the model then takes `records` (rows of named values) on .../data and /predict, and "
+        "`text/csv`; categories are one-hot encoded by the service into columns that grow with their levels "
+        "(the learner's `grow_features` is set). Null: rows of numbers (`X`) only."),
+        examples=[[{"name": "age", "type": "number"}, {"name": "urban", "type": "category"},
+                   {"name": "smoker", "type": "boolean", "nullable": True}]])
     fork: ForkFrom | None = Field(None, description="Create the model as this model was at this version.")
 
     @model_validator(mode="after")
     def _kind_or_fork(self) -> "ModelCreate":
         if self.fork is not None:
-            given = sorted(self.model_fields_set & {"kind", "estimator", "params", "d"})
+            given = sorted(self.model_fields_set & {"kind", "estimator", "params", "d", "features"})
             if given:
                 raise ValueError(f"a fork takes its parent's settings: do not give {', '.join(given)}")
         elif self.kind is None:
             raise ValueError("kind is required: 'regression' or 'classification'")
+        if self.features is not None:
+            try:
+                parse_schema([f.model_dump(exclude_unset=True) for f in self.features])
+            except RecordError as exc:
+                raise ValueError(str(exc)) from None
+            if self.d is not None:
+                raise ValueError("d is the number of columns of X: a model with features has as many as its "
+                                 "vocabulary (do not give d)")
+            if self.params.get("grow_features") is False:
+                raise ValueError("a model with features grows a column per new category level: grow_features "
+                                 "cannot be false")
         return self
 
     def model_settings(self) -> dict[str, Any]:
-        return {"estimator": self.estimator, "kind": self.kind, "params": dict(self.params), "d": self.d}
+        settings = {"estimator": self.estimator, "kind": self.kind, "params": dict(self.params), "d": self.d}
+        if self.features is not None:
+            settings["params"]["grow_features"] = True
+            settings["features"] = [{"fill": 0.0, **f.model_dump(exclude_unset=True)} if f.type != "category"
+                                    else f.model_dump(exclude_unset=True, exclude={"fill"})
+                                    for f in self.features]
+            for f in settings["features"]:
+                f.setdefault("nullable", False)
+        return settings
 
 
 # ----------------------------------------------------------------------------- online evaluation

@@ -22,12 +22,14 @@ from fastapi.responses import JSONResponse
 from sqlalchemy import exc as sa_exc
 
 import core
+from fcl3.records import RecordError
 
 from .idempotency import KeyInFlight
 from .learners import ModelConfigError
 from .locks import LockBackendDown, LockBusy
 from .reads import ModelMissing, VersionBehind
 from .lifecycle import ForkRefused
+from .vocabulary import VocabularyConflict
 from .writes import ModelExists, StaleWrite
 
 log = logging.getLogger("service")
@@ -66,6 +68,14 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(core.InputError)
     async def _input(request: Request, exc: core.InputError):
         return detail(422, str(exc))
+
+    @app.exception_handler(RecordError)
+    async def _record(request: Request, exc: RecordError):  # records refused: the field and row at fault
+        return JSONResponse({"detail": redact(str(exc)), "field": exc.field, "row": exc.row}, status_code=422)
+
+    @app.exception_handler(VocabularyConflict)
+    async def _vocabulary(request: Request, exc: VocabularyConflict):
+        return detail(503, str(exc), {"Retry-After": "1"})
 
     @app.exception_handler(core.UnknownTaskError)
     async def _unknown(request: Request, exc: core.UnknownTaskError):

@@ -15,6 +15,7 @@ from .history import ranges, read_history, replay
 from .learners import ModelConfigError, make_learner
 from .reads import ModelMissing
 from .registry import HostedModel, ModelRegistry
+from fcl3.records import Column, RecordError, base_columns, parse_schema
 from .writes import NewModel, learner_summary
 
 # "service.store": the logger name is part of each of its log lines (their "logger" field).
@@ -46,6 +47,8 @@ def create_model(model: HostedModel, model_settings: dict[str, Any]) -> None:
     """Create ``model`` (version 0) with ``model_settings``; :class:`ModelExists` if taken."""
     learner = check_settings(model_settings)
     model.writer.create(NewModel(learner, model_settings))
+    if model_settings.get("features"):  # its first columns, at once (GET shows them)
+        model.vocabulary.ensure(base_columns(parse_schema(model_settings["features"])))
     log.info("created model %r (%s, %s)", model.name, model_settings["estimator"], model_settings["kind"],
              extra={"event": "model_created", "model": model.name})
 
@@ -56,6 +59,7 @@ def delete_model(model: HostedModel, registry: ModelRegistry) -> None:
     with model.locks.hold(model.name):
         existed = model.writer.delete(also=[IdempotencyKeys.delete_model])
     registry.forget(model.name)
+    model.vocabulary.forget()
     metrics.forget_model(model.name)
     model.reader.drop()
     if not existed:
@@ -71,6 +75,8 @@ def export_model(model: HostedModel) -> tuple[bytes, int]:
              for r in model.reader.list_tasks(0, 2**62) if r["version"] <= snap.version}
     service = {"model": model.name, "version": snap.version, "kind": snap.info["kind"],
                "settings": snap.info.get("settings"), "summary": snap.info.get("summary") or {}, "tasks": tasks}
+    if (snap.info.get("settings") or {}).get("features"):  # the schema is in the settings
+        service["vocabulary"] = [c.to_json() for c in model.vocabulary.refresh()]
     return state_files.to_npz(snap.learner.get_state(), service), snap.version
 
 
@@ -107,10 +113,33 @@ def import_model(model: HostedModel, data: bytes) -> None:
     tasks = service.get("tasks") if isinstance(service.get("tasks"), dict) else {}
     tasks = {t: _task_counters(tasks.get(t), version) for t in learner.task_ids}
     summary = service.get("summary") if isinstance(service.get("summary"), dict) else None
+    columns = _imported_vocabulary(settings, service.get("vocabulary"), learner)
     model.writer.create(NewModel(learner, settings, version=version, summary=summary or learner_summary(learner),
                                  tasks=tasks, origin={"import": {"model": service.get("model"), "version": version}}))
+    model.vocabulary.replace_all(columns)
     log.info("imported model %r at version %d", model.name, version,
              extra={"event": "model_imported", "model": model.name, "version": version})
+
+
+def _imported_vocabulary(settings: dict[str, Any], vocabulary: Any, learner: core.LifelongLearner) -> list[Column]:
+    """The columns of an imported model with a feature schema, checked: a valid schema, and a
+    vocabulary holding its base columns first and at least as many columns as the engine has."""
+    if not settings.get("features"):
+        return []
+    try:
+        schema = parse_schema(settings["features"])
+        columns = [Column(str(c["feature"]), str(c["role"]), str(c.get("level", ""))) for c in vocabulary or []]
+    except (RecordError, TypeError, KeyError, AttributeError) as exc:
+        raise core.InputError(f"bad model file: its feature schema or vocabulary: {exc}") from None
+    base = base_columns(schema)
+    names = {f.name for f in schema}
+    if columns[:len(base)] != base or len(set(columns)) != len(columns) or any(
+            c.feature not in names or c.role not in ("value", "missing", "level") for c in columns):
+        raise core.InputError("bad model file: its vocabulary does not fit its feature schema")
+    if learner.is_fitted and len(columns) < int(learner.n_features_in_):
+        raise core.InputError(f"bad model file: its vocabulary has {len(columns)} columns, its engine "
+                              f"{learner.n_features_in_}")
+    return columns
 
 
 def _check_finite(state: core.ModelState) -> None:
@@ -161,6 +190,8 @@ def fork_model(model: HostedModel, parent: HostedModel, version: int | None) -> 
                                  tasks=rebuilt.tasks, batches=[b.row() for b in history.batches],
                                  take_backs=list(history.take_backs.values()),
                                  origin={"fork": {"model": parent.name, "version": version}}))
+    if settings.get("features"):  # the parent's columns: a superset of what the fork learned
+        model.vocabulary.replace_all(parent.vocabulary.refresh())
     log.info("forked model %r from %r at version %d", model.name, parent.name, version,
              extra={"event": "model_forked", "model": model.name, "version": version})
     return version

@@ -17,6 +17,7 @@ from .events import Hub
 from .idempotency import IdempotencyKeys
 from .locks import FileLocks, LocalLocks, RedisLocks
 from .reads import ModelReader, Snapshot
+from .vocabulary import Vocabulary
 from .writes import ModelWriter
 
 Locks = LocalLocks | FileLocks | RedisLocks
@@ -71,6 +72,8 @@ class HostedModel:
     #: Its online evaluation (:mod:`service.evaluation`): prequential sums, evaluation sets.
     evaluation: ModelEvaluation
     shared: Shared
+    #: The columns its records are encoded into (:mod:`service.vocabulary`), cached.
+    vocabulary: Vocabulary
 
     @classmethod
     def open(cls, engine: Engine, locks: Locks, name: str, model_settings: dict | None,
@@ -84,7 +87,8 @@ class HostedModel:
         reader = ModelReader(engine, name, bulk_engine, watch)
         keys = keys if keys is not None else IdempotencyKeys(engine, claim_ttl=getattr(locks, "ttl", 30.0))
         evaluation = ModelEvaluation(reader, shared.foreground, shared.worker, shared.evaluation)
-        return cls(reader, ModelWriter(reader, model_settings), locks, default, keys, evaluation, shared)
+        return cls(reader, ModelWriter(reader, model_settings), locks, default, keys, evaluation, shared,
+                   Vocabulary(engine, name))
 
     @property
     def name(self) -> str:

@@ -44,12 +44,13 @@ def code_length(hyperparameters: dict[str, Any]) -> int | None:
     return None if p is None else int(p)
 
 
-def model_out(info: dict[str, Any]) -> ModelOut:
-    """``GET /model`` from the model row (without arrays) and its task and batch counts."""
+def model_out(info: dict[str, Any], columns: list[str] | None = None) -> ModelOut:
+    """``GET /model`` from the model row (without arrays) and its task and batch counts;
+    ``columns``: the labels of its vocabulary (a model with a feature schema)."""
     summary = info.get("summary") or {}
     params = info["params"]
     d = (info.get("meta") or {}).get("n_features") or (info.get("settings") or {}).get("d")
-    return ModelOut(
+    return ModelOut(features=(info.get("settings") or {}).get("features"), columns=columns,
         name=info["name"], estimator=info["estimator"], kind=info["kind"], d=d, p=code_length(params),
         hyperparameters=params, created_with=info["settings"], version=info["version"], n_tasks=info["n_tasks"],
         n_batches=info["n_batches"], n_representatives=summary.get("n_representatives", 0),

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Response
 
-from ... import usecases
+from ... import features, usecases
 from ...idempotency import check_key
 from fcl3.schemas import Batch, EvaluationRows, EvaluationRowsOut, UpdateOut
 from ..deps import ModelDep, SettingsDep, TaskIdPath, check_size
@@ -18,7 +18,9 @@ ERRORS = {
     409: {"description": "The model moved under a writer whose lock had expired; nothing was applied. Retry. "
                          "Or: the first request with this Idempotency-Key is still running (Retry-After)."},
     413: {"description": "Request body, rows or features over the limits (MAX_BODY_BYTES, MAX_ROWS_PER_BATCH, MAX_FEATURES)."},
-    422: {"description": "Bad batch (wrong width, NaN/inf, empty, lengths differ, bad labels, unknown fields); "
+    422: {"description": "Bad batch (wrong width, NaN/inf, empty, lengths differ, bad labels, unknown fields; "
+                         "records: an unknown feature, a value of the wrong type, a required field missing, named "
+                         "in `field` with its `row`; records sent to a model without a feature schema); "
                          "a malformed Idempotency-Key, or one already used with another task or body."},
     503: {"description": "Another update holds the lock (Retry-After), or the database/Redis is down."},
 }
@@ -27,6 +29,22 @@ IdempotencyKey = Annotated[str | None, Header(
     alias="Idempotency-Key", description="1-255 printable ASCII characters (e.g. a UUID per batch). A batch sent "
     "again with the same key is applied once: the retry gets the first answer (same version), with "
     "`Idempotent-Replayed: true`. Kept IDEMPOTENCY_TTL seconds (default 24 h).")]
+
+
+def rows_of(model, settings, batch: Batch, task_id: str, learn: bool = True) -> list[list[float]]:
+    """The batch's rows of numbers: its ``X``, or its ``records`` encoded (:mod:`service.features`;
+    to learn: their new category levels registered first); sizes checked."""
+    check_size(settings, batch.n_rows, [])
+    if batch.records is not None:
+        if learn:
+            X = features.learning_rows(model, task_id, batch.records)
+        else:
+            X, _ = features.prediction_rows(model, model.reader.snapshot(), batch.records)
+    else:
+        X = batch.X
+        features.checked_x_width(model, features.settings_of(model), map(len, X))
+    check_size(settings, len(X), map(len, X))
+    return X
 
 
 @router.post("/tasks/{task_id}/data", response_model=UpdateOut, responses=ERRORS)
@@ -38,10 +56,10 @@ def post_batch(model: ModelDep, settings: SettingsDep, batch: Batch, response: R
     the task's own single-task model): what /predict answered just before the update."""
     if idempotency_key is not None:
         check_key(idempotency_key)
-    check_size(settings, len(batch.X), map(len, batch.X))
+    X = rows_of(model, settings, batch, task_id)
     if idempotency_key is None:
-        return UpdateOut(**usecases.learn_answer(model, task_id, batch.X, batch.y))
-    body, replayed = usecases.learn_once(model, task_id, batch.X, batch.y, idempotency_key)
+        return UpdateOut(**usecases.learn_answer(model, task_id, X, batch.y))
+    body, replayed = usecases.learn_once(model, task_id, X, batch.y, idempotency_key)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return UpdateOut(**body)
@@ -59,6 +77,6 @@ def post_evaluation_rows(model: ModelDep, settings: SettingsDep, rows: Evaluatio
     update of another task when the set is among the EVALUATION_RESCORE ones whose scores are
     oldest (each score carries the version it is of: ``scored_version``). An update that learns
     a new task also scores every learned set, in the background, for the accuracy matrix."""
-    check_size(settings, len(rows.X), map(len, rows.X))
-    out = usecases.add_evaluation_rows(model, task_id, rows.X, rows.y)
+    out = usecases.add_evaluation_rows(model, task_id, rows_of(model, settings, rows, task_id, learn=False),
+                                         rows.y)
     return EvaluationRowsOut(**out)

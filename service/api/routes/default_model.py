@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from ... import usecases
+from ... import features, usecases
 from ...registry import HostedModel
-from ...responses import model_out
 from fcl3.schemas import ModelOut
 from ..deps import ModelDep
 
@@ -16,7 +15,7 @@ router = APIRouter(tags=["model"])
 def get_model(model: ModelDep) -> ModelOut:
     """Kind, d, p, hyper-parameters, version and representatives of the hosted model, and its
     model-wide prequential scores."""
-    return with_prequential(model, model_out(model.reader.model_info()))
+    return with_prequential(model, features.described(model))
 
 
 def with_prequential(model: HostedModel, out: ModelOut) -> ModelOut:

@@ -20,7 +20,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
-from ... import lifecycle, state_files
+from ... import features, lifecycle, state_files
 from ...reads import list_models
 from ...responses import model_out
 from fcl3.schemas import ModelCreate, ModelList, ModelOut
@@ -60,7 +60,7 @@ def create_model(registry: RegistryDep, body: ModelCreate) -> ModelOut:
         lifecycle.fork_model(model, registry.get(body.fork.model), body.fork.version)
     else:
         lifecycle.create_model(model, body.model_settings())
-    return model_out(model.reader.model_info())
+    return features.described(model)
 
 
 @read_router.get("/models", response_model=ModelList)
@@ -76,7 +76,7 @@ def get_model(request: Request, name: ModelName) -> ModelOut:
     """Kind, estimator, d, p, hyper-parameters, version, tasks, batches, representatives, times,
     and the model-wide prequential scores (overall and over the recent window)."""
     model = hosted(request, name)
-    return with_prequential(model, model_out(model.reader.model_info()))
+    return with_prequential(model, features.described(model))
 
 
 @write_router.delete("/models/{name}", status_code=204, response_class=Response, responses={**UNKNOWN, **BUSY})

@@ -32,7 +32,7 @@ from starlette.concurrency import run_in_threadpool
 
 from fcl3.schemas import MODEL_NAME_RULE, PredictOut, PredictRequest, TaskId
 
-from ... import security, usecases
+from ... import features, security, usecases
 from ..deps import ModelName, check_size, hosted
 
 #: A request body up to this size (≈ 250 rows of 10 features) is parsed and predicted on the
@@ -47,7 +47,9 @@ ERRORS = {
     409: {"description": "The stored model is below `min_version`."},
     413: {"description": "Request body, rows or features over the limits (or, with `remember`, more rows than "
                          "MAX_REMEMBERED_PER_MODEL)."},
-    422: {"description": "Bad rows (wrong width, NaN/inf, non-numbers, unknown fields) or a body that is not JSON."},
+    422: {"description": "Bad rows (wrong width, NaN/inf, non-numbers, unknown fields) or a body that is not JSON; "
+                         "records: an unknown feature, a wrong type, a required field missing (named in `field`, "
+                         "with its `row`), or a model without a feature schema."},
     503: {"description": "The database is down."},
 }
 
@@ -128,14 +130,20 @@ def parse_body(body: bytes, content_type: str | None) -> PredictRequest:
 def _answer(model, settings, query: PredictQuery | VersionQuery, body: bytes | None, content_type: str | None,
             snap=None, req: PredictRequest | None = None) -> Response:
     """The 200 of a prediction (``snap``: the snapshot ``fresh`` returned, to answer from;
-    ``req``: the POST body already parsed)."""
+    ``req``: the POST body already parsed). Records are encoded with the model's vocabulary
+    (:func:`service.features.prediction_rows`), against the snapshot that predicts them."""
+    unseen = None
     if body is None:
         check_size(settings, len(query.x), (t.count(",") + 1 for t in query.x))
         task_id, X = query.task_id, parse_rows(query.x)
     else:
         req = req if req is not None else parse_body(body, content_type)
-        check_size(settings, len(req.X), map(len, req.X))
         task_id, X = req.task_id, req.X
+        if req.records is not None:
+            check_size(settings, len(req.records), [])
+            snap = snap if snap is not None else model.reader.snapshot(query.min_version)
+            X, unseen = features.prediction_rows(model, snap, req.records)
+        check_size(settings, len(X), map(len, X))
         if req.remember:  # stored for a label that arrives later (service.labels): a write
             if len(X) > settings.MAX_REMEMBERED_PER_MODEL:
                 raise HTTPException(413, f"{len(X)} rows to remember in one request; at most "
@@ -143,14 +151,18 @@ def _answer(model, settings, query: PredictQuery | VersionQuery, body: bytes | N
             preds, probs, version, ids = usecases.predict_remembered(
                 model, task_id, X, query.min_version, snap, settings.PREDICTION_TTL, settings.MAX_REMEMBERED_PER_MODEL)
             out = {"task_id": task_id, "predictions": preds, "probabilities": probs, "version": version,
-                   "prediction_ids": ids}
+                   "unseen": unseen, "prediction_ids": ids}
             if probs is None:
                 del out["probabilities"]
+            if not unseen:
+                del out["unseen"]
             return Response(to_json(out), media_type="application/json")
     preds, probs, version = usecases.predict(model, task_id, X, query.min_version, snap)
     out = {"task_id": task_id, "predictions": preds, "probabilities": probs, "version": version}
     if probs is None:
         del out["probabilities"]
+    if unseen:
+        out["unseen"] = unseen
     return Response(to_json(out), media_type="application/json")  # PredictOut's JSON, without building one
 
 
@@ -190,6 +202,9 @@ _NAME_PARAMETER = {"name": "name", "in": "path", "required": True, "schema": _na
 _BODY = {"required": True, "content": {"application/json": {
     "schema": PredictRequest.model_json_schema(),
     "examples": {"predict": {"summary": "Predict", "value": {"task_id": "school-1", "X": [[1.0, 2.0, 3.0]]}},
+                 "records": {"summary": "Predict records (a model with a feature schema)",
+                             "value": {"task_id": "district-1", "records": [{"age": 31.0, "urban": "Y",
+                                                                             "livch": "3+"}]}},
                  "remember": {"summary": "Predict and remember the rows for labels that arrive later",
                               "value": {"task_id": "school-1", "X": [[1.0, 2.0, 3.0], [0.5, 0.1, 2.0]],
                                         "remember": True}}}}}}
