@@ -14,8 +14,9 @@ failover), one client shared by every writer thread.
    hosts, ``--writers`` threads send small labelled batches (8 rows, 4 features, 4 tasks) for
    ``--seconds``, thread ``i`` to model ``i % models`` (new models each case); then as many
    threads ask for predictions of them for half as long. Printed: updates/s and their latency
-   p50/p99 (one ``learn_batch`` call, its retries included), predictions/s and p50/p99, every
-   host's share of the answers, and whether each model's stored batches are exactly the
+   p50/p99 (one ``learn_batch`` call, its retries included), the hosts' own means per batch
+   (``/metrics``: waiting for the model's lock, the update under it, the engine's part),
+   predictions/s and p50/p99, every host's share of the answers, and whether each model's stored batches are exactly the
    acknowledged ones.
 2. **kill -9**: the writers on every host, one host's process group killed with SIGKILL after a
    third of ``--seconds``, the stream going on for the rest. Printed: requests the transport
@@ -182,6 +183,35 @@ def replay_predictions(db_url: str, model: str, task: str, X) -> list[float]:
 
 
 # ----------------------------------------------------------------------------- the benchmark
+#: The hosts' histograms read after each case (per batch: waiting for the model's lock, the
+#: update under it, the engine's part of that).
+SERVER_FIGURES = {"lock_wait": 'fcl3_lock_wait_seconds_{}{{outcome="acquired"}}',
+                  "update": "fcl3_update_duration_seconds_{}", "engine": "fcl3_update_engine_seconds_{}"}
+
+
+def server_figures(urls: list[str]) -> dict[str, float]:
+    """Sums and counts of :data:`SERVER_FIGURES` over the hosts' ``/metrics`` (one worker each)."""
+    import httpx
+
+    out: dict[str, float] = {}
+    for url in urls:
+        text = httpx.get(url + "/metrics", timeout=10, trust_env=False).text
+        values = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+        for name, pattern in SERVER_FIGURES.items():
+            for part in ("sum", "count"):
+                out[f"{name}_{part}"] = out.get(f"{name}_{part}", 0.0) + float(values.get(pattern.format(part), 0))
+    return out
+
+
+def _server_means(before: dict[str, float], after: dict[str, float]) -> dict[str, float | None]:
+    means = {}
+    for name in SERVER_FIGURES:
+        n = after[f"{name}_count"] - before[f"{name}_count"]
+        total = after[f"{name}_sum"] - before[f"{name}_sum"]
+        means[f"server_{name}_ms_mean"] = round(1000 * total / n, 2) if n else None
+    return means
+
+
 def _latencies(batches: list[Batch]) -> list[float]:
     return [(b.t_ack - b.t_sent) * 1000 for b in batches if b.t_ack is not None]
 
@@ -200,10 +230,11 @@ def scaling(topo, k: int, n_models: int, writers: int, seconds: float, seed: int
     with Client(spread.url, transport=spread, timeout=60, trust_env=False) as client:
         for model in models:
             client.create_model(model, "regression", params=PARAMS)
-        created = spread.served
+        created, figures = spread.served, server_figures(topo.urls[:k])
         w = Writers(client, models, writers, seed=seed).start()
         time.sleep(seconds)
         w.stop()
+        server = _server_means(figures, server_figures(topo.urls[:k]))
         acks = w.acks()
         t0, t1 = min(b.t_sent for b in w.batches), max(b.t_ack for b in acks)
         served_updates = spread.served
@@ -214,7 +245,7 @@ def scaling(topo, k: int, n_models: int, writers: int, seconds: float, seed: int
     return {"hosts": k, "models": n_models, "writers": writers, "updates": len(acks),
             "gave_up": sum(b.error is not None for b in w.batches),
             "updates_per_s": round(len(acks) / (t1 - t0), 1), "update_p50_ms": pct(lat, 50),
-            "update_p99_ms": pct(lat, 99), "update_shares": _shares(created, served_updates), **reads,
+            "update_p99_ms": pct(lat, 99), **server, "update_shares": _shares(created, served_updates), **reads,
             "read_shares": _shares(served_updates, spread.served), "problems": [p for f in found for p in f]}
 
 
@@ -318,7 +349,9 @@ def main(argv: list[str] | None = None) -> int:
             r = scaling(topo, k, n_models, args.writers, args.seconds, seed=k)
             out["scaling"].append(r)
             say(f"{k} host(s), {n_models} model(s): {r['updates_per_s']} updates/s (p50 {r['update_p50_ms']} ms, "
-                f"p99 {r['update_p99_ms']} ms; shares {r['update_shares']}), {r['predictions_per_s']} predictions/s "
+                f"p99 {r['update_p99_ms']} ms; shares {r['update_shares']}; on the hosts, mean lock wait "
+                f"{r['server_lock_wait_ms_mean']} ms, update {r['server_update_ms_mean']} ms, engine "
+                f"{r['server_engine_ms_mean']} ms), {r['predictions_per_s']} predictions/s "
                 f"(p50 {r['predict_p50_ms']} ms, p99 {r['predict_p99_ms']} ms; shares {r['read_shares']})"
                 f"{'; PROBLEMS: ' + '; '.join(r['problems']) if r['problems'] else ''}")
         if args.hosts >= 2:
