@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from . import schemas
 from .errors import error_from
+from .records import infer_schema, parse_schema, records_of, schema_json
 from .retries import Retries
 from .schemas import (EvaluationOut, EvaluationRowsOut, ModelList, ModelOut, PredictOut, TakeBackOut, TaskList, TaskOut,
                       UpdateOut)
@@ -79,6 +80,20 @@ def _values(y: Any) -> list[Any]:
     return y.tolist() if hasattr(y, "tolist") else list(y)
 
 
+def is_records(X: Any) -> bool:
+    """Whether ``X`` is records (a pandas DataFrame, or a list of dicts), not rows of numbers."""
+    if hasattr(X, "columns") and hasattr(X, "to_dict"):
+        return True
+    return isinstance(X, (list, tuple)) and bool(X) and isinstance(X[0], dict)
+
+
+def rows_body(X: Any) -> dict[str, Any]:
+    """``{"records": [...]}`` for records (:func:`fcl3.records.records_of`), else ``{"X": [...]}``."""
+    if is_records(X):
+        return {"records": records_of(X)}
+    return {"X": _rows(X)}
+
+
 def _json(body: Any) -> bytes:
     try:
         return json.dumps(body, allow_nan=False, separators=(",", ":")).encode()
@@ -118,8 +133,22 @@ def _get(path: str, parse: Callable[[httpx.Response], T], params: Any = None) ->
 
 
 # ----------------------------------------------------------------------------- models
-def create_model(name: str, kind: str | None, estimator: str, params: dict | None, d: int | None) -> Call[ModelOut]:
-    body = schemas.ModelCreate(name=name, kind=kind, estimator=estimator, params=params or {}, d=d)
+def features_of(features: Any) -> list[dict[str, Any]] | None:
+    """A schema given as a list of feature objects (dicts or :class:`fcl3.records.Feature`), or
+    inferred from a pandas DataFrame (:func:`fcl3.records.infer_schema`)."""
+    if features is None:
+        return None
+    if hasattr(features, "columns") and hasattr(features, "to_dict"):
+        data = records_of(features)
+        columns = {str(c): [r[str(c)] for r in data] for c in features.columns}
+        return schema_json(infer_schema(columns))
+    return schema_json(parse_schema(list(features)))
+
+
+def create_model(name: str, kind: str | None, estimator: str, params: dict | None, d: int | None,
+                 features: Any = None) -> Call[ModelOut]:
+    body = schemas.ModelCreate(name=name, kind=kind, estimator=estimator, params=params or {}, d=d,
+                               features=features_of(features))
     return Call("POST", "/models", _typed(ModelOut), content=_json(body.model_dump(mode="json", exclude_none=True)),
                 headers=_JSON)
 
@@ -167,7 +196,7 @@ def learn(model: str, task_id: str, X: Any, y: Any, key: str) -> Call[tuple[Upda
     def parse(r: httpx.Response) -> tuple[UpdateOut, bool]:
         return UpdateOut.model_validate_json(r.content), r.headers.get("Idempotent-Replayed") == "true"
 
-    return Call("POST", f"{_task_path(model, task_id)}/data", parse, content=_json({"X": _rows(X), "y": _values(y)}),
+    return Call("POST", f"{_task_path(model, task_id)}/data", parse, content=_json({**rows_body(X), "y": _values(y)}),
                 headers={**_JSON, "Idempotency-Key": key}, replay_safe=True, retry_conflict=True, patient=True)
 
 
@@ -179,7 +208,7 @@ def new_key(idempotency_key: str | None) -> str:
 def predict(model: str, task_id: str, X: Any, min_version: int | None, remember: bool = False) -> Call[PredictOut]:
     """A prediction; with ``remember`` the service stores the rows (a write): not resent once it
     may have arrived, so that no rows are remembered twice under ids nobody holds."""
-    body = {"task_id": task_id, "X": _rows(X)}
+    body = {"task_id": task_id, **rows_body(X)}
     if remember:
         body["remember"] = True
     return Call("POST", f"{model_path(model)}/predict", _typed(PredictOut),
@@ -231,7 +260,7 @@ def task(model: str, task_id: str) -> Call[TaskOut]:
 
 def add_evaluation(model: str, task_id: str, X: Any, y: Any) -> Call[EvaluationRowsOut]:
     return Call("POST", f"{_task_path(model, task_id)}/evaluation", _typed(EvaluationRowsOut),
-                content=_json({"X": _rows(X), "y": _values(y)}), headers=_JSON)
+                content=_json({**rows_body(X), "y": _values(y)}), headers=_JSON)
 
 
 def evaluation(model: str, limit: int | None) -> Call[EvaluationOut]:

@@ -85,15 +85,16 @@ def _one_of_x_or_records(model: Any) -> Any:
 
 
 def _x_or_records_schema(schema: dict[str, Any]) -> None:
-    """OpenAPI: ``X`` or ``records``, one of them."""
-    schema["required"] = [r for r in schema.get("required", []) if r != "X"]
-    schema["oneOf"] = [{"required": ["X"]}, {"required": ["records"]}]
+    """OpenAPI: ``X`` stays required, and is ``null`` (or left out) when ``records`` are given."""
+    schema["description"] = ("Rows as `X` (numbers), or as `records` (named features) with `X` null or left out: "
+                             "one of the two.")
 
 
 class Batch(Request):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_x_or_records_schema)
 
-    X: list[list[Number]] | None = Field(..., description="Feature rows (all the same width); or `records`.",
+    X: list[list[Number]] | None = Field(..., description="Feature rows (all the same width); null (or left out) "
+                                         "with `records`.",
                                          examples=[[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]])
     records: list[Record] | None = Field(None, description=_RECORDS_DESCRIPTION,
                                          examples=[[{"age": 31, "urban": "yes"}, {"age": 25, "urban": "no"}]])
@@ -113,7 +114,8 @@ class PredictRequest(Request):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_x_or_records_schema)
 
     task_id: TaskId
-    X: list[list[Number]] | None = Field(..., description="Feature rows; or `records`.", examples=[[[1.0, 2.0, 3.0]]])
+    X: list[list[Number]] | None = Field(..., description="Feature rows; null (or left out) with `records`.",
+                                         examples=[[[1.0, 2.0, 3.0]]])
     records: list[Record] | None = Field(None, description=_RECORDS_DESCRIPTION.replace(
         "; categories", " (a level never learned is encoded as no level of its category and listed in `unseen`); "
         "categories"), examples=[[{"age": 31, "urban": "yes"}]])

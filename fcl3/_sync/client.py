@@ -85,11 +85,15 @@ class Client:
     # --- models ----------------------------------------------------------------------
     def create_model(
             self, name: str, kind: str, *, estimator: str = "FCL3", params: dict | None = None, d: int | None = None,
+            features: Any = None,
     ) -> ModelOut:
         """Create the model ``name`` (``kind``: ``regression`` or ``classification``): :class:`Conflict`
         if the name is taken. The body is checked with :class:`fcl3.schemas.ModelCreate` first (a
-        bad name or kind raises pydantic's ``ValidationError``, a ``ValueError``, before sending)."""
-        return self._run(calls.create_model(name, kind, estimator, params, d))
+        bad name or kind raises pydantic's ``ValidationError``, a ``ValueError``, before sending).
+        ``features``: a feature schema (``[{"name": "age", "type": "number"}, ...]``, or a pandas
+        DataFrame of the features to infer it from: :func:`fcl3.records.infer_schema`); the model
+        then takes records (docs/records.md)."""
+        return self._run(calls.create_model(name, kind, estimator, params, d, features))
 
     def fork_model(self, name: str, source: str, version: int | None = None) -> ModelOut:
         """Create ``name`` as the model ``source`` was at ``version`` (default: its current one)."""
@@ -128,7 +132,9 @@ class Client:
     # --- one model ------------------------------------------------------------------
     def learn(self, model: str, task_id: str, X: Any, y: Any, *, idempotency_key: str | None = None) -> UpdateOut:
         """Learn one labelled batch of ``task_id``; answers once it is committed. Sent with
-        ``idempotency_key`` (default: a new UUID), so that no retry learns it twice."""
+        ``idempotency_key`` (default: a new UUID), so that no retry learns it twice. ``X``: rows
+        of numbers, or records (a list of dicts or a pandas DataFrame, for a model with a
+        feature schema)."""
         return (self.learn_batch(model, task_id, X, y, idempotency_key=idempotency_key)).update
 
     def learn_batch(
@@ -141,8 +147,9 @@ class Client:
 
     def predict(self, model: str, task_id: str, X: Any, *, min_version: int | None = None,
                       remember: bool = False) -> PredictOut:
-        """Predictions for the rows ``X`` of a learned task (``min_version``: from that model
-        version or a later one, else 409). With ``remember``, the service keeps the rows for
+        """Predictions for the rows ``X`` (numbers, or records: a list of dicts or a pandas
+        DataFrame) of a learned task (``min_version``: from that model version or a later one,
+        else 409). With ``remember``, the service keeps the rows for
         labels that arrive later: ``prediction_ids`` holds one id per row, for :meth:`label`
         (such a request is not resent once it may have reached the service)."""
         return self._run(calls.predict(model, task_id, X, min_version, remember))

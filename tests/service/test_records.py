@@ -56,7 +56,7 @@ def test_schema_at_creation_is_shown_and_in_openapi(backend_client):
     doc = c.get("/openapi.json").json()
     spec = doc["components"]["schemas"]
     assert "features" in spec["ModelCreate"]["properties"] and "FeatureSpec" in spec
-    assert "records" in spec["Batch"]["properties"] and {"required": ["records"]} in spec["Batch"]["oneOf"]
+    assert "records" in spec["Batch"]["properties"] and "records" in spec["Batch"]["description"]
     predict = doc["paths"]["/predict"]["post"]["requestBody"]["content"]["application/json"]
     assert "records" in predict["schema"]["properties"] and "records" in predict["examples"]
     assert "unseen" in spec["PredictOut"]["properties"] and "columns" in spec["ModelOut"]["properties"]
@@ -168,6 +168,11 @@ def test_records_on_a_model_without_schema_and_x_on_a_model_with_one(backend_cli
     assert r.status_code == 422 and "no feature schema" in r.text
     r = c.post(f"/models/{plain}/tasks/t/data", json={"X": [[1.0]], "records": [{"a": 1.0}], "y": [1.0]})
     assert r.status_code == 422 and "either X" in r.text
+    r = c.post(f"/models/{plain}/tasks/t/data", json={"X": None, "y": [1.0]})
+    assert r.status_code == 422 and "either X" in r.text
+    name, _ = new_model(c)  # X null beside records, as the OpenAPI document's required X allows
+    r = c.post(f"/models/{name}/tasks/t/data", json={"X": None, "records": [{"age": 1.0, "urban": "a"}], "y": [1.0]})
+    assert r.status_code == 200, r.text
     name, created = new_model(c)
     width = len(created["columns"])
     r = c.post(f"/models/{name}/tasks/t/data", json={"X": [[1.0] * (width + 1)], "y": [1.0]})
