@@ -26,6 +26,7 @@ import click
 
 from . import __version__
 from .client import APIError, Client, DEFAULT_URL, FCL3Error, NotFound
+from .records import RecordError, check_records, infer_schema, parse_schema, schema_json, typed_records
 
 #: Column names of the task id and the target in a CSV file (the first one found is used).
 TASK_COLUMNS = ("task", "task_id")
@@ -62,6 +63,7 @@ class Rows:
     tasks: list[str] | None = None
     lines: list[int] = field(default_factory=list)
     kind: str | None = None  # from an .npz
+    header: list[str] | None = None  # a CSV of records: every column's name, in order
 
     @property
     def width(self) -> int:
@@ -150,6 +152,84 @@ def read_csv(path: str | os.PathLike, *, task: str = "required", target: str = "
     if not rows.X:
         raise BadFile(path, "no data rows after the header", header_line)
     return rows
+
+
+def read_records_csv(path: str | os.PathLike, task_column: str, target_column: str) -> tuple[Rows, dict[str, list[str]]]:
+    """Read a CSV of named columns for records: the rows (``X[i]``: the features of a row as
+    a dict of its cells, as text) and each feature column's cells (for a schema to infer).
+    :class:`BadFile` naming the line and column of the first problem."""
+    path = Path(path)
+    with _open_text(path) as f:
+        reader = csv.reader(f)
+        try:
+            header = next(reader, None)
+            if header is None:
+                raise BadFile(path, "empty file: expected a header line naming the columns", 1)
+            header_line = reader.line_num
+            header = [h.strip() for h in header]
+            for name, what in ((task_column, "--task-column"), (target_column, "--target-column")):
+                if name not in header:
+                    raise BadFile(path, f"no column {name!r} ({what}) in the header (columns: {', '.join(header)})",
+                                  header_line)
+            if len(set(header)) != len(header) or not all(header):
+                raise BadFile(path, "the header must name every column once", header_line)
+            t, yc = header.index(task_column), header.index(target_column)
+            features = [i for i in range(len(header)) if i not in (t, yc)]
+            if not features:
+                raise BadFile(path, "no feature columns in the header", header_line)
+            rows = Rows(path, [header[i] for i in features], y=[], tasks=[], header=header)
+            cells: dict[str, list[str]] = {header[i]: [] for i in features}
+            for record in reader:
+                line = reader.line_num
+                if not record or (len(record) == 1 and not record[0].strip()):
+                    continue
+                if len(record) != len(header):
+                    raise BadFile(path, f"{len(record)} values, but the header has {len(header)} columns", line)
+                tid = record[t].strip()
+                if not tid or len(tid) > 200:
+                    raise BadFile(path, "empty task id" if not tid else "task id longer than 200 characters", line,
+                                  t + 1, task_column)
+                rows.tasks.append(tid)
+                rows.y.append(_number(record[yc], path, line, yc + 1, target_column))
+                rows.X.append({header[i]: record[i] for i in features})
+                rows.lines.append(line)
+                for i in features:
+                    cells[header[i]].append(record[i])
+        except csv.Error as exc:
+            raise BadFile(path, f"not a valid CSV file: {exc}", reader.line_num) from None
+        except UnicodeDecodeError as exc:
+            raise BadFile(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if not rows.X:
+        raise BadFile(path, "no data rows after the header", header_line)
+    return rows, cells
+
+
+def typed_rows(rows: Rows, schema) -> None:
+    """``rows.X`` as records of ``schema`` (numbers and booleans parsed), each checked:
+    :class:`BadFile` naming the line and column of the first one the service would refuse."""
+    records = typed_records(schema, rows.X)
+    for rec, line in zip(records, rows.lines):
+        try:
+            check_records(schema, [rec])
+        except RecordError as exc:
+            column = rows.header.index(exc.field) + 1 if rows.header and exc.field in rows.header else None
+            raise BadFile(rows.path, str(exc).replace("records[0].", "").replace("records[0]", "the row"), line,
+                          column, exc.field) from None
+    rows.X = records
+
+
+def format_schema(schema) -> str:
+    """A schema as the lines ``fcl3 replay --infer-schema`` prints."""
+    width = max(len(f.name) for f in schema)
+    out = []
+    for f in schema:
+        extra = []
+        if f.nullable:
+            extra.append("nullable" + (f", fill {f.fill:g}" if f.type != "category" else ""))
+        if f.levels:
+            extra.append(f"{len(f.levels)} levels: " + ", ".join(f.levels[:8]) + (", ..." if len(f.levels) > 8 else ""))
+        out.append(f"  {f.name:<{width}}  {f.type:<8}  {'; '.join(extra)}".rstrip())
+    return "\n".join(out)
 
 
 def _number(text: str, path: Path, line: int, column: int, name: str) -> float:
@@ -783,9 +863,18 @@ def events(model, last_event_id, count, url, api_key, timeout, retries):
 @click.option("--delay", default=None, type=click.IntRange(0), metavar="N",
               help="Labels that arrive later: each batch (but a task's first) is predicted with remember, and "
                    "its labels are sent N batches later (0: right after its prediction).")
+@click.option("--task-column", default=None, metavar="NAME",
+              help="Records: the CSV's column of task ids (the other columns but the target are named features, "
+                   "sent as records; default 'task' when a records option is given).")
+@click.option("--target-column", default=None, metavar="NAME", help="Records: the CSV's target column (default 'y').")
+@click.option("--categorical", multiple=True, metavar="NAME",
+              help="Records: a column that is a category even if its values are numbers (repeat, or comma-separated).")
+@click.option("--infer-schema", "infer_schema_", is_flag=True,
+              help="Records: infer the feature schema from the file (numbers, booleans, categories with their "
+                   "levels, nullable where a cell is empty), print it, and create the model with it.")
 @connection_options
 def replay(path, model, kind, batch_size, order, seed, holdout, estimator, params, as_json, quiet, delay,
-           url, api_key, timeout, retries):
+           task_column, target_column, categorical, infer_schema_, url, api_key, timeout, retries):
     """Stream the data set PATH into MODEL of a running service.
 
     PATH is a CSV with a 'task' column, a 'y' column and the features in the other columns,
@@ -797,7 +886,20 @@ def replay(path, model, kind, batch_size, order, seed, holdout, estimator, param
     labels sent N batches later: the prequential figures are then those of predictions made
     N batches before the labels came (a task's first batch is learned at once).
     """
-    rows = read_dataset(path)
+    categorical = [c.strip() for v in categorical for c in v.split(",") if c.strip()]
+    as_records = bool(task_column or target_column or categorical or infer_schema_)
+    schema = None
+    if as_records:
+        rows, cells = read_records_csv(path, task_column or "task", target_column or "y")
+        if infer_schema_ or categorical:
+            try:
+                schema = infer_schema(cells, categorical)
+            except RecordError as exc:
+                raise click.BadParameter(str(exc), param_hint="--categorical") from None
+        if infer_schema_ and not as_json:
+            click.echo(f"schema inferred from {path} ({len(schema)} features):\n{format_schema(schema)}")
+    else:
+        rows = read_dataset(path)
     file_kind = rows.kind or infer_kind(rows.y)
     if kind is not None and rows.kind is not None and kind != rows.kind:
         raise click.BadParameter(f"{path} holds a {rows.kind} data set", param_hint="--kind")
@@ -815,15 +917,28 @@ def replay(path, model, kind, batch_size, order, seed, holdout, estimator, param
                 raise click.ClickException(f"model {model!r} is a {info.kind} model, not {kind}")
             if info.kind != file_kind and rows.kind is not None:
                 raise click.ClickException(f"model {model!r} is a {info.kind} model but {path} is a {rows.kind} data set")
-            if info.d is not None and info.d != rows.width:
+            if as_records:
+                if not info.features:
+                    raise click.ClickException(f"model {model!r} has no feature schema: it takes rows of numbers "
+                                               "(replay without the records options), or use another model")
+                typed_rows(rows, parse_schema(info.features))  # the model's own schema
+            elif info.d is not None and info.d != rows.width:
                 raise click.ClickException(f"model {model!r} has {info.d} features but {path} has {rows.width}")
         except NotFound:
-            info = c.create_model(model, kind or file_kind, estimator=estimator, params=extra)
+            if as_records and schema is None:
+                raise click.ClickException(f"model {model!r} does not exist: pass --infer-schema (and --categorical) "
+                                           "to create it with the schema of the file") from None
+            if as_records:
+                typed_rows(rows, schema)
+            info = c.create_model(model, kind or file_kind, estimator=estimator, params=extra,
+                                  features=None if schema is None else schema_json(schema))
             created = True
         except FCL3Error as exc:
             raise _fail(exc, f"cannot reach model {model!r} at {url}") from None
         summary = _send(c, rows, batches, held, model, path, quiet, delay)
         info = c.get_model(model)
+        if as_records:
+            summary.update(features=info.features, columns=len(info.columns or []))
         summary.update(model=model, url=url, file=str(path), created=created, kind=info.kind,
                        representatives=info.n_representatives, version=info.version,
                        seconds=round(time.monotonic() - started, 2))
@@ -1021,6 +1136,8 @@ def _print_summary(s: dict) -> None:
                    f"{s['delay']} batches later")
     out.append(f"  rows             {s['rows']} ({s['rows'] - s['replayed_rows']} learned now)"
                + (f", {s['held_out_rows']} held out for evaluation" if s['held_out_rows'] else ""))
+    if s.get("features"):
+        out.append(f"  records          {len(s['features'])} features encoded into {s['columns']} columns")
     out.append(f"  representatives  {s['representatives']}")
     out.append(f"  model version    {s['version']}")
     p, r = s.get("prequential"), s.get("prequential_recent")

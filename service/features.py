@@ -23,6 +23,7 @@ from fcl3.records import (Column, RecordError, Schema, base_columns, check_recor
 
 from fcl3.schemas import ModelOut
 
+from .reads import ModelMissing
 from .registry import HostedModel
 from .responses import model_out
 
@@ -45,7 +46,10 @@ def settings_of(model: HostedModel) -> dict[str, Any] | None:
     snap = model.reader.cached
     if snap is not None:
         return snap.info.get("settings")
-    return model.reader.model_info().get("settings")
+    try:
+        return model.reader.model_info().get("settings")
+    except ModelMissing:  # the default model, created by its first write with its settings
+        return model.writer.model_settings
 
 
 def require_schema(settings: dict[str, Any] | None, name: str) -> Schema:
