@@ -57,16 +57,19 @@ def test_kill_9_of_one_api_host_mid_stream_loses_nothing_and_replicas_agree(topo
     busy, cut = in_flight_per_host(spread)
     with Client(spread.url, transport=spread, timeout=30, trust_env=False) as client:
         writers = Writers(client, MODEL, WRITERS, seed=26, total=N_BATCHES).start()
+        reads = Reader(client, writers).start()
         deadline = time.monotonic() + 40
         while (len(writers.acks()) < KILL_AFTER or not busy[victim.index]) and time.monotonic() < deadline:
-            time.sleep(0.001)  # after KILL_AFTER batches, while the victim holds a request
+            time.sleep(0.001)  # after KILL_AFTER batches, while the victim holds a batch
         before = spread.served
         t_kill = time.monotonic()
         victim.kill9()
         assert not victim.running()
         left = writers.join(60)
+        reads.stop()
         after = spread.served
     assert left == 0, "writers still running after 60 s"
+    assert reads.failed == [] and reads.ok_after(t_kill) > 0  # predictions failed over too
 
     # Every batch was acknowledged: the client failed over from the dead host.
     sent, acks = writers.batches, writers.acks()
@@ -106,26 +109,67 @@ def test_kill_9_of_one_api_host_mid_stream_loses_nothing_and_replicas_agree(topo
         assert replay_predictions(topology.database_url, MODEL, task, probe) == first
     print(f"\nreplicas: {N_BATCHES} batches over {len(topology.hosts)} hosts, {victim.url} killed after "
           f"{KILL_AFTER}; served before {before}, after {after}; failovers {spread.failovers}; "
+          f"{len(reads.answered)} predictions answered ({reads.ok_after(t_kill)} after the kill); "
           f"{len(in_flight)} batches in flight at the kill, {cut[victim.index]} cut by it, {len(resent)} resent, "
           f"the last acknowledged {max((b.t_ack - t_kill for b in in_flight), default=0):.2f} s after it; "
           f"{time.monotonic() - t0:.1f} s")
 
 
+class Reader(threading.Thread):
+    """Predictions of task t0 through the writers' client, one after the other, from t0's first
+    acknowledged batch until :meth:`stop` (with ``min_version`` that batch's version: a replica
+    whose cache has not yet heard of the commit reads the stored version first, instead of
+    answering 404 for a task it has not seen); when each was answered, and what failed."""
+
+    def __init__(self, client: Client, writers: Writers):
+        super().__init__(daemon=True)
+        self.client, self.writers = client, writers
+        self.answered: list[float] = []
+        self.failed: list[str] = []
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not (learned := [b.version for b in self.writers.acks() if b.task == "t0"]):
+            if self._halt.wait(0.01):
+                return
+        X = np.random.default_rng(3).normal(size=(2, 4)).tolist()
+        while not self._halt.is_set():
+            try:
+                self.client.predict(MODEL, "t0", X, min_version=min(learned))
+                self.answered.append(time.monotonic())
+            except Exception as exc:  # noqa: BLE001 - any failure is the finding
+                self.failed.append(f"{type(exc).__name__}: {exc}")
+            self._halt.wait(0.02)
+
+    def start(self) -> "Reader":
+        super().start()
+        return self
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(30)
+
+    def ok_after(self, t: float) -> int:
+        return sum(a > t for a in self.answered)
+
+
 def in_flight_per_host(spread: Spread) -> tuple[Counter, Counter]:
-    """Requests each host holds right now, and requests each host dropped after they were sent
-    (the connection cut under them), by host index, kept up to date by ``spread``."""
-    hosts, busy, cut, lock = spread.hosts, Counter(), Counter(), threading.Lock()
+    """Batches (``POST .../data``) each host holds right now, and batches each host dropped after
+    they were sent (the connection cut under them), by host index, kept up to date by ``spread``
+    (a request is routed, then answered or failed, in one thread)."""
+    hosts, busy, cut, lock, current = spread.hosts, Counter(), Counter(), threading.Lock(), threading.local()
     route, answered, failed = hosts.route, hosts.answered, hosts.failed
 
     def routed(request, i):
         route(request, i)
+        current.batch = request.method == "POST" and request.url.path.endswith("/data")
         with lock:
-            busy[i] += 1
+            busy[i] += current.batch
 
     def done(i, *exc):
         with lock:
-            busy[i] -= 1
-            cut[i] += bool(exc) and not isinstance(exc[0], NOT_SENT)
+            busy[i] -= current.batch
+            cut[i] += bool(exc) and current.batch and not isinstance(exc[0], NOT_SENT)
         (failed if exc else answered)(i, *exc)
 
     hosts.route, hosts.answered, hosts.failed = routed, done, done
