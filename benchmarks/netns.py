@@ -265,7 +265,8 @@ class Topology:
                     return
                 except redis.exceptions.ConnectionError:
                     if time.monotonic() > deadline or self.redis.poll() is not None:
-                        raise RuntimeError(f"redis-server did not answer; log: {self.dir / 'redis.log'}") from None
+                        raise RuntimeError(f"redis-server did not answer; its log ends:\n"
+                                           f"{_tail(self.dir / 'redis.log')}") from None
                     time.sleep(0.05)
         finally:
             client.close()
@@ -303,11 +304,11 @@ class Topology:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if h.proc.poll() is not None:
-                raise RuntimeError(f"API host {h.index} exited with {h.proc.returncode}; log: {h.log}")
+                raise RuntimeError(f"API host {h.index} exited with {h.proc.returncode}; its log ends:\n{_tail(h.log)}")
             if http_status(h.url + "/readyz", timeout=2.0) == 200:
                 return
             time.sleep(0.2)
-        raise RuntimeError(f"API host {h.index} not ready in {timeout:g} s; log: {h.log}")
+        raise RuntimeError(f"API host {h.index} not ready in {timeout:g} s; its log ends:\n{_tail(h.log)}")
 
     # --------------------------------------------------------------------------- stop
     def close(self) -> None:
@@ -341,6 +342,14 @@ class Topology:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _tail(path: Path, n: int = 3000) -> str:
+    """The end of a log file (the run's directory goes with :meth:`Topology.close`)."""
+    try:
+        return path.read_bytes()[-n:].decode(errors="replace")
+    except OSError:
+        return "(no log)"
 
 
 def _end_namespace(ns: str) -> None:
