@@ -21,9 +21,39 @@ export function headView(ctx) {
       h("dl", { class: "facts" }, fact("Kind", m.kind), fact("Estimator", m.estimator), fact("Version", fmtInt(m.version), "model-version"),
         fact("Tasks", fmtInt(m.n_tasks), "model-tasks"), fact("Batches", fmtInt(m.n_batches)),
         fact("Representatives", fmtInt(m.n_representatives), "model-reps"), fact("Features d", m.d ?? "—"),
-        fact("Code length p", m.p ?? "—"), fact("Last update", ago(m.updated_at))));
+        fact("Code length p", m.p ?? "—"), fact("Last update", ago(m.updated_at))),
+      schemaView(m));
   }
   return { el, render, setLive };
+}
+
+/** A model's feature schema and the columns its records are encoded into (its vocabulary):
+ *  one row per feature; null when the model takes rows of numbers only. */
+export function schemaView(m) {
+  if (!m.features?.length) return null;
+  const levels = new Map();
+  for (const c of m.columns ?? []) {
+    const i = c.indexOf("=");
+    if (i < 0) continue;
+    const name = c.slice(0, i);
+    if (!levels.has(name)) levels.set(name, []);
+    levels.get(name).push(c.slice(i + 1));
+  }
+  const encoded = (f) => {
+    const found = levels.get(f.name) ?? [];
+    if (f.type !== "category") {
+      return f.nullable ? `1 column + missing indicator (missing → ${fmtNum(f.fill ?? 0, 4)})` : "1 column";
+    }
+    const known = found.filter((v, i) => !(f.nullable && v === "null" && i === 0));
+    return `${known.length} level${known.length === 1 ? "" : "s"}${known.length ? ": " + known.join(", ") : ""}` +
+      (f.nullable ? " + missing level" : "");
+  };
+  return h("div", { class: "schema", id: "model-schema" },
+    h("p", { class: "schema-title" }, `Feature schema: ${m.features.length} features, encoded into ${fmtInt((m.columns ?? []).length)} columns`),
+    h("table", { class: "schema-table" },
+      h("thead", {}, h("tr", {}, h("th", {}, "feature"), h("th", {}, "type"), h("th", {}, "nullable"), h("th", {}, "encoded as"))),
+      h("tbody", {}, m.features.map((f) => h("tr", { "data-feature": f.name }, h("td", {}, h("code", {}, f.name)),
+        h("td", {}, f.type), h("td", {}, f.nullable ? "yes" : "—"), h("td", {}, encoded(f)))))));
 }
 
 /** Mean and p95 of fcl3_update_duration_seconds from Prometheus text (all labels summed). */
