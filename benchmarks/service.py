@@ -452,8 +452,11 @@ class WrittenBytes:
 
     @staticmethod
     def size(v) -> int:
+        v = getattr(v, "obj", v)  # psycopg's Json / Binary wrappers
         if v is None:
             return 0
+        if isinstance(v, (dict, list)):
+            return len(json.dumps(v).encode())
         if isinstance(v, (bytes, bytearray, memoryview)):
             return len(v)
         if isinstance(v, str):
