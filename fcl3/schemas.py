@@ -6,7 +6,7 @@ import re
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, Strict, field_validator, model_validator
 
 from .records import RecordError, parse_schema
 
@@ -90,8 +90,37 @@ def _x_or_records_schema(schema: dict[str, Any]) -> None:
                              "one of the two.")
 
 
+def csv_batch(data: bytes | str) -> dict[str, Any]:
+    """A ``text/csv`` body as a batch of records: a header naming the columns, ``y`` (or
+    ``target``) the target and every other column a feature; cells as text (the service types
+    them with the model's schema: :func:`fcl3.records.typed_records`)."""
+    import csv
+    import io
+
+    text = data.decode("utf-8-sig") if isinstance(data, bytes) else data
+    reader = csv.reader(io.StringIO(text))
+    header = [h.strip() for h in next(reader, [])]
+    target = next((n for n in ("y", "target") if n in header), None)
+    if target is None:
+        raise ValueError(f"a CSV batch needs a header with a 'y' (or 'target') column; got {header}")
+    t = header.index(target)
+    records, y = [], []
+    for i, row in enumerate(reader):
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue
+        if len(row) != len(header):
+            raise ValueError(f"CSV row {i + 1}: {len(row)} values for {len(header)} columns")
+        try:
+            y.append(float(row[t]))
+        except ValueError:
+            raise ValueError(f"CSV row {i + 1}: {target} {row[t]!r} is not a number") from None
+        records.append({h: v for j, (h, v) in enumerate(zip(header, row)) if j != t})
+    return {"records": records, "y": y}
+
+
 class Batch(Request):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_x_or_records_schema)
+    _text: bool = PrivateAttr(False)  # records from a text/csv body: cells to type with the schema
 
     X: list[list[Number]] | None = Field(..., description="Feature rows (all the same width); null (or left out) "
                                          "with `records`.",
@@ -104,6 +133,16 @@ class Batch(Request):
     _x_not_empty = field_validator("X")(lambda X: X if X is None else _not_empty(X))
     _before = model_validator(mode="before")(_x_or_records)
     _after = model_validator(mode="after")(_one_of_x_or_records)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _from_csv(cls, data: Any, handler):
+        """A ``text/csv`` body (FastAPI passes a body that is not JSON as its bytes)."""
+        if isinstance(data, (bytes, str)):
+            batch = handler(_x_or_records(csv_batch(data)))
+            batch._text = True
+            return batch
+        return handler(data)
 
     @property
     def n_rows(self) -> int:

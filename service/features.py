@@ -18,8 +18,8 @@ from typing import Any, Sequence
 
 from fastapi import HTTPException
 
-from fcl3.records import (Column, RecordError, Schema, base_columns, check_records, encode, needed_columns,
-                          parse_schema)
+from fcl3.records import (Column, RecordError, Schema, check_records, encode, needed_columns, parse_schema,
+                          typed_records)
 
 from fcl3.schemas import ModelOut
 
@@ -71,7 +71,8 @@ def _engine_width(snap) -> int:
     return int(learner.n_features_in_) if learner.is_fitted else 0
 
 
-def learning_rows(model: HostedModel, task_id: str, records: list[dict[str, Any]]) -> list[list[float]]:
+def learning_rows(model: HostedModel, task_id: str, records: list[dict[str, Any]], text: bool = False
+                  ) -> list[list[float]]:
     """``records`` of a batch to learn as rows; their new levels registered first. The rows are
     as wide as the engine (the columns past the batch's levels hold 0), or wider by the new
     columns the batch brings. :class:`RecordError` when a task the engine has learned brings a
@@ -79,6 +80,8 @@ def learning_rows(model: HostedModel, task_id: str, records: list[dict[str, Any]
     which reads rows of the model's width only (docs/records.md: declare the levels in advance)."""
     snap = model.reader.snapshot()
     schema = require_schema(snap.info.get("settings"), model.name)
+    if text:  # the cells of a text/csv body
+        records = typed_records(schema, records)
     levels = check_records(schema, records)
     wanted = needed_columns(schema, levels)
     engine = _engine_width(snap)
@@ -95,11 +98,13 @@ def learning_rows(model: HostedModel, task_id: str, records: list[dict[str, Any]
     return rows
 
 
-def prediction_rows(model: HostedModel, snap, records: list[dict[str, Any]]
+def prediction_rows(model: HostedModel, snap, records: list[dict[str, Any]], text: bool = False
                     ) -> tuple[list[list[float]], dict[str, list[str]]]:
     """``records`` to predict with ``snap`` as rows of its engine's width, and the levels its
     engine has never learned (encoded as all-zero), per category."""
     schema = require_schema(snap.info.get("settings"), model.name)
+    if text:
+        records = typed_records(schema, records)
     levels = check_records(schema, records)
     engine = _engine_width(snap)
     columns = model.vocabulary.columns()

@@ -259,3 +259,30 @@ def test_take_back_of_a_records_batch_gives_the_model_without_it(backend_client)
     assert r.status_code == 200, r.text
     got = c.post(f"/models/{name}/predict", json={"task_id": "t", "records": probe}).json()["predictions"]
     np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+
+
+def test_a_csv_upload_is_the_same_batch_as_its_records(backend_client):
+    c = backend_client
+    a, _ = new_model(c)
+    b, _ = new_model(c)
+    rows = [{"age": 31.5, "urban": "yes", "smoker": True, "income": None},
+            {"age": 20.0, "urban": "no", "smoker": None, "income": 1.5},
+            {"age": 44.0, "urban": "yes", "smoker": False, "income": -0.5}]
+    y = [1.0, 2.0, 0.5]
+    text = "age,urban,smoker,income,y\n31.5,yes,true,,1\n20,no,,1.5,2\n44,yes,false,-0.5,0.5\n"
+    r = c.post(f"/models/{a}/tasks/t/data", content=text, headers={"content-type": "text/csv"})
+    assert r.status_code == 200, r.text
+    assert c.post(f"/models/{b}/tasks/t/data", json={"records": rows, "y": y}).status_code == 200
+    probe = {"task_id": "t", "records": rows}
+    assert (c.post(f"/models/{a}/predict", json=probe).json()["predictions"]
+            == c.post(f"/models/{b}/predict", json=probe).json()["predictions"])
+    assert c.get(f"/models/{a}").json()["columns"] == c.get(f"/models/{b}").json()["columns"]
+    before = state(c, a)
+    r = c.post(f"/models/{a}/tasks/t/data", content="age,urban,smoker,income,y\nold,yes,true,1,1\n",
+               headers={"content-type": "text/csv"})
+    assert r.status_code == 422 and r.json()["field"] == "age", r.text
+    r = c.post(f"/models/{a}/tasks/t/data", content="age,urban\n1,yes\n", headers={"content-type": "text/csv"})
+    assert r.status_code == 422 and "'y'" in r.text, r.text
+    assert state(c, a) == before
+    spec = c.get("/openapi.json").json()["paths"]["/models/{name}/tasks/{task_id}/data"]["post"]["requestBody"]
+    assert {"application/json", "text/csv"} <= set(spec["content"])

@@ -37,9 +37,9 @@ def rows_of(model, settings, batch: Batch, task_id: str, learn: bool = True) -> 
     check_size(settings, batch.n_rows, [])
     if batch.records is not None:
         if learn:
-            X = features.learning_rows(model, task_id, batch.records)
+            X = features.learning_rows(model, task_id, batch.records, batch._text)
         else:
-            X, _ = features.prediction_rows(model, model.reader.snapshot(), batch.records)
+            X, _ = features.prediction_rows(model, model.reader.snapshot(), batch.records, batch._text)
     else:
         X = batch.X
         features.checked_x_width(model, features.settings_of(model), map(len, X))
@@ -47,7 +47,14 @@ def rows_of(model, settings, batch: Batch, task_id: str, learn: bool = True) -> 
     return X
 
 
-@router.post("/tasks/{task_id}/data", response_model=UpdateOut, responses=ERRORS)
+#: The ``text/csv`` form of a batch (OpenAPI), beside the JSON one FastAPI documents.
+CSV_BODY = {"requestBody": {"content": {"text/csv": {
+    "schema": {"type": "string", "description": "A header naming the columns: `y` (or `target`) and the model's "
+               "features; one row per line; an empty cell is null (a model with a feature schema only)."},
+    "example": "age,urban,livch,y\n31.5,Y,3+,1\n-4.2,N,0,0\n"}}}}
+
+
+@router.post("/tasks/{task_id}/data", response_model=UpdateOut, responses=ERRORS, openapi_extra=CSV_BODY)
 def post_batch(model: ModelDep, settings: SettingsDep, batch: Batch, response: Response,
                task_id: TaskIdPath,
                idempotency_key: IdempotencyKey = None) -> UpdateOut:
@@ -65,7 +72,7 @@ def post_batch(model: ModelDep, settings: SettingsDep, batch: Batch, response: R
     return UpdateOut(**body)
 
 
-@router.post("/tasks/{task_id}/evaluation", response_model=EvaluationRowsOut, responses={
+@router.post("/tasks/{task_id}/evaluation", response_model=EvaluationRowsOut, openapi_extra=CSV_BODY, responses={
     **{k: v for k, v in ERRORS.items() if k != 409},
     422: {"description": "Bad rows (the checks of a batch: width, NaN/inf, empty, lengths, labels, unknown fields)."}})
 def post_evaluation_rows(model: ModelDep, settings: SettingsDep, rows: EvaluationRows,
