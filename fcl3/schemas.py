@@ -97,8 +97,14 @@ def csv_batch(data: bytes | str) -> dict[str, Any]:
     import csv
     import io
 
-    text = data.decode("utf-8-sig") if isinstance(data, bytes) else data
-    reader = csv.reader(io.StringIO(text))
+    text = data.decode("utf-8-sig") if isinstance(data, bytes) else data  # UnicodeDecodeError: a ValueError
+    try:
+        return _csv_rows(csv.reader(io.StringIO(text)))
+    except csv.Error as exc:
+        raise ValueError(f"not a valid CSV body: {exc}") from None
+
+
+def _csv_rows(reader) -> dict[str, Any]:
     header = [h.strip() for h in next(reader, [])]
     target = next((n for n in ("y", "target") if n in header), None)
     if target is None:
