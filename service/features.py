@@ -111,7 +111,8 @@ def prediction_rows(model: HostedModel, snap, records: list[dict[str, Any]], tex
     if len(columns) < engine or any(Column(f, "level", lv) not in columns for f, found in levels.items()
                                     for lv in found):
         columns = model.vocabulary.refresh()  # another process may have added them
-    return encode(schema, columns[:engine], records)
+    # a model that has learned nothing yet (evaluation rows sent first): every column it has
+    return encode(schema, columns[:engine] if engine else columns, records)
 
 
 def checked_x_width(model: HostedModel, settings: dict[str, Any] | None, widths) -> None:

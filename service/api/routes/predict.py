@@ -181,7 +181,8 @@ async def predict(request: Request) -> Response:
         query = _validated(_version_query, "query", _query(request))
         body, content_type = await request.body(), request.headers.get("content-type")
         req = parse_body(body, content_type) if len(body) <= INLINE_BYTES else None  # a large one in the pool
-        small = req is not None and not req.remember  # remembering writes: the thread pool
+        # remembering writes, and records may read the vocabulary: the thread pool
+        small = req is not None and not req.remember and req.records is None
     snap = model.reader.fresh(query.min_version) if small else None
     if snap is not None:
         return _answer(model, settings, query, body, content_type, snap, req)
