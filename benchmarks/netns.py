@@ -310,6 +310,11 @@ class Topology:
             time.sleep(0.2)
         raise RuntimeError(f"API host {h.index} not ready in {timeout:g} s; its log ends:\n{_tail(h.log)}")
 
+    def cut(self, h: ApiHost) -> None:
+        """Take host ``h``'s network link down: its processes run on, nothing reaches them and
+        nothing leaves (no FIN, no RST: its connections stay open on the other side)."""
+        _ip("-n", h.netns, "link", "set", "eth0", "down")
+
     # --------------------------------------------------------------------------- stop
     def close(self) -> None:
         """End every process of the run, delete its namespaces and link, remove its directory."""

@@ -2,7 +2,8 @@
 PostgreSQL + Redis host, a client spreading its requests over them, and one host killed with
 SIGKILL mid-stream::
 
-    python -m benchmarks.replicas [--hosts 3] [--writers 8] [--seconds 8] [--models 1,4] [--json PATH] [--quick]
+    python -m benchmarks.replicas [--hosts 3] [--writers 8] [--seconds 8] [--models 1,4] [--no-partition]
+                                  [--json PATH] [--quick]
 
 The topology is :class:`benchmarks.netns.Topology` (root only; says why and exits 2 where
 network namespaces are not allowed): each API host runs ``uvicorn service.main:app`` with one
@@ -16,8 +17,8 @@ failover), one client shared by every writer thread.
    threads ask for predictions of them for half as long. Printed: updates/s and their latency
    p50/p99 (one ``learn_batch`` call, its retries included), the hosts' own means per batch
    (``/metrics``: waiting for the model's lock, the update under it, the engine's part),
-   predictions/s and p50/p99, every host's share of the answers, and whether each model's stored batches are exactly the
-   acknowledged ones.
+   predictions/s and p50/p99, every host's share of the answers, and whether each model's stored
+   batches are exactly the acknowledged ones.
 2. **kill -9**: the writers on every host, one host's process group killed with SIGKILL after a
    third of ``--seconds``, the stream going on for the rest. Printed: requests the transport
    moved to another host (``failovers``: connection refused), batches resent by the client after
@@ -25,6 +26,15 @@ failover), one client shared by every writer thread.
    took to be acknowledged after it (``recovery_s``), the longest gap between two
    acknowledgements around the kill (``stall_s``), and whether the stored batches are exactly the
    acknowledged ones (:func:`benchmarks.faults.account`, read straight from the database).
+   The kill waits for a moment the host holds a batch; ``cut``: the batches whose connection it cut.
+3. **A network cut** (3 hosts or more; ``--no-partition`` skips it): the writers on the hosts the
+   kill left, a client timeout of 15 s; one host's link taken down while it holds a batch (its
+   processes run on, its connections stay open on the database's side: no FIN, no RST). Printed:
+   when the first batch sent after the cut was acknowledged (``first_new_ack_s``), the longest gap
+   between acknowledgements from the cut on (``stall_s``), what the writers gave up with, and
+   whether the stored batches are exactly the acknowledged ones. A holder cut off keeps its
+   PostgreSQL lease, so its update lock lasts ``LOCK_TTL`` (30 s by default): expect a stall that
+   long when the cut host held the lock.
 
 The helpers (:class:`Writers`, :func:`read_back`, :func:`problems`, :func:`replay_predictions`)
 are shared with tests/service/test_replicas_netns.py.
@@ -39,6 +49,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from datetime import datetime, timezone
 from typing import Any
 
@@ -121,6 +132,31 @@ class Writers:
         for t in self.threads:
             t.join(max(0.0, deadline - time.monotonic()))
         return sum(t.is_alive() for t in self.threads)
+
+
+def batches_per_host(spread) -> tuple[Counter, Counter]:
+    """Batches (``POST .../data``) each host holds right now, and batches each host dropped after
+    they were sent (the connection cut under them), by host index, kept up to date by ``spread``
+    (a request is routed, then answered or failed, in one thread)."""
+    from fcl3.errors import NOT_SENT
+
+    hosts, busy, cut, lock, current = spread.hosts, Counter(), Counter(), threading.Lock(), threading.local()
+    route, answered, failed = hosts.route, hosts.answered, hosts.failed
+
+    def routed(request, i):
+        route(request, i)
+        current.batch = request.method == "POST" and request.url.path.endswith("/data")
+        with lock:
+            busy[i] += current.batch
+
+    def done(i, *exc):
+        with lock:
+            busy[i] -= current.batch
+            cut[i] += bool(exc) and current.batch and not isinstance(exc[0], NOT_SENT)
+        (failed if exc else answered)(i, *exc)
+
+    hosts.route, hosts.answered, hosts.failed = routed, done, done
+    return busy, cut
 
 
 # ----------------------------------------------------------------------------- the store
@@ -288,8 +324,12 @@ def kill_run(topo, victim: int, writers: int, seconds: float, seed: int) -> dict
     spread = Spread(topo.urls)
     with Client(spread.url, transport=spread, timeout=60, trust_env=False) as client:
         client.create_model(model, "regression", params=PARAMS)
+        busy, cut = batches_per_host(spread)
         w = Writers(client, model, writers, seed=seed).start()
         time.sleep(seconds / 3)
+        deadline = time.monotonic() + 10
+        while not busy[victim] and time.monotonic() < deadline:
+            time.sleep(0.001)  # while the victim holds a batch
         before = spread.served
         t_kill = time.monotonic()
         topo.hosts[victim].kill9()
@@ -304,7 +344,7 @@ def kill_run(topo, victim: int, writers: int, seconds: float, seed: int) -> dict
     url = topo.hosts[victim].url
     return {"hosts": len(topo.hosts), "writers": writers, "killed": url, "updates": len(acks),
             "gave_up": sum(b.error is not None for b in w.batches), "threads_left": left,
-            "failovers": spread.failovers, "resent": sum(b.attempts > 1 for b in in_flight),
+            "failovers": spread.failovers, "cut": cut[victim], "resent": sum(b.attempts > 1 for b in in_flight),
             "in_flight_at_kill": len(in_flight),
             "recovery_s": round(max((b.t_ack - t_kill for b in in_flight), default=0.0), 3),
             "stall_s": round(max(gaps, default=0.0), 3),
@@ -312,6 +352,45 @@ def kill_run(topo, victim: int, writers: int, seconds: float, seed: int) -> dict
             "shares_before": list(before.values()), "shares_after": _shares(before, after),
             "update_p50_ms": pct(_latencies(acks), 50), "update_p99_ms": pct(_latencies(acks), 99),
             "problems": problems(w.batches, store)}
+
+
+def partition_run(topo, victim: int, live: list[int], writers: int, seconds: float, seed: int,
+                  timeout: float = 15.0) -> dict[str, Any]:
+    """The writers on hosts ``live``; host ``victim``'s link taken down while it holds a batch;
+    the writes go on until a batch sent after the cut is acknowledged (at most 120 s), then for
+    ``seconds`` / 3 more. The client's timeout is ``timeout``."""
+    from fcl3 import Client
+    from fcl3.hosts import Spread
+
+    model = "partition"
+    spread = Spread([topo.hosts[i].url for i in live])
+    busy, _ = batches_per_host(spread)
+    with Client(spread.url, transport=spread, timeout=timeout, trust_env=False) as client:
+        client.create_model(model, "regression", params=PARAMS)
+        w = Writers(client, model, writers, seed=seed).start()
+        time.sleep(seconds / 3)
+        deadline = time.monotonic() + 10
+        while not busy[live.index(victim)] and time.monotonic() < deadline:
+            time.sleep(0.001)
+        t_cut = time.monotonic()
+        topo.cut(topo.hosts[victim])
+        deadline = t_cut + 120
+        while not any(b.t_sent > t_cut for b in w.acks()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(seconds / 3)
+        left = w.stop(join=2 * timeout + 10)
+    acks = w.acks()
+    after = sorted(b.t_ack for b in acks if b.t_ack > t_cut)
+    gaps = [b - a for a, b in zip([t_cut, *after], after)]
+    url = topo.hosts[victim].url
+    return {"hosts": len(live), "writers": writers, "cut": url, "client_timeout_s": timeout,
+            "lock_ttl_s": float(topo.env.get("LOCK_TTL", 30.0)), "updates": len(acks), "threads_left": left,
+            "first_new_ack_s": round(min((b.t_ack - t_cut for b in acks if b.t_sent > t_cut), default=float("nan")), 2),
+            "stall_s": round(max(gaps, default=0.0), 2),
+            "in_flight_at_cut": sum(b.t_sent < t_cut < (b.t_ack or float("inf")) for b in w.batches),
+            "gave_up": dict(Counter(b.error.split(":")[0] for b in w.batches if b.error)),
+            "errors_by_host": spread.hosts.errors, "failovers": spread.failovers,
+            "problems": problems(w.batches, read_back(topo.database_url, model))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -323,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=8.0, help="length of each phase's writes")
     ap.add_argument("--models", default="1,4", help="models written at once, comma-separated cases")
     ap.add_argument("--quick", action="store_true", help="2 hosts, 4 writers, 3 s phases, one model")
+    ap.add_argument("--no-partition", action="store_true", help="skip the network cut (it lasts LOCK_TTL, 30 s)")
     ap.add_argument("--json", help="write the figures there too")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr (the JSON still on stdout)")
     args = ap.parse_args(argv)
@@ -361,12 +441,21 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['resent']} of {r['in_flight_at_kill']} batches in flight resent, recovery {r['recovery_s']} s, "
                 f"stall {r['stall_s']} s, gave up {r['gave_up']}; "
                 f"{'exactly once' if not r['problems'] else 'PROBLEMS: ' + '; '.join(r['problems'])}")
+        if args.hosts >= 3 and not args.no_partition:
+            live = list(range(args.hosts - 1))  # the hosts the kill left
+            r = partition_run(topo, live[-1], live, args.writers, args.seconds * 1.5, seed=7)
+            out["partition"] = r
+            say(f"link of {r['cut']} cut: first batch sent after the cut acknowledged {r['first_new_ack_s']} s "
+                f"after it, longest gap between acknowledgements {r['stall_s']} s (LOCK_TTL {r['lock_ttl_s']:g} s, "
+                f"client timeout {r['client_timeout_s']:g} s), {r['updates']} updates, gave up {r['gave_up']}; "
+                f"{'exactly once' if not r['problems'] else 'PROBLEMS: ' + '; '.join(r['problems'])}")
     out["seconds"] = round(time.monotonic() - t0, 1)
     out["load_average_after"] = os.getloadavg()
     print(json.dumps(out, indent=1))
     if args.json:
         write_json(args.json, out)
-    return 1 if any(r["problems"] for r in [*out["scaling"], out.get("kill9", {"problems": []})]) else 0
+    runs = [*out["scaling"], out.get("kill9", {"problems": []}), out.get("partition", {"problems": []})]
+    return 1 if any(r["problems"] for r in runs) else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,17 +12,19 @@ Every replica answers for every model from the shared PostgreSQL and Redis, so a
 any request. :class:`Spread` (and :class:`AsyncSpread`, the same for ``AsyncClient`` or an
 ``httpx.AsyncClient``) is an httpx transport:
 
-* each request goes to the next host in turn (round robin over the hosts that are up); its
-  scheme, host and port are the host's, its path and query the request's own (the client's URL
-  names the first host; hosts are origins, ``scheme://host:port``);
+* each request goes to the host that is up with the fewest requests outstanding, the next in
+  turn among equals (round robin while requests do not overlap); a host that hangs keeps its
+  requests outstanding until they time out, so the others take the next ones. The request's
+  scheme, host and port are the host's, its path and query its own (the client's URL names the
+  first host; hosts are origins, ``scheme://host:port``);
 * a request that could not be sent (connection refused, connect or pool timeout: nothing reached
   the host) goes to the next host at once, and the host is left out for ``cooldown`` seconds;
   when every host is out, each is tried again in turn;
-* an error after the request was sent (the host died while answering) also leaves the host out,
-  but is raised: the request may have been applied, and whether resending is safe is the
-  client's call (:mod:`fcl3.retries`: reads are resent, and batches, whose ``Idempotency-Key``
-  makes a resend apply nothing twice; ``predict(remember=True)`` is not). The resend goes to the
-  next host.
+* an error after the request was sent (the host died while answering, or did not answer within
+  the client's timeout) also leaves the host out, but is raised: the request may have been
+  applied, and whether resending is safe is the client's call (:mod:`fcl3.retries`: reads are
+  resent, and batches, whose ``Idempotency-Key`` makes a resend apply nothing twice;
+  ``predict(remember=True)`` is not). The resend goes to another host.
 
 :attr:`Spread.served` counts the answers of each host, :attr:`Spread.failovers` the requests
 moved to another host. With ``trust_env=True`` (httpx's default) and a proxy in the environment
@@ -41,15 +43,10 @@ from .errors import NOT_SENT
 
 __all__ = ["Spread", "AsyncSpread", "Hosts"]
 
-#: Errors after which a host is left out for a while: it could not be reached, or it dropped
-#: the connection. A timeout while reading an answer is a slow host, not a missing one.
-_HOST_DOWN = (*NOT_SENT, httpx.NetworkError, httpx.RemoteProtocolError)
-
-
 class Hosts:
-    """Which host takes each request: round robin over the hosts that are up, the others after
-    them; what each host answered. Shared by :class:`Spread` and :class:`AsyncSpread`
-    (thread-safe; does no I/O)."""
+    """Which host takes each request: of the hosts that are up, the one with the fewest requests
+    outstanding, in turn among equals (round robin); the hosts left out after them. What each host
+    answered. Shared by :class:`Spread` and :class:`AsyncSpread` (thread-safe; does no I/O)."""
 
     def __init__(self, urls: Iterable[str | httpx.URL], cooldown: float = 2.0):
         self.urls = tuple(_origin(u) for u in urls)
@@ -61,39 +58,51 @@ class Hosts:
         self._lock = threading.Lock()
         self._next = 0
         self._down_until = [0.0] * len(self.urls)
+        self._outstanding = [0] * len(self.urls)
         self._served = [0] * len(self.urls)
         self._errors = [0] * len(self.urls)
         self._failovers = 0
 
     def order(self) -> list[int]:
-        """The hosts (indices) to try for one request, in order: the next host that is up in
-        turn first, then the other hosts that are up, then the hosts left out, longest out first."""
+        """The hosts (indices) to try for one request, in order: of the hosts that are up, the one
+        with the fewest requests outstanding (the first in turn among equals), then the other
+        hosts that are up in turn, then the hosts left out, longest out first. A host that hangs
+        (its link cut, its process stopped) keeps its requests outstanding until they time out,
+        so the next requests go to the others."""
         n = len(self.urls)
         with self._lock:
             now = time.monotonic()
             ring = [(self._next + k) % n for k in range(n)]
             up = [i for i in ring if self._down_until[i] <= now]
             out = sorted((i for i in ring if self._down_until[i] > now), key=self._down_until.__getitem__)
-            first = (up or out)[0]
-            self._next = (first + 1) % n
+            if up:
+                first = min(up, key=self._outstanding.__getitem__)  # min() keeps the first of equals
+                up.remove(first)
+                up.insert(0, first)
+            self._next = ((up or out)[0] + 1) % n
         return up + out
 
     def route(self, request: httpx.Request, i: int) -> None:
-        """Address ``request`` to host ``i`` (scheme, host, port and ``Host`` header)."""
+        """Address ``request`` to host ``i`` (scheme, host, port and ``Host`` header), counted
+        outstanding until :meth:`answered` or :meth:`failed`."""
         host = self.urls[i]
         request.url = request.url.copy_with(scheme=host.scheme, host=host.host, port=host.port)
         request.headers["Host"] = host.netloc.decode("ascii")
+        with self._lock:
+            self._outstanding[i] += 1
 
     def answered(self, i: int) -> None:
         with self._lock:
+            self._outstanding[i] -= 1
             self._served[i] += 1
 
     def failed(self, i: int, exc: Exception) -> None:
-        """Host ``i`` raised ``exc``: count it, and leave the host out if it is missing."""
+        """Host ``i`` raised ``exc`` (a transport error: refused, dropped, timed out): count it and
+        leave the host out for ``cooldown`` seconds."""
         with self._lock:
+            self._outstanding[i] -= 1
             self._errors[i] += 1
-            if isinstance(exc, _HOST_DOWN):
-                self._down_until[i] = time.monotonic() + self.cooldown
+            self._down_until[i] = time.monotonic() + self.cooldown
 
     def moved(self, i: int) -> None:
         """A request that could not reach its host goes to host ``i``: the turn after it is the next host's."""
@@ -118,6 +127,12 @@ class Hosts:
         """Requests sent to another host because theirs could not be reached."""
         with self._lock:
             return self._failovers
+
+    @property
+    def outstanding(self) -> dict[str, int]:
+        """Requests sent to each host and not yet answered, by URL."""
+        with self._lock:
+            return {str(u): n for u, n in zip(self.urls, self._outstanding)}
 
     def down(self) -> list[str]:
         """The hosts left out right now."""

@@ -28,6 +28,9 @@ class _Handler(BaseHTTPRequestHandler):
         seen = {"host": server.name, "method": self.command, "path": self.path, "Host": self.headers["Host"],
                 "body": body.decode(), "key": self.headers.get("Idempotency-Key")}
         server.seen.append(seen)
+        if server.hang.is_set():  # read the request, never answer (a host cut off, or stopped)
+            server.stopped.wait(30)
+            return
         if server.drop:  # read the request, die before answering
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
@@ -61,6 +64,7 @@ class Host:
         self.connections: list[socket.socket] = []
         self.answer: dict | None = None
         self.drop = False
+        self.hang, self.stopped = threading.Event(), threading.Event()
         self._server: ThreadingHTTPServer | None = None
 
     @property
@@ -75,6 +79,7 @@ class Host:
         return self
 
     def stop(self) -> None:
+        self.stopped.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -144,6 +149,33 @@ def test_a_host_that_comes_back_gets_its_turn_again(hosts):
         a.start()
         time.sleep(0.3)
         assert sorted(client.get(a.url + "/").json()["host"] for _ in range(4)) == ["h0", "h0", "h1", "h1"]
+
+
+def test_a_host_that_hangs_gets_no_more_requests_while_it_holds_one(hosts):
+    hung, ok = hosts(2)
+    hung.hang.set()
+    spread = Spread([hung.url, ok.url], cooldown=60)
+    with httpx.Client(transport=spread, trust_env=False, timeout=3) as client:
+        stuck: list[Exception] = []
+
+        def first():
+            try:
+                client.get(hung.url + "/first")
+            except httpx.TimeoutException as exc:
+                stuck.append(exc)
+
+        t = threading.Thread(target=first)
+        t.start()
+        deadline = time.monotonic() + 5
+        while not hung.seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert spread.hosts.outstanding == {hung.url: 1, ok.url: 0}
+        got = [client.get(hung.url + f"/next{i}").json()["host"] for i in range(6)]
+        assert got == ["h1"] * 6  # the hung host's turns went to the other: it holds a request
+        t.join(10)
+    assert len(stuck) == 1 and isinstance(stuck[0], httpx.ReadTimeout)  # raised: the client decides
+    assert spread.hosts.down() == [hung.url] and spread.hosts.outstanding == {hung.url: 0, ok.url: 0}
+    assert [s["path"] for s in hung.seen] == ["/first"]
 
 
 def test_every_host_down_raises_the_connection_error():

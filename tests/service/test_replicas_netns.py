@@ -22,9 +22,9 @@ import pytest
 
 from benchmarks.faults import Batch, batch_label
 from benchmarks.netns import Topology, unavailable
-from benchmarks.replicas import MODEL, ROWS, TASKS, Writers, host_env, problems, read_back, replay_predictions
+from benchmarks.replicas import (MODEL, ROWS, TASKS, Writers, batches_per_host, host_env, problems, read_back,
+                                 replay_predictions)
 from fcl3 import Client
-from fcl3.errors import NOT_SENT
 from fcl3.hosts import Spread
 
 N_BATCHES, KILL_AFTER, WRITERS = 60, 20, 3
@@ -54,7 +54,7 @@ def test_kill_9_of_one_api_host_mid_stream_loses_nothing_and_replicas_agree(topo
     victim = topology.hosts[1]  # the host with two workers: its whole process group goes
     survivors = [h for h in topology.hosts if h is not victim]
     spread = Spread(topology.urls, cooldown=0.5)
-    busy, cut = in_flight_per_host(spread)
+    busy, cut = batches_per_host(spread)
     with Client(spread.url, transport=spread, timeout=30, trust_env=False) as client:
         writers = Writers(client, MODEL, WRITERS, seed=26, total=N_BATCHES).start()
         reads = Reader(client, writers).start()
@@ -151,29 +151,6 @@ class Reader(threading.Thread):
 
     def ok_after(self, t: float) -> int:
         return sum(a > t for a in self.answered)
-
-
-def in_flight_per_host(spread: Spread) -> tuple[Counter, Counter]:
-    """Batches (``POST .../data``) each host holds right now, and batches each host dropped after
-    they were sent (the connection cut under them), by host index, kept up to date by ``spread``
-    (a request is routed, then answered or failed, in one thread)."""
-    hosts, busy, cut, lock, current = spread.hosts, Counter(), Counter(), threading.Lock(), threading.local()
-    route, answered, failed = hosts.route, hosts.answered, hosts.failed
-
-    def routed(request, i):
-        route(request, i)
-        current.batch = request.method == "POST" and request.url.path.endswith("/data")
-        with lock:
-            busy[i] += current.batch
-
-    def done(i, *exc):
-        with lock:
-            busy[i] -= current.batch
-            cut[i] += bool(exc) and current.batch and not isinstance(exc[0], NOT_SENT)
-        (failed if exc else answered)(i, *exc)
-
-    hosts.route, hosts.answered, hosts.failed = routed, done, done
-    return busy, cut
 
 
 def _sent(task: str, seed: int, version: int | None) -> Batch:
