@@ -104,6 +104,11 @@ class Hosts:
             self._errors[i] += 1
             self._down_until[i] = time.monotonic() + self.cooldown
 
+    def abandoned(self, i: int) -> None:
+        """The request sent to host ``i`` ended otherwise (cancelled, interrupted): no longer outstanding."""
+        with self._lock:
+            self._outstanding[i] -= 1
+
     def moved(self, i: int) -> None:
         """A request that could not reach its host goes to host ``i``: the turn after it is the next host's."""
         with self._lock:
@@ -188,6 +193,9 @@ class Spread(httpx.BaseTransport):
                     raise
                 error = exc
                 continue
+            except BaseException:  # cancelled (asyncio), interrupted
+                self.hosts.abandoned(i)
+                raise
             self.hosts.answered(i)
             return response
         raise error  # every host refused
@@ -231,6 +239,9 @@ class AsyncSpread(httpx.AsyncBaseTransport):
                     raise
                 error = exc
                 continue
+            except BaseException:  # cancelled (asyncio), interrupted
+                self.hosts.abandoned(i)
+                raise
             self.hosts.answered(i)
             return response
         raise error  # every host refused

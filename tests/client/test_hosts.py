@@ -242,6 +242,21 @@ def test_the_async_client_learns_through_the_spread(hosts, sleeps):
     assert got.update.version == 1 and got.attempts == 2 and b.seen[0]["key"] == "key-2"
 
 
+def test_a_cancelled_request_is_not_left_outstanding(hosts):
+    hung, = hosts(1)
+    hung.hang.set()
+
+    async def scenario():
+        spread = AsyncSpread([hung.url])
+        async with httpx.AsyncClient(transport=spread, trust_env=False) as client:
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(client.get(hung.url + "/"), 0.5)
+        return spread
+
+    spread = asyncio.run(scenario())
+    assert spread.hosts.outstanding == {hung.url: 0} and spread.hosts.down() == []
+
+
 @pytest.mark.parametrize("urls, message", [
     ([], "at least one"),
     (["http://127.0.0.1:8000/api"], "origin"),
