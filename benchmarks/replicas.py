@@ -1,6 +1,6 @@
 """Replicas across hosts (issue 26 part 3): API hosts in network namespaces of their own on one
-PostgreSQL + Redis host, a client spreading its requests over them, and one host killed with
-SIGKILL mid-stream::
+PostgreSQL + Redis host, a client spreading its requests over them, one host killed with SIGKILL
+mid-stream, another cut off the network::
 
     python -m benchmarks.replicas [--hosts 3] [--writers 8] [--seconds 8] [--models 1,4] [--no-partition]
                                   [--json PATH] [--quick]
@@ -396,7 +396,7 @@ def partition_run(topo, victim: int, live: list[int], writers: int, seconds: flo
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.netns import Topology, unavailable
 
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.replicas", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.replicas", description=__doc__.split("\n\n")[0].rstrip(":") + ".")
     ap.add_argument("--hosts", type=int, default=3, help="API hosts (1 uvicorn worker each)")
     ap.add_argument("--writers", type=int, default=8, help="client threads (writers, then readers)")
     ap.add_argument("--seconds", type=float, default=8.0, help="length of each phase's writes")
