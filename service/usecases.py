@@ -276,7 +276,10 @@ def _learn_group(model: HostedModel, group: list[Queued], outcome: dict) -> None
         if len(ready) == 1:
             raise
         for item, _, _ in ready:
-            _learn_group(model, [item], outcome)
+            try:
+                _learn_group(model, [item], outcome)
+            except KeyTakenOver as exc:  # taken over again: that batch only
+                outcome[item] = (None, None, exc)
         return
     for (item, prepared, _), version in zip(ready, versions):
         outcome[item] = (prepared, version, None)
