@@ -246,3 +246,42 @@ def test_concurrent_http_clients_lose_and_double_nothing(backend_app):
     for *_, r in acks:
         assert r.json()["prequential"] == per_version[r.json()["version"]][0]
     _arrays_equal(ModelReader(model.reader.engine, model.name).snapshot().learner.get_state(), reference.get_state())
+
+
+def test_a_group_whose_model_moved_is_refused_whole_and_applies_nothing(backend_app):
+    """Fencing: another writer commits while a group is learned (the group's lock expired):
+    the group's compare-and-set fails, every batch of it is refused (409), nothing applied."""
+    from service.db import make_engine
+    from service.locks import make_locks
+    from service.registry import HostedModel
+    from service.writes import StaleWrite
+
+    c = backend_app(LOCK_WAIT=20)
+    model = c.app.state.model
+    settings = c.app.state.settings
+    rng = np.random.default_rng(12)
+    usecases.learn_answer(model, "t0", *regression_batch(rng))
+    other = HostedModel.open(make_engine(settings), make_locks(settings), settings.MODEL_NAME,
+                             settings.model_settings())
+    real_prepare = model.writer.prepare
+    moved = []
+
+    def prepare(snap, task_id, X, y, served=None):
+        out = real_prepare(snap, task_id, X, y, served)
+        if not moved:  # another writer commits version 2 meanwhile, without the lock
+            snap_b = other.reader.snapshot(check=True)
+            other.writer.commit(other.writer.prepare(snap_b, "t9", *regression_batch(rng, task=9)), [other.evaluation])
+            moved.append(1)
+        return out
+
+    model.writer.prepare = prepare
+    try:
+        batches = [(f"t{i % 2}", *regression_batch(rng, task=i)) for i in range(4)]
+        answers, sizes = _grouped(model, [lambda b=b: usecases.learn_answer(model, *b) for b in batches])
+    finally:
+        model.writer.prepare = real_prepare
+        other.reader.engine.dispose()
+    assert sizes == [4]
+    assert all(isinstance(a, StaleWrite) for a in answers), answers
+    assert [(b["version"], b["task_id"]) for b in model.reader.batches()] == [(1, "t0"), (2, "t9")]
+    assert c.get("/model").json()["version"] == 2
