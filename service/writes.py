@@ -1,8 +1,11 @@
 """Guarded writes of one stored model: create it, prepare an update, commit it.
 
-An update rewrites the model row, the one task it touched and appends one batch: its cost
-does not grow with the number of tasks. The caller (:func:`service.usecases.learn`) holds
-the update lock around :meth:`ModelWriter.prepare` and :meth:`ModelWriter.commit`::
+An update rewrites the model row (its global arrays; the task order lives in the task rows'
+``position``), the one task it touched and appends one batch: its cost does not grow with the
+number of tasks. The caller (:func:`service.usecases.learn_batch`) holds the update lock around
+:meth:`ModelWriter.prepare` and :meth:`ModelWriter.commit` — or, for batches that queued
+meanwhile (group commit), around one ``prepare`` per batch and one
+:meth:`ModelWriter.commit_group` that writes them all in one transaction::
 
     with lock(model):                       # Redis or in-process; short wait -> 503
         snapshot = refresh to the stored version
