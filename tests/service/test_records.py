@@ -285,3 +285,24 @@ def test_a_csv_upload_is_the_same_batch_as_its_records(backend_client):
     assert state(c, a) == before
     spec = c.get("/openapi.json").json()["paths"]["/models/{name}/tasks/{task_id}/data"]["post"]["requestBody"]
     assert {"application/json", "text/csv"} <= set(spec["content"])
+
+
+def test_two_writers_adding_columns_at_once_both_get_theirs_once(backend_client):
+    """Two processes' vocabularies with the same (stale) view: the second insert of the same
+    column number is refused by the unique constraint, and its writer reads again and appends
+    after the first; the same level asked twice is stored once."""
+    from fcl3.records import Column
+    from service.vocabulary import Vocabulary
+
+    c = backend_client
+    name, created = new_model(c)
+    engine = c.app.state.engine
+    one, two = Vocabulary(engine, name), Vocabulary(engine, name)
+    base = one.columns()
+    assert two.columns() == base and len(base) == len(created["columns"])
+    a, b = Column("urban", "level", "north"), Column("urban", "level", "south")
+    assert one.ensure([a])[-1] == a
+    got = two.ensure([b, a])  # its cache lacks a: it tries a's place, is refused, reads again
+    assert got[len(base):] == (a, b)
+    assert one.refresh() == got and two.ensure([a, b]) == got
+    assert c.get(f"/models/{name}").json()["columns"][len(base):] == ["urban=north", "urban=south"]
