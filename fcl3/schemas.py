@@ -90,38 +90,40 @@ def _x_or_records_schema(schema: dict[str, Any]) -> None:
                              "one of the two.")
 
 
-def csv_batch(data: bytes | str) -> dict[str, Any]:
+def csv_batch(data: bytes | str, target: bool = True) -> dict[str, Any]:
     """A ``text/csv`` body as a batch of records: a header naming the columns, ``y`` (or
-    ``target``) the target and every other column a feature; cells as text (the service types
-    them with the model's schema: :func:`fcl3.records.typed_records`)."""
+    ``target``) the target (``target``: required; else there is none) and every other column a
+    feature; cells as text (the service types them with the model's schema:
+    :func:`fcl3.records.typed_records`)."""
     import csv
     import io
 
     text = data.decode("utf-8-sig") if isinstance(data, bytes) else data  # UnicodeDecodeError: a ValueError
     try:
-        return _csv_rows(csv.reader(io.StringIO(text)))
+        return _csv_rows(csv.reader(io.StringIO(text)), target)
     except csv.Error as exc:
         raise ValueError(f"not a valid CSV body: {exc}") from None
 
 
-def _csv_rows(reader) -> dict[str, Any]:
+def _csv_rows(reader, with_target: bool) -> dict[str, Any]:
     header = [h.strip() for h in next(reader, [])]
-    target = next((n for n in ("y", "target") if n in header), None)
-    if target is None:
+    target = next((n for n in ("y", "target") if n in header), None) if with_target else None
+    if with_target and target is None:
         raise ValueError(f"a CSV batch needs a header with a 'y' (or 'target') column; got {header}")
-    t = header.index(target)
+    t = header.index(target) if target is not None else -1
     records, y = [], []
     for i, row in enumerate(reader):
         if not row or (len(row) == 1 and not row[0].strip()):
             continue
         if len(row) != len(header):
             raise ValueError(f"CSV row {i + 1}: {len(row)} values for {len(header)} columns")
-        try:
-            y.append(float(row[t]))
-        except ValueError:
-            raise ValueError(f"CSV row {i + 1}: {target} {row[t]!r} is not a number") from None
+        if target is not None:
+            try:
+                y.append(float(row[t]))
+            except ValueError:
+                raise ValueError(f"CSV row {i + 1}: {target} {row[t]!r} is not a number") from None
         records.append({h: v for j, (h, v) in enumerate(zip(header, row)) if j != t})
-    return {"records": records, "y": y}
+    return {"records": records, "y": y} if with_target else {"records": records}
 
 
 class Batch(Request):
@@ -157,6 +159,7 @@ class Batch(Request):
 
 class PredictRequest(Request):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_x_or_records_schema)
+    _text: bool = PrivateAttr(False)  # records from a text/csv body (the service: ?task_id=)
 
     task_id: TaskId
     X: list[list[Number]] | None = Field(..., description="Feature rows; null (or left out) with `records`.",

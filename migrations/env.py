@@ -11,6 +11,7 @@ from sqlalchemy import create_engine, pool
 
 from service.config import Settings
 from service.tables import Base
+import service.vocabulary  # noqa: E402,F401 - its table (feature_columns) is in Base.metadata too
 
 config = context.config
 if config.attributes.get("connection") is None:  # the alembic command: its progress on stderr

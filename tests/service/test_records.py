@@ -306,3 +306,25 @@ def test_two_writers_adding_columns_at_once_both_get_theirs_once(backend_client)
     assert got[len(base):] == (a, b)
     assert one.refresh() == got and two.ensure([a, b]) == got
     assert c.get(f"/models/{name}").json()["columns"][len(base):] == ["urban=north", "urban=south"]
+
+
+def test_a_csv_prediction_is_the_prediction_of_its_records(backend_client):
+    c = backend_client
+    name, _ = new_model(c)
+    rng = np.random.default_rng(7)
+    recs = records(rng, 12)
+    assert c.post(f"/models/{name}/tasks/t/data", json={"records": recs, "y": target(recs)}).status_code == 200
+    rows = [{"age": 31.5, "urban": "yes", "smoker": True, "income": None},
+            {"age": 20.0, "urban": "mars", "smoker": None, "income": 1.5}]
+    want = c.post(f"/models/{name}/predict", json={"task_id": "t", "records": rows}).json()
+    text = "age,urban,smoker,income\n31.5,yes,true,\n20,mars,,1.5\n"
+    got = c.post(f"/models/{name}/predict", params={"task_id": "t"}, content=text, headers={"content-type": "text/csv"})
+    assert got.status_code == 200, got.text
+    assert got.json()["predictions"] == want["predictions"] and got.json()["unseen"] == {"urban": ["mars"]}
+    r = c.post(f"/models/{name}/predict", content=text, headers={"content-type": "text/csv"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "task_id"], r.text
+    r = c.post(f"/models/{name}/predict", params={"task_id": "t"}, content="age,urban,smoker,income\nx,yes,,\n",
+               headers={"content-type": "text/csv"})
+    assert r.status_code == 422 and r.json()["field"] == "age", r.text
+    body = c.get("/openapi.json").json()["paths"]["/predict"]["post"]["requestBody"]["content"]
+    assert {"application/json", "text/csv"} <= set(body)

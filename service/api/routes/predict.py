@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
 
-from fcl3.schemas import MODEL_NAME_RULE, PredictOut, PredictRequest, TaskId
+from fcl3.schemas import MODEL_NAME_RULE, PredictOut, PredictRequest, TaskId, csv_batch
 
 from ... import features, security, usecases
 from ..deps import ModelName, check_size, hosted
@@ -71,7 +71,14 @@ class PredictQuery(VersionQuery):
                          examples=["1.0,2.0,3.0"])
 
 
+class CsvQuery(VersionQuery):
+    """The query of ``POST /predict`` with a ``text/csv`` body: the task of its records."""
+
+    task_id: TaskId
+
+
 _name = TypeAdapter(ModelName)
+_csv_query = TypeAdapter(CsvQuery)
 _version_query = TypeAdapter(VersionQuery)
 _predict_query = TypeAdapter(PredictQuery)
 _request = TypeAdapter(PredictRequest)
@@ -119,11 +126,25 @@ def parse_rows(x: list[str]) -> list[list[float]]:
     return rows
 
 
-def parse_body(body: bytes, content_type: str | None) -> PredictRequest:
-    """The POST body as :class:`PredictRequest`. A body of another media type than JSON is
-    not parsed (it fails validation, as with FastAPI)."""
+def _is_csv(content_type: str | None) -> bool:
+    return (content_type or "").partition(";")[0].strip().lower() == "text/csv"
+
+
+def parse_body(body: bytes, content_type: str | None, task_id: str | None = None) -> PredictRequest:
+    """The POST body as :class:`PredictRequest`. A ``text/csv`` body is records (a header of
+    feature names) of the task ``task_id`` of the query; a body of another media type than JSON
+    is not parsed (it fails validation, as with FastAPI)."""
     if not body:
         raise RequestValidationError([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
+    if _is_csv(content_type):
+        try:
+            rows = csv_batch(body, target=False)
+        except ValueError as exc:
+            raise RequestValidationError([{"type": "value_error", "loc": ("body",), "msg": str(exc),
+                                           "input": None}]) from None
+        req = _validated(_request, "body", {"task_id": task_id, **rows})
+        req._text = True
+        return req
     return _validated(_request, "body", body, json=_is_json(content_type))
 
 
@@ -137,12 +158,12 @@ def _answer(model, settings, query: PredictQuery | VersionQuery, body: bytes | N
         check_size(settings, len(query.x), (t.count(",") + 1 for t in query.x))
         task_id, X = query.task_id, parse_rows(query.x)
     else:
-        req = req if req is not None else parse_body(body, content_type)
+        req = req if req is not None else parse_body(body, content_type, getattr(query, "task_id", None))
         task_id, X = req.task_id, req.X
         if req.records is not None:
             check_size(settings, len(req.records), [])
             snap = snap if snap is not None else model.reader.snapshot(query.min_version)
-            X, unseen = features.prediction_rows(model, snap, req.records)
+            X, unseen = features.prediction_rows(model, snap, req.records, req._text)
         check_size(settings, len(X), map(len, X))
         if req.remember:  # stored for a label that arrives later (service.labels): a write
             if len(X) > settings.MAX_REMEMBERED_PER_MODEL:
@@ -180,7 +201,9 @@ async def predict(request: Request) -> Response:
     else:
         query = _validated(_version_query, "query", _query(request))
         body, content_type = await request.body(), request.headers.get("content-type")
-        req = parse_body(body, content_type) if len(body) <= INLINE_BYTES else None  # a large one in the pool
+        if _is_csv(content_type):  # records of the task named in the query
+            query = _validated(_csv_query, "query", _query(request))
+        req = parse_body(body, content_type, getattr(query, "task_id", None)) if len(body) <= INLINE_BYTES else None
         # remembering writes, and records may read the vocabulary: the thread pool
         small = req is not None and not req.remember and req.records is None
     snap = model.reader.fresh(query.min_version) if small else None
@@ -208,7 +231,11 @@ _BODY = {"required": True, "content": {"application/json": {
                                                                              "livch": "3+"}]}},
                  "remember": {"summary": "Predict and remember the rows for labels that arrive later",
                               "value": {"task_id": "school-1", "X": [[1.0, 2.0, 3.0], [0.5, 0.1, 2.0]],
-                                        "remember": True}}}}}}
+                                        "remember": True}}}},
+    "text/csv": {"schema": {"type": "string", "description": "Records of a model with a feature schema: a header "
+                            "naming the features, one row per line, an empty cell null; the task is the query's "
+                            "`task_id`."},
+                 "example": "age,urban,livch\n31.5,Y,3+\n"}}}
 
 
 def _documented(router: APIRouter, path: str, named: bool) -> None:
