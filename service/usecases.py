@@ -192,12 +192,19 @@ def learn_batch(model: HostedModel, task_id: str, X, y, claim: Claim | None = No
 
 def _submit(model: HostedModel, item: Queued) -> None:
     """Queue ``item`` and wait until it is committed or refused (then raise its error): led by
-    another request of this process, or by this one when no other leads."""
+    another request of this process, or by this one when no other leads. Waiting behind
+    another group counts as waiting for the update lock: a batch not yet taken into a group
+    when its ``LOCK_WAIT`` is over leaves the queue with :class:`LockBusy` (503), as it would
+    had it waited for the lock itself."""
     q = model.writer.queue
     with q.cond:
         q.items.append(item)
         while not item.done and (q.leading or item.taken):
-            q.cond.wait()
+            left = item.deadline - time.perf_counter()
+            if left <= 0 and not item.taken:  # waited its LOCK_WAIT behind another group: 503
+                q.items.remove(item)
+                raise LockBusy(model.name, item.deadline - item.t0)
+            q.cond.wait(left if not item.taken else None)
         lead = not item.done
         if lead:
             q.leading = True
