@@ -724,9 +724,15 @@ class LifelongLearner:
         self._record(task_id)
         return self._task_model(task_id).copy()
 
+    def model_rows(self, X) -> np.ndarray:
+        """``X`` checked and read as rows of the model's learned columns: with ``grow_features``
+        a narrower row holds 0 in the columns it lacks and a wider row's never-learned columns
+        are left out (their weight is 0 in every task); else exactly the model's width."""
+        return self._as_rows(X, self.n_features_in_)[:, :self.n_features_in_]
+
     def decision_function(self, task_id: str, X) -> np.ndarray:
         self._record(task_id)
-        X = self._as_rows(X, self.n_features_in_)[:, :self.n_features_in_]  # never-learned columns: weight 0
+        X = self.model_rows(X)
         with np.errstate(over="ignore", invalid="ignore"):
             score = self.scaler_.linear(X, self._task_model(task_id))
         if not np.isfinite(score).all():

@@ -73,11 +73,10 @@ def _engine_width(snap) -> int:
 
 def learning_rows(model: HostedModel, task_id: str, records: list[dict[str, Any]], text: bool = False
                   ) -> list[list[float]]:
-    """``records`` of a batch to learn as rows; their new levels registered first. The rows are
-    as wide as the engine (the columns past the batch's levels hold 0), or wider by the new
-    columns the batch brings. :class:`RecordError` when a task the engine has learned brings a
-    new column: the service scores a known task's batch with the model before it (prequential),
-    which reads rows of the model's width only (docs/records.md: declare the levels in advance)."""
+    """``records`` of a batch to learn as rows; their new levels registered first. The rows end
+    at the last column the batch uses (a narrower row holds 0 in the engine's later columns,
+    ``grow_features``; a wider one brings new columns): the same records are the same rows
+    whatever the engine has grown to since, so a retried request hashes the same."""
     snap = model.reader.snapshot()
     schema = require_schema(snap.info.get("settings"), model.name)
     if text:  # the cells of a text/csv body
@@ -88,13 +87,7 @@ def learning_rows(model: HostedModel, task_id: str, records: list[dict[str, Any]
     columns = model.vocabulary.ensure(wanted)
     if len(columns) < engine:  # cached before another process added columns
         columns = model.vocabulary.refresh()
-    need = _width(columns, wanted)
-    if need > engine and engine and task_id in snap.learner.task_ids:
-        new = [c.label() for c in columns[engine:need] if c in set(wanted)]
-        raise RecordError(f"these records bring {', '.join(new)}, new to the model, to task {task_id!r}, which it "
-                          "has learned: a new column enters with the batch of a new task (or declare the levels "
-                          "when creating the model)", new[0].split("=", 1)[0])
-    rows, _ = encode(schema, columns[:max(need, engine)], records)
+    rows, _ = encode(schema, columns[:_width(columns, wanted)], records)
     return rows
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import core
 from core.losses import sigmoid
 from core.metrics import auc as auc_score
-from core.preprocessing import as_matrix, as_targets
+from core.preprocessing import as_targets
 from core.state import TaskRows
 
 log = logging.getLogger("service.evaluation")
@@ -193,7 +193,7 @@ def prequential(learner: core.LifelongLearner, task_id: str, X, y) -> Sums | Non
     served snapshot); ``None`` for a task it has not learned (a new task's first batch)."""
     if task_id not in getattr(learner, "tasks_", {}):
         return None
-    Xm = as_matrix(X, learner.n_features_in_)
+    Xm = learner.model_rows(X)  # a new column (grow_features) has weight 0 in the model scored
     return score_rows(learner, task_id, Xm, as_targets(y, Xm.shape[0], learner.kind))
 
 

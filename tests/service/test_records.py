@@ -222,27 +222,36 @@ def test_a_retried_records_batch_is_replayed(backend_client):
     assert again.json()["version"] == first.json()["version"]
 
 
-def test_a_new_level_for_a_known_task_is_refused_naming_it_unless_declared(backend_client):
-    """A known task's batch is scored before it is learned at the model's width, so a new
-    column enters with a new task's batch; levels declared at creation have their columns."""
+def test_a_new_level_for_a_known_task_is_learned_scored_and_its_retry_replayed(backend_client):
+    """A known task's batch with a new level grows the model: it is scored first by the model
+    before it (the new column at weight 0: what /predict answered for those records), and the
+    same request sent again after another batch grew the model further is replayed (its rows
+    end at its own last column, whatever the model's width)."""
     c = backend_client
     name, _ = new_model(c)
     rng = np.random.default_rng(6)
-    recs = records(rng, 10)
+    recs, other = records(rng, 10), records(rng, 8)
     assert c.post(f"/models/{name}/tasks/t/data", json={"records": recs, "y": target(recs)}).status_code == 200
-    before = state(c, name)
+    assert c.post(f"/models/{name}/tasks/u/data", json={"records": other, "y": target(other)}).status_code == 200
     more = records(rng, 6, ("yes", "rural"))
-    r = c.post(f"/models/{name}/tasks/t/data", json={"records": more, "y": target(more)})
-    assert r.status_code == 422 and r.json()["field"] == "urban" and "urban=rural" in r.json()["detail"], r.text
+    before = c.post(f"/models/{name}/predict", json={"task_id": "t", "records": more}).json()
+    assert before["unseen"] == {"urban": ["rural"]}
+    want_rmse = float(np.sqrt(np.mean((np.array(before["predictions"]) - target(more)) ** 2)))
+    h = {"Idempotency-Key": "k-" + unique_name()}
+    r = c.post(f"/models/{name}/tasks/t/data", json={"records": more, "y": target(more)}, headers=h)
+    assert r.status_code == 200, r.text
+    # scored by the model before it, which reads the new level's column at weight 0
+    assert r.json()["prequential"]["n"] == 6 and r.json()["prequential"]["rmse"] == pytest.approx(want_rmse, rel=1e-9)
     version, tasks, columns = state(c, name)
-    assert (version, tasks) == before[:2] and columns == before[2] + ["urban=rural"]  # registered, unused
-    assert c.post(f"/models/{name}/tasks/new/data", json={"records": more, "y": target(more)}).status_code == 200
-    assert c.post(f"/models/{name}/tasks/t/data", json={"records": more, "y": target(more)}).status_code == 200
+    assert columns[-1] == "urban=rural" and {t["task_id"]: t["n_samples"] for t in tasks} == {"t": 16, "u": 8}
+    wider = records(rng, 5, ("suburb", "no"))
+    assert c.post(f"/models/{name}/tasks/t/data", json={"records": wider, "y": target(wider)}).status_code == 200
+    again = c.post(f"/models/{name}/tasks/t/data", json={"records": more, "y": target(more)}, headers=h)
+    assert again.status_code == 200 and again.headers.get("Idempotent-Replayed") == "true", again.text
+    assert again.json()["version"] == r.json()["version"] and state(c, name)[0] == version + 1
     declared = [{**f, "levels": ["yes", "no", "rural"]} if f["name"] == "urban" else f for f in FEATURES]
     name2, created = new_model(c, declared)
     assert created["columns"][-3:] == ["urban=yes", "urban=no", "urban=rural"]
-    assert c.post(f"/models/{name2}/tasks/t/data", json={"records": recs, "y": target(recs)}).status_code == 200
-    assert c.post(f"/models/{name2}/tasks/t/data", json={"records": more, "y": target(more)}).status_code == 200
 
 
 def test_take_back_of_a_records_batch_gives_the_model_without_it(backend_client):
