@@ -11,7 +11,7 @@ alternating records and X request by request (so that drift affects both alike):
 * the encoding alone, in-process: :func:`fcl3.records.check_records` + :func:`fcl3.records.encode`
   per request (what the route adds before the engine sees the rows).
 
-    python -m benchmarks.records [--repeats 200] [--json out.json]
+    python -m benchmarks.records [--repeats 200] [--json out.json] [--quiet]
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.common import progress_bar
 from benchmarks.launcher import Server
 from fcl3.records import check_records, encode, needed_columns, parse_schema
 
@@ -65,7 +66,7 @@ def timed(client: httpx.Client, path: str, body: dict) -> float:
     return dt
 
 
-def run(repeats: int) -> dict:
+def run(repeats: int, quiet: bool = False) -> dict:
     rows = example_rows()
     schema = parse_schema(FEATURES)
     columns = needed_columns(schema, {})  # every column is declared: the vocabulary is the base
@@ -89,7 +90,7 @@ def run(repeats: int) -> dict:
             timed(c, f"/models/bench/tasks/{group[0]['task']}/data",
                   {"records": [as_record(g) for g in group], "y": [float(g["use"]) for g in group]})
         task = runs[0][0]["task"]
-        for n in (1, 100):
+        for n in progress_bar((1, 100), desc="rows per request", enabled=not quiet, unit="size"):
             recs = [as_record(rows[i % len(rows)]) for i in range(n)]
             X = encoded(schema, columns, recs)
             # predict, alternating
@@ -133,11 +134,12 @@ def report(res: dict) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=200)
-    ap.add_argument("--json", type=Path, default=None)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.records", description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=200, help="requests of each kind and size")
+    ap.add_argument("--json", type=Path, default=None, help="write the results here")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args()
-    res = run(args.repeats)
+    res = run(args.repeats, args.quiet)
     if args.json:
         args.json.write_text(json.dumps(res, indent=2))
     print(report(res))
