@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -99,6 +99,9 @@ class Settings(BaseSettings):
     FCL3_PARAMS: dict[str, Any] = Field(
         default_factory=dict, description='Other hyper-parameters as JSON, e.g. {"lambda2": 0.1}.')
     FCL3_D: int | None = Field(None, gt=0, description="Number of features; unset: fixed by the first batch.")
+    FCL3_FEATURES: list[dict[str, Any]] | None = Field(
+        None, description='A feature schema as JSON, as `features` of POST /models (e.g. [{"name": "age", "type": '
+        '"number"}, {"name": "urban", "type": "category"}]): the default model then takes records.')
 
     @field_validator("DATABASE_URL")
     @classmethod
@@ -128,10 +131,29 @@ class Settings(BaseSettings):
     def auto_create_schema(self) -> bool:
         return self.embedded if self.AUTO_CREATE_SCHEMA is None else self.AUTO_CREATE_SCHEMA
 
+    @model_validator(mode="after")
+    def _model_settings_valid(self) -> "Settings":
+        """FCL3_FEATURES is checked as a POST /models body's ``features`` is, at start-up."""
+        if self.FCL3_FEATURES is not None:
+            self.model_settings()
+        return self
+
     def model_settings(self) -> dict[str, Any]:
-        """What a new model is created with (stored with the model)."""
-        return {"estimator": self.FCL3_ESTIMATOR, "kind": self.FCL3_KIND,
-                "params": dict(self.FCL3_PARAMS), "d": self.FCL3_D}
+        """What a new model is created with (stored with the model): with FCL3_FEATURES, as
+        :meth:`fcl3.schemas.ModelCreate.model_settings` makes them (the schema normalised, the
+        learner's ``grow_features`` set)."""
+        if self.FCL3_FEATURES is None:
+            return {"estimator": self.FCL3_ESTIMATOR, "kind": self.FCL3_KIND,
+                    "params": dict(self.FCL3_PARAMS), "d": self.FCL3_D}
+        from fcl3.schemas import ModelCreate
+
+        try:
+            create = ModelCreate(name=self.MODEL_NAME, kind=self.FCL3_KIND, estimator=self.FCL3_ESTIMATOR,
+                                 params=dict(self.FCL3_PARAMS), d=self.FCL3_D, features=self.FCL3_FEATURES)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"FCL3_FEATURES (with FCL3_KIND, FCL3_PARAMS, FCL3_D): {problems}") from None
+        return create.model_settings()
 
 
 @lru_cache

@@ -47,10 +47,16 @@ def create_model(model: HostedModel, model_settings: dict[str, Any]) -> None:
     """Create ``model`` (version 0) with ``model_settings``; :class:`ModelExists` if taken."""
     learner = check_settings(model_settings)
     model.writer.create(NewModel(learner, model_settings))
-    if model_settings.get("features"):  # its first columns, at once (GET shows them)
-        model.vocabulary.ensure(base_columns(parse_schema(model_settings["features"])))
+    register_base_columns(model, model_settings)
     log.info("created model %r (%s, %s)", model.name, model_settings["estimator"], model_settings["kind"],
              extra={"event": "model_created", "model": model.name})
+
+
+def register_base_columns(model: HostedModel, model_settings: dict[str, Any]) -> None:
+    """A new model with a feature schema: its first columns (values, indicators, declared
+    levels) in its vocabulary at once, so that GET shows them before any batch."""
+    if model_settings.get("features"):
+        model.vocabulary.ensure(base_columns(parse_schema(model_settings["features"])))
 
 
 def delete_model(model: HostedModel, registry: ModelRegistry) -> None:

@@ -22,6 +22,7 @@ from . import evaluation_reads, metrics
 from .evaluation import Evaluated
 from .idempotency import Claim, IdempotencyKeys, KeyInFlight, KeyTakenOver, Replayed, request_hash
 from .labels import LabelBatch, LabelRefused, RememberedPredictions, labels_hash, remember_rows
+from .lifecycle import register_base_columns
 from .locks import LockBusy
 from .reads import ModelMissing, Snapshot, VersionBehind  # noqa: F401 - VersionBehind re-exported
 from .registry import HostedModel, ModelRegistry  # noqa: F401 - service.main builds it from here
@@ -45,6 +46,7 @@ def create(model: HostedModel) -> None:
     """Create the model's row (version 0, unfitted) if it does not exist yet."""
     if model.writer.ensure_model():
         s = model.writer.model_settings
+        register_base_columns(model, s)
         log.info("created model %r (%s, %s)", model.name, s["estimator"], s["kind"])
 
 

@@ -337,3 +337,36 @@ def test_a_csv_prediction_is_the_prediction_of_its_records(backend_client):
     assert r.status_code == 422 and r.json()["field"] == "age", r.text
     body = c.get("/openapi.json").json()["paths"]["/predict"]["post"]["requestBody"]["content"]
     assert {"application/json", "text/csv"} <= set(body)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_the_default_model_takes_its_schema_from_fcl3_features(make_client, request, backend):
+    """FCL3_FEATURES is the default model's schema: it is created with its columns, learns
+    and predicts records on the routes without a model name, like a model created with the
+    same features by POST /models."""
+    extra = {"_request": request} if backend == "postgres" else {}
+    c = make_client(backend, FCL3_FEATURES=FEATURES, **extra)
+    default = c.get("/model").json()
+    assert [f["name"] for f in default["features"]] == [f["name"] for f in FEATURES]
+    named, created = new_model(c)
+    assert default["columns"] == created["columns"] and len(default["columns"]) >= len(FEATURES)
+    rng = np.random.default_rng(8)
+    recs, probe = records(rng, 10), records(rng, 3, ("no", "city"))
+    assert c.post("/tasks/t/data", json={"records": recs, "y": target(recs)}).status_code == 200
+    assert c.post(f"/models/{named}/tasks/t/data", json={"records": recs, "y": target(recs)}).status_code == 200
+    got = c.post("/predict", json={"task_id": "t", "records": probe}).json()
+    want = c.post(f"/models/{named}/predict", json={"task_id": "t", "records": probe}).json()
+    assert got["unseen"] == want["unseen"] == {"urban": ["city"]}
+    np.testing.assert_allclose(got["predictions"], want["predictions"], rtol=1e-12)
+    assert c.get("/model").json()["columns"] == c.get(f"/models/{named}").json()["columns"]
+
+
+def test_a_bad_fcl3_features_stops_the_start_naming_it():
+    from pydantic import ValidationError
+
+    from .conftest import make_settings
+
+    with pytest.raises(ValidationError, match="FCL3_FEATURES"):
+        make_settings(FCL3_FEATURES=[{"name": "age", "type": "colour"}])
+    with pytest.raises(ValidationError, match="FCL3_FEATURES"):
+        make_settings(FCL3_FEATURES=[{"name": "age", "type": "number"}], FCL3_D=3)
