@@ -155,16 +155,15 @@ def _origin(url: str | httpx.URL) -> httpx.URL:
     return httpx.URL(scheme=u.scheme, host=u.host, port=u.port)
 
 
-class Spread(httpx.BaseTransport):
-    """An httpx transport over several hosts of one service (see the module's docstring).
+class _Spreading:
+    """What :class:`Spread` and :class:`AsyncSpread` share: the hosts and one httpx transport
+    (one connection pool) per host."""
 
-    ``urls``: the hosts' origins; ``cooldown``: seconds a host that could not be reached is
-    left out; ``transport_options``: passed to each host's :class:`httpx.HTTPTransport`
-    (``verify``, ``limits``, ``http2``, ...; one connection pool per host)."""
+    _transport_class: type
 
     def __init__(self, urls: Iterable[str | httpx.URL], *, cooldown: float = 2.0, **transport_options: Any):
         self.hosts = Hosts(urls, cooldown)
-        self._transports = [httpx.HTTPTransport(**transport_options) for _ in self.hosts.urls]
+        self._transports = [self._transport_class(**transport_options) for _ in self.hosts.urls]
 
     @property
     def url(self) -> str:
@@ -178,6 +177,16 @@ class Spread(httpx.BaseTransport):
     @property
     def failovers(self) -> int:
         return self.hosts.failovers
+
+
+class Spread(_Spreading, httpx.BaseTransport):
+    """An httpx transport over several hosts of one service (see the module's docstring).
+
+    ``urls``: the hosts' origins; ``cooldown``: seconds a host that could not be reached is
+    left out; ``transport_options``: passed to each host's :class:`httpx.HTTPTransport`
+    (``verify``, ``limits``, ``http2``, ...; one connection pool per host)."""
+
+    _transport_class = httpx.HTTPTransport
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         error: Exception | None = None
@@ -205,25 +214,10 @@ class Spread(httpx.BaseTransport):
             t.close()
 
 
-class AsyncSpread(httpx.AsyncBaseTransport):
+class AsyncSpread(_Spreading, httpx.AsyncBaseTransport):
     """:class:`Spread` for ``AsyncClient`` (and ``httpx.AsyncClient``)."""
 
-    def __init__(self, urls: Iterable[str | httpx.URL], *, cooldown: float = 2.0, **transport_options: Any):
-        self.hosts = Hosts(urls, cooldown)
-        self._transports = [httpx.AsyncHTTPTransport(**transport_options) for _ in self.hosts.urls]
-
-    @property
-    def url(self) -> str:
-        """The first host's URL (the client's ``url``)."""
-        return str(self.hosts.urls[0])
-
-    @property
-    def served(self) -> dict[str, int]:
-        return self.hosts.served
-
-    @property
-    def failovers(self) -> int:
-        return self.hosts.failovers
+    _transport_class = httpx.AsyncHTTPTransport
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         error: Exception | None = None
