@@ -317,18 +317,18 @@ def resend(url: str, batches: list[Batch], ledger: Ledger) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------- the store, read back
-def read_back(db_url: str) -> dict[str, Any]:
+def read_back(db_url: str, model: str = MODEL) -> dict[str, Any]:
     """The model's row, its tasks' counts and every stored batch, straight from the database."""
     from sqlalchemy import create_engine, text
 
     engine = create_engine(db_url)
     try:
         with engine.connect() as conn:
-            version = conn.execute(text("SELECT version FROM models WHERE name = :m"), {"m": MODEL}).scalar()
+            version = conn.execute(text("SELECT version FROM models WHERE name = :m"), {"m": model}).scalar()
             tasks = conn.execute(text("SELECT task_id, n_samples, n_batches FROM tasks WHERE model_name = :m"),
-                                 {"m": MODEL}).all()
+                                 {"m": model}).all()
             rows = conn.execute(text('SELECT version, task_id, n_samples, "X", y FROM batches '
-                                     "WHERE model_name = :m ORDER BY version"), {"m": MODEL}).all()
+                                     "WHERE model_name = :m ORDER BY version"), {"m": model}).all()
     finally:
         engine.dispose()
     import io

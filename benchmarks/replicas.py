@@ -36,13 +36,12 @@ failover), one client shared by every writer thread.
    PostgreSQL lease, so its update lock lasts ``LOCK_TTL`` (30 s by default): expect a stall that
    long when the cut host held the lock.
 
-The helpers (:class:`Writers`, :func:`read_back`, :func:`problems`, :func:`replay_predictions`)
+The helpers (:class:`Writers`, :func:`problems`, :func:`replay_predictions`; :func:`read_back` is the fault suite's)
 are shared with tests/service/test_replicas_netns.py.
 """
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import sys
@@ -56,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import machine, pct, write_json
-from benchmarks.faults import Batch, account, batch_label
+from benchmarks.faults import Batch, account, batch_label, read_back
 
 D, ROWS, TASKS = 4, 8, 4
 #: Small, fast hyper-parameters (the tests' own).
@@ -160,25 +159,6 @@ def batches_per_host(spread) -> tuple[Counter, Counter]:
 
 
 # ----------------------------------------------------------------------------- the store
-def read_back(db_url: str, model: str) -> dict[str, Any]:
-    """The model's version, its tasks' counts and every stored batch, straight from the database
-    (the shape :func:`benchmarks.faults.account` reads)."""
-    from sqlalchemy import create_engine, text
-
-    engine = create_engine(db_url)
-    try:
-        with engine.connect() as conn:
-            version = conn.execute(text("SELECT version FROM models WHERE name = :m"), {"m": model}).scalar()
-            tasks = conn.execute(text("SELECT task_id, n_samples, n_batches FROM tasks WHERE model_name = :m"),
-                                 {"m": model}).all()
-            rows = conn.execute(text('SELECT version, task_id, n_samples, "X", y FROM batches '
-                                     "WHERE model_name = :m ORDER BY version"), {"m": model}).all()
-    finally:
-        engine.dispose()
-    stored = [{"version": r[0], "task": r[1], "n": r[2],
-               "label": batch_label(r[1], np.load(io.BytesIO(bytes(r[3]))), np.load(io.BytesIO(bytes(r[4]))))}
-              for r in rows]
-    return {"model_version": version, "tasks": [tuple(t) for t in tasks], "batches": stored}
 
 
 def problems(sent: list[Batch], store: dict[str, Any]) -> list[str]:
