@@ -161,6 +161,7 @@ def learn_batch(model: HostedModel, task_id: str, X, y, claim: Claim | None = No
     t0, acquired, released = item.t0, item.acquired, item.released
     task_id = prepared.task_id
     ev: Evaluated = prepared.evaluated
+    rescoring = time.perf_counter()  # after its group's release and this request's wake-up
     if ev.rescore_job is not None:  # the evaluation sets, off the lock, before answering
         try:
             with model.shared.foreground:
@@ -169,7 +170,7 @@ def learn_batch(model: HostedModel, task_id: str, X, y, claim: Claim | None = No
             log.warning("evaluation sets of model %r not rescored at version %d: %s", model.name, version,
                         type(exc).__name__)
     done = time.perf_counter()
-    prepared.rescore_seconds, prepared.lock_held_seconds = done - released, released - acquired
+    prepared.rescore_seconds, prepared.lock_held_seconds = done - rescoring, released - acquired
     metrics.UPDATE_SECONDS.observe(done - acquired)
     metrics.UPDATE_ENGINE_SECONDS.observe(prepared.engine_seconds)
     r = prepared.result
