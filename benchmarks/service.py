@@ -265,13 +265,9 @@ class Writer(threading.Thread):
             self.conn.close()
 
 
-def update_rate(port: int, models: list[str], bodies: dict[str, list[tuple[str, bytes]]], seconds: float,
-                pids: list[int]) -> dict:
-    """Clients ``i`` posting to ``models[i]`` (on worker ``pids[i % len(pids)]``) for ``seconds``."""
-    writers = [Writer(port, bodies[m], pids[i % len(pids)] if len(pids) > 1 else None, pids)
-               for i, m in enumerate(models)]
-    url = f"http://127.0.0.1:{port}"
-    before = scrape(url)
+def run_writers(writers: list, pids: list[int], seconds: float) -> dict:
+    """Run ``writers`` together for ``seconds``; the CPU use of the run (:class:`Usage`).
+    A writer's error is raised once all have stopped."""
     usage = Usage(pids)
     deadline = time.perf_counter() + seconds
     for w in writers:
@@ -283,6 +279,17 @@ def update_rate(port: int, models: list[str], bodies: dict[str, list[tuple[str, 
     for w in writers:
         if w.error is not None:
             raise w.error
+    return use
+
+
+def update_rate(port: int, models: list[str], bodies: dict[str, list[tuple[str, bytes]]], seconds: float,
+                pids: list[int]) -> dict:
+    """Clients ``i`` posting to ``models[i]`` (on worker ``pids[i % len(pids)]``) for ``seconds``."""
+    writers = [Writer(port, bodies[m], pids[i % len(pids)] if len(pids) > 1 else None, pids)
+               for i, m in enumerate(models)]
+    url = f"http://127.0.0.1:{port}"
+    before = scrape(url)
+    use = run_writers(writers, pids, seconds)
     committed = sum(w.committed for w in writers)
     split = update_split(before, scrape(url), committed)
     lat = [v for w in writers for v in w.latency_ms]
@@ -323,17 +330,7 @@ def group_commit_matrix(port: int, pids: list[int], clients: tuple[int, ...], mo
             say(f"  group commit: {c} clients, {m} model(s) ...")
             client_bodies = [bodies[names[i % m]][i * per_client:(i + 1) * per_client] for i in range(c)]
             writers = [Writer(port, b, None, pids) for b in client_bodies]
-            usage = Usage(pids)
-            deadline = time.perf_counter() + seconds
-            for w in writers:
-                w.deadline = deadline
-                w.start()
-            for w in writers:
-                w.join()
-            use = usage.stop()
-            for w in writers:
-                if w.error is not None:
-                    raise w.error
+            use = run_writers(writers, pids, seconds)
             lat = [v for w in writers for v in w.latency_ms]
             committed = sum(w.committed for w in writers)
             out[f"{c}x{m}"] = {"clients": c, "models": m, "committed": committed,
