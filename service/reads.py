@@ -117,11 +117,13 @@ class ModelReader:
             raise ModelMissing(self.name)
         return version
 
-    def snapshot(self, min_version: int | None = None, check: bool = False) -> Snapshot:
+    def snapshot(self, min_version: int | None = None, check: bool = False, task: str | None = None) -> Snapshot:
         """The model at its stored version: no query while the watch says nothing changed
-        (and the cached version is at least ``min_version``; never with ``check``, which
-        writers use), else one cheap query when the cache is current. :class:`VersionBehind`
-        when the stored version is below ``min_version``.
+        (and the cached version is at least ``min_version``, and has learned ``task`` if one is
+        named; never with ``check``, which writers use), else one cheap query when the cache is
+        current. :class:`VersionBehind` when the stored version is below ``min_version``. A
+        ``task`` the cached version has not learned is looked for at the stored version: another
+        process may have learned it since the watch last spoke (its notification on its way).
 
         The query also reads ``created_at``, the model's identity: a model deleted and created
         again under the same name (by another process) restarts at version 0 and must never be
@@ -129,7 +131,7 @@ class ModelReader:
         token = self.watch.token(self.name)
         if not check:
             fresh = self._fresh(token, min_version)
-            if fresh is not None:
+            if fresh is not None and (task is None or task in getattr(fresh.learner, "tasks_", {})):
                 return fresh
         snap = self._checked()
         if token is not None:
@@ -232,7 +234,7 @@ class ModelReader:
         least ``min_version``: :class:`VersionBehind` if the stored model is not there yet), or
         of ``snap``, a snapshot :meth:`fresh` just returned."""
         if snap is None:
-            snap = self.snapshot(min_version)
+            snap = self.snapshot(min_version, task=task_id)
         learner = snap.learner
         preds = learner.predict(task_id, X)
         probs = learner.predict_proba(task_id, X) if learner.kind == "classification" else None

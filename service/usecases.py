@@ -404,7 +404,7 @@ def predict_remembered(model: HostedModel, task_id: str, X, min_version: int | N
     """:func:`predict`, and the rows remembered for a label that arrives later
     (:mod:`service.labels`): their prediction ids too, in row order."""
     if snap is None:
-        snap = model.reader.snapshot(min_version)
+        snap = model.reader.snapshot(min_version, task=task_id)
     preds, probs, version = predict(model, task_id, X, min_version, snap)
     ids = remember_rows(model, task_id, X, snap, ttl, cap)
     log.info("predictions remembered", extra={"event": "predictions_remembered", "model": model.name,

@@ -202,3 +202,30 @@ def test_sqlite_write_on_one_process_then_min_version_prediction_on_another(tmp_
         X, y = regression_batch(np.random.default_rng(6))
         v = http.post(f"{a.url}/tasks/t0/data", json={"X": X, "y": y}).json()["version"]
         assert http.post(f"{b.url}/predict", json={"task_id": "t0", "X": X[:1]}).json()["version"] == v
+
+
+def test_a_task_another_process_just_learned_is_predicted_not_404_before_the_watch_says(pair, monkeypatch):
+    """A's watch has not yet heard of B's commit (a PostgreSQL notification on its way; held
+    here by freezing A's token): a task A's cached version knows is served from the cache
+    without a query, but a task it has not learned is looked for at the stored version (one
+    query) and predicted, not answered 404; a task nobody learned is still unknown."""
+    import core
+
+    settings, a, b = pair
+    rng = np.random.default_rng(3)
+    X, y = regression_batch(rng)
+    usecases.start(a)
+    usecases.start(b)
+    _, v1 = usecases.learn(b, "t0", X, y)
+    assert usecases.predict(a, "t0", X, min_version=v1)[2] == v1
+    time.sleep(0.2)  # PostgreSQL: B's notification arrives (A checks once more after it)
+    usecases.predict(a, "t0", X)
+    frozen = a.reader.watch.token(settings.MODEL_NAME)
+    monkeypatch.setattr(a.reader.watch, "token", lambda name: frozen)
+    _, v2 = usecases.learn(b, "t1", *regression_batch(rng, task=1))
+    selects = count_version_selects(a.reader.engine)
+    assert usecases.predict(a, "t0", X)[2] == v1 and selects == []  # the cache, as the watch says
+    preds, _, version = usecases.predict(a, "t1", X)
+    assert version == v2 and len(preds) == len(X) and 1 <= len(selects) <= 3
+    with pytest.raises(core.UnknownTaskError):
+        usecases.predict(a, "nobody", X)

@@ -162,7 +162,7 @@ def _answer(model, settings, query: PredictQuery | VersionQuery, body: bytes | N
         task_id, X = req.task_id, req.X
         if req.records is not None:
             check_size(settings, len(req.records), [])
-            snap = snap if snap is not None else model.reader.snapshot(query.min_version)
+            snap = snap if snap is not None else model.reader.snapshot(query.min_version, task=task_id)
             X, unseen = features.prediction_rows(model, snap, req.records, req._text)
         check_size(settings, len(X), map(len, X))
         if req.remember:  # stored for a label that arrives later (service.labels): a write
@@ -206,9 +206,10 @@ async def predict(request: Request) -> Response:
         req = parse_body(body, content_type, getattr(query, "task_id", None)) if len(body) <= INLINE_BYTES else None
         # remembering writes, and records may read the vocabulary: the thread pool
         small = req is not None and not req.remember and req.records is None
-    snap = model.reader.fresh(query.min_version) if small else None
-    if snap is not None:
+    snap = model.reader.fresh(query.min_version) if small else None  # small: a POST's body is parsed
+    if snap is not None and (query.task_id if req is None else req.task_id) in getattr(snap.learner, "tasks_", {}):
         return _answer(model, settings, query, body, content_type, snap, req)
+    # not cached, large, or a task the cached version has not learned (reads.ModelReader.predict)
     return await run_in_threadpool(_answer, model, settings, query, body, content_type, None, req)
 
 
