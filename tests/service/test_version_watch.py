@@ -68,9 +68,9 @@ def pair(settings):
         e.dispose()
 
 
-def test_repeated_predictions_run_no_version_select_until_another_process_writes(pair):
-    settings, a, b = pair
-    rng = np.random.default_rng(0)
+def served_after_b_learns(a, b, rng) -> tuple[np.ndarray, int]:
+    """B learns task ``t0``; A serves that version and has heard B's notification: the rows
+    of the batch and the version."""
     X, y = regression_batch(rng)
     usecases.start(a)
     usecases.start(b)
@@ -78,6 +78,13 @@ def test_repeated_predictions_run_no_version_select_until_another_process_writes
     assert usecases.predict(a, "t0", X, min_version=v1)[2] == v1
     time.sleep(0.2)  # PostgreSQL: B's notification arrives (A checks once more after it)
     usecases.predict(a, "t0", X)
+    return X, v1
+
+
+def test_repeated_predictions_run_no_version_select_until_another_process_writes(pair):
+    settings, a, b = pair
+    rng = np.random.default_rng(0)
+    X, v1 = served_after_b_learns(a, b, rng)
     selects = count_version_selects(a.reader.engine)
     for _ in range(50):
         assert usecases.predict(a, "t0", X)[2] == v1
@@ -213,13 +220,7 @@ def test_a_task_another_process_just_learned_is_predicted_not_404_before_the_wat
 
     settings, a, b = pair
     rng = np.random.default_rng(3)
-    X, y = regression_batch(rng)
-    usecases.start(a)
-    usecases.start(b)
-    _, v1 = usecases.learn(b, "t0", X, y)
-    assert usecases.predict(a, "t0", X, min_version=v1)[2] == v1
-    time.sleep(0.2)  # PostgreSQL: B's notification arrives (A checks once more after it)
-    usecases.predict(a, "t0", X)
+    X, v1 = served_after_b_learns(a, b, rng)
     frozen = a.reader.watch.token(settings.MODEL_NAME)
     monkeypatch.setattr(a.reader.watch, "token", lambda name: frozen)
     _, v2 = usecases.learn(b, "t1", *regression_batch(rng, task=1))
