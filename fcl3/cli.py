@@ -51,6 +51,18 @@ class BadFile(click.ClickException):
         click.echo(f"fcl3: {self.format_message()}", err=True)
 
 
+def data_lines(reader, header: list[str], path: str | os.PathLike):
+    """The CSV ``reader``'s records after the header, with their line numbers; blank lines are
+    skipped and a record of another width than ``header`` is :class:`BadFile`."""
+    for record in reader:
+        if not record or (len(record) == 1 and not record[0].strip()):
+            continue
+        if len(record) != len(header):
+            raise BadFile(path, f"{len(record)} values, but the header has {len(header)} columns "
+                          "(every row must have the same width)", reader.line_num)
+        yield reader.line_num, record
+
+
 @dataclass
 class Rows:
     """The rows of an input file, in file order: ``tasks[i]``, ``X[i]``, ``y[i]`` (``None``
@@ -124,13 +136,7 @@ def read_csv(path: str | os.PathLike, *, task: str = "required", target: str = "
                     raise BadFile(path, "empty column name in the header", header_line, i + 1)
             rows = Rows(path, [header[i] for i in features], y=[] if y_col_use is not None else None,
                         tasks=[] if t_col_use is not None else None)
-            for record in reader:
-                line = reader.line_num
-                if not record or (len(record) == 1 and not record[0].strip()):
-                    continue  # a blank line
-                if len(record) != len(header):
-                    raise BadFile(path, f"{len(record)} values, but the header has {len(header)} columns "
-                                  "(every row must have the same width)", line)
+            for line, record in data_lines(reader, header, path):
                 x = []
                 for i in features:
                     x.append(_number(record[i], path, line, i + 1, header[i]))
@@ -179,12 +185,7 @@ def read_records_csv(path: str | os.PathLike, task_column: str, target_column: s
                 raise BadFile(path, "no feature columns in the header", header_line)
             rows = Rows(path, [header[i] for i in features], y=[], tasks=[], header=header)
             cells: dict[str, list[str]] = {header[i]: [] for i in features}
-            for record in reader:
-                line = reader.line_num
-                if not record or (len(record) == 1 and not record[0].strip()):
-                    continue
-                if len(record) != len(header):
-                    raise BadFile(path, f"{len(record)} values, but the header has {len(header)} columns", line)
+            for line, record in data_lines(reader, header, path):
                 tid = record[t].strip()
                 if not tid or len(tid) > 200:
                     raise BadFile(path, "empty task id" if not tid else "task id longer than 200 characters", line,
@@ -723,12 +724,7 @@ def read_labels(path: str | os.PathLike) -> tuple[list[str], list[float], list[s
                 raise BadFile(path, f"expected a 'prediction_id' and a 'y' column (columns: {', '.join(header)})",
                               reader.line_num)
             seen: dict[str, int] = {}
-            for record in reader:
-                line = reader.line_num
-                if not record or (len(record) == 1 and not record[0].strip()):
-                    continue
-                if len(record) != len(header):
-                    raise BadFile(path, f"{len(record)} values, but the header has {len(header)} columns", line)
+            for line, record in data_lines(reader, header, path):
                 pid = record[i_col].strip()
                 if not pid:
                     raise BadFile(path, "empty prediction id", line, i_col + 1, header[i_col])
