@@ -126,9 +126,24 @@ def _csv_rows(reader, with_target: bool) -> dict[str, Any]:
     return {"records": records, "y": y} if with_target else {"records": records}
 
 
-class Batch(Request):
+class RecordsRequest(Request):
+    """A request that may carry records; ``text_cells``: they came from a ``text/csv`` body,
+    their cells text that the service types with the model's schema."""
+
+    _text: bool = PrivateAttr(False)
+
+    @property
+    def text_cells(self) -> bool:
+        return self._text
+
+    def with_text_cells(self) -> "RecordsRequest":
+        """This request, marked as records of a ``text/csv`` body."""
+        self._text = True
+        return self
+
+
+class Batch(RecordsRequest):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_x_or_records_schema)
-    _text: bool = PrivateAttr(False)  # records from a text/csv body: cells to type with the schema
 
     X: list[list[Number]] | None = Field(..., description="Feature rows (all the same width); null (or left out) "
                                          "with `records`.",
@@ -147,9 +162,7 @@ class Batch(Request):
     def _from_csv(cls, data: Any, handler):
         """A ``text/csv`` body (FastAPI passes a body that is not JSON as its bytes)."""
         if isinstance(data, (bytes, str)):
-            batch = handler(_x_or_records(csv_batch(data)))
-            batch._text = True
-            return batch
+            return handler(_x_or_records(csv_batch(data))).with_text_cells()
         return handler(data)
 
     @property
@@ -157,9 +170,8 @@ class Batch(Request):
         return len(self.X if self.X is not None else self.records)
 
 
-class PredictRequest(Request):
+class PredictRequest(RecordsRequest):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_x_or_records_schema)
-    _text: bool = PrivateAttr(False)  # records from a text/csv body (the service: ?task_id=)
 
     task_id: TaskId
     X: list[list[Number]] | None = Field(..., description="Feature rows; null (or left out) with `records`.",

@@ -37,9 +37,9 @@ def rows_of(model, settings, batch: Batch, task_id: str, learn: bool = True) -> 
     check_size(settings, batch.n_rows, [])
     if batch.records is not None:
         if learn:
-            X = features.learning_rows(model, task_id, batch.records, batch._text)
+            X = features.learning_rows(model, task_id, batch.records, batch.text_cells)
         else:
-            X, _ = features.prediction_rows(model, model.reader.snapshot(), batch.records, batch._text)
+            X, _ = features.prediction_rows(model, model.reader.snapshot(), batch.records, batch.text_cells)
     else:
         X = batch.X
         features.checked_x_width(model, features.settings_of(model), map(len, X))

@@ -142,9 +142,7 @@ def parse_body(body: bytes, content_type: str | None, task_id: str | None = None
         except ValueError as exc:
             raise RequestValidationError([{"type": "value_error", "loc": ("body",), "msg": str(exc),
                                            "input": None}]) from None
-        req = _validated(_request, "body", {"task_id": task_id, **rows})
-        req._text = True
-        return req
+        return _validated(_request, "body", {"task_id": task_id, **rows}).with_text_cells()
     return _validated(_request, "body", body, json=_is_json(content_type))
 
 
@@ -163,7 +161,7 @@ def _answer(model, settings, query: PredictQuery | VersionQuery, body: bytes | N
         if req.records is not None:
             check_size(settings, len(req.records), [])
             snap = snap if snap is not None else model.reader.snapshot(query.min_version, task=task_id)
-            X, unseen = features.prediction_rows(model, snap, req.records, req._text)
+            X, unseen = features.prediction_rows(model, snap, req.records, req.text_cells)
         check_size(settings, len(X), map(len, X))
         if req.remember:  # stored for a label that arrives later (service.labels): a write
             if len(X) > settings.MAX_REMEMBERED_PER_MODEL:
