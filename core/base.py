@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import inspect
 import zlib
 from dataclasses import dataclass
@@ -47,6 +48,20 @@ TASK_MODELS = ("empirical_bayes", "paper")
 #: geometric schedule of :func:`core.population.refit_due`.
 EVERY_UPDATE_TASKS = 64
 
+
+
+@functools.cache
+def _init_parameters(cls: type) -> tuple[str, ...]:
+    """The ``__init__`` parameters of ``cls`` and its bases, in order (read once per class:
+    :meth:`LifelongLearner.learn` checks the parameters at every batch)."""
+    names: list[str] = []
+    for klass in cls.__mro__:
+        if klass is object:
+            continue
+        for name, p in inspect.signature(klass.__init__).parameters.items():
+            if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and name not in names:
+                names.append(name)
+    return tuple(names)
 
 
 @dataclass(frozen=True)
@@ -110,15 +125,7 @@ class LifelongLearner:
     # ----------------------------------------------------------------- parameters
     @classmethod
     def _param_names(cls) -> list[str]:
-        names = []
-        for klass in cls.__mro__:
-            if klass is object:
-                continue
-            sig = inspect.signature(klass.__init__)
-            for name, p in sig.parameters.items():
-                if name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and name not in names:
-                    names.append(name)
-        return names
+        return list(_init_parameters(cls))
 
     def get_params(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self._param_names()}
@@ -166,8 +173,14 @@ class LifelongLearner:
         update in bounded time and memory (checked on the first batch; a service may call it
         when a model's number of features is known at creation). Nothing is too large here."""
 
-    def learn(self, task_id: str, X, y) -> UpdateResult:
+    def learn(self, task_id: str, X, y, defer_refits: bool = False) -> UpdateResult:
         """Learn one labelled batch of task ``task_id`` (appended if the task is known).
+
+        ``defer_refits``: the stream-level estimates over every task (the population, the
+        stream's family and its priors over ``omega``) are not refitted by this batch; the next
+        batch learned without it refits them if they are due by then (their schedules count
+        every batch, deferred or not). For a group of batches learned one after another, where
+        only the estimates after the last batch are kept: the group pays for one refit.
 
         Raises :class:`InputError` for a bad batch, leaving the model exactly as it was.
         """
@@ -203,7 +216,7 @@ class LifelongLearner:
                 if rows and (rows >= 2 * fitted_on or rows >= SCALER_WARMUP_ROWS):
                     result = self._learn_with_refitted_scaling(task_id, batch, labels, rows)
                 else:
-                    result = self._learn_batch(task_id, batch, labels)
+                    result = self._learn_batch(task_id, batch, labels, defer_refits)
             self._check_finite(task_id)
         except (np.linalg.LinAlgError, ArithmeticError) as exc:
             # finite input whose scale breaks the arithmetic (values ~1e16 and beyond): the
@@ -300,8 +313,9 @@ class LifelongLearner:
         """Pad the learner's global arrays for ``k`` new columns after feature ``d0``
         (``records``: the tasks before, ``grown``: after). Nothing global here."""
 
-    def _learn_batch(self, task_id: str, batch: TaskData, labels: str) -> UpdateResult:
-        """Learn one summarised batch (in the current scaling) of task ``task_id``."""
+    def _learn_batch(self, task_id: str, batch: TaskData, labels: str, defer_refits: bool = False) -> UpdateResult:
+        """Learn one summarised batch (in the current scaling) of task ``task_id``
+        (``defer_refits``: :meth:`learn`)."""
         previous = self.tasks_.get(task_id)
         # the prior this task's evidence is measured against: the library without it
         library = self._safe_library(task_id, previous) if self.task_models == "empirical_bayes" else None
@@ -318,8 +332,8 @@ class LifelongLearner:
         if self.task_models == "empirical_bayes":
             self._record_evidence(task_id, library)
             if self._keeps_population:
-                self._update_population(task_id, previous)
-            self._update_stream_choice()
+                self._update_population(defer_refits)
+            self._update_stream_choice(defer_refits)
         return result
 
     def _learn_with_refitted_scaling(self, task_id: str, batch: TaskData, labels: str, rows: int) -> UpdateResult:
@@ -533,15 +547,18 @@ class LifelongLearner:
         fitted = self._keeps_population and int(getattr(self, "population_tasks_", 0))
         return (POPULATION.name, RIDGE.name) if fitted else (RIDGE.name,)
 
-    def _update_stream_choice(self) -> None:
+    def _update_stream_choice(self, defer: bool = False) -> None:
         """Choose the stream's family and its priors over ``omega`` again from every task's
         evidence when :func:`refit_due` says so (at every update while there are at most
-        :data:`EVERY_UPDATE_TASKS` tasks): a geometric schedule, so the choice, which reads
-        every task, costs a bounded amount per update on average however many tasks there are."""
+        :data:`EVERY_UPDATE_TASKS` tasks) and the update does not ``defer`` it: a geometric
+        schedule, so the choice, which reads every task, costs a bounded amount per update on
+        average however many tasks there are."""
         choice = getattr(self, "stream_choice_", None)
-        if choice and len(self.tasks_) > EVERY_UPDATE_TASKS:
+        if defer and not choice:
+            return
+        if choice and (defer or len(self.tasks_) > EVERY_UPDATE_TASKS):
             since = int(choice.get("updates", 0)) + 1
-            if not refit_due(choice["tasks"], since, len(self.tasks_)):
+            if defer or not refit_due(choice["tasks"], since, len(self.tasks_)):
                 self.stream_choice_ = {**choice, "updates": since}
                 return
         family, priors = choose_family(self._choice_evidence(), self._families, self._n_omega,
@@ -668,12 +685,12 @@ class LifelongLearner:
         rss, dof = self._noise_terms(record)
         return float(task_noises(np.array([rss]), np.array([dof]), pop.noise)[0][0])
 
-    def _update_population(self, task_id: str, previous: TaskRecord | None) -> None:
-        """Refit the population over every task when :func:`refit_due` says so (warm-started
-        from the last fit)."""
+    def _update_population(self, defer: bool = False) -> None:
+        """Refit the population over every task when :func:`refit_due` says so and the update
+        does not ``defer`` it (warm-started from the last fit)."""
         fitted = int(getattr(self, "population_tasks_", 0))
         since = int(getattr(self, "population_updates_", 0)) + 1
-        if fitted and not refit_due(fitted, since, len(self.tasks_)):
+        if defer or (fitted and not refit_due(fitted, since, len(self.tasks_))):
             self.population_updates_ = since
             return
         records = [r for r in self.tasks_.values() if self._evidence_data(r) is not None]

@@ -1,0 +1,93 @@
+"""``learn(..., defer_refits=True)``: a batch that leaves the stream-level estimates (the
+population, the stream's family and priors) to the next batch learned without it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.evidence import choose_family
+from core.exceptions import InputError
+from core.fcl3 import FCL3
+from core.population import refit_due
+
+from .helpers import KINDS, basis_tasks, learners, make
+
+
+def _stream(kind, n_tasks=6, seed=0):
+    m = FCL3(kind=kind, random_state=0, n_components=3)
+    for tid, X, y in basis_tasks(n_tasks=n_tasks, d=4, n=30, seed=seed, kind=kind):
+        m.learn(tid, X[:20], y[:20])
+    return m, {tid: (X[20:], y[20:]) for tid, X, y in basis_tasks(n_tasks=n_tasks, d=4, n=30, seed=seed, kind=kind)}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_deferred_batches_keep_the_stream_estimates_and_count_toward_their_schedules(kind):
+    m, rest = _stream(kind)
+    population, choice = m.population_, dict(m.stream_choice_)
+    pop_updates, choice_updates = m.population_updates_, choice["updates"]
+    tids = list(rest)[:3]
+    for tid in tids:
+        X, y = rest[tid]
+        m.learn(tid, X[:5], y[:5], defer_refits=True)
+    assert m.population_ is population
+    assert m.stream_choice_["family"] == choice["family"] and m.stream_choice_["priors"] == choice["priors"]
+    assert m.population_updates_ == pop_updates + 3
+    assert m.stream_choice_["updates"] == choice_updates + 3
+    fitted, since = m.population_tasks_, m.population_updates_ + 1
+
+    X, y = rest[tids[0]]
+    m.learn(tids[0], X[5:], y[5:])  # not deferred: refits what is due by now
+    family, priors = choose_family(m._choice_evidence(), m._families, m._n_omega, m._reference_families)
+    assert m.stream_choice_["updates"] == 0  # at most EVERY_UPDATE_TASKS tasks: chosen at every refit
+    assert m.stream_choice_["family"] == family
+    for name, log_pi in priors.items():
+        np.testing.assert_allclose(m.stream_choice_["priors"][name], log_pi, rtol=0, atol=0)
+    if refit_due(fitted, since, len(m.tasks_)):
+        assert m.population_updates_ == 0 and m.population_ is not population
+    else:
+        assert m.population_updates_ == since
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_deferred_batch_updates_its_task_and_the_library_exactly_as_an_ordinary_one(kind):
+    m, rest = _stream(kind)
+    deferred, ordinary = m.copy(), m.copy()
+    tid = next(iter(rest))
+    X, y = rest[tid]
+    a, b = deferred.learn(tid, X, y, defer_refits=True), ordinary.learn(tid, X, y)
+    np.testing.assert_array_equal(a.code, b.code)
+    np.testing.assert_array_equal(deferred.D_, ordinary.D_)
+    ra, rb = deferred.tasks_[tid], ordinary.tasks_[tid]
+    np.testing.assert_array_equal(ra.w, rb.w)
+    np.testing.assert_array_equal(ra.omega, rb.omega)
+    assert ra.meta["evidence"] == rb.meta["evidence"]
+
+
+def test_the_first_batches_deferred_leave_the_stream_without_estimates_until_one_is_not():
+    # without the scaling's warm-up, whose replay of every task refits as it goes
+    m = FCL3(kind="regression", random_state=0, n_components=3, standardize=False)
+    tasks = basis_tasks(n_tasks=4, d=4, n=20, seed=1)
+    for tid, X, y in tasks[:3]:
+        m.learn(tid, X, y, defer_refits=True)
+    assert getattr(m, "stream_choice_", None) is None and not getattr(m, "population_tasks_", 0)
+    assert np.all(np.isfinite(m.predict(tasks[0][0], tasks[0][1])))  # the priors chosen on demand
+    m.learn(*tasks[3])
+    assert m.stream_choice_["tasks"] == 4 and m.population_tasks_ == 4
+
+
+@learners
+def test_every_learner_defers_and_refuses_a_bad_deferred_batch_unchanged(cls, kind):
+    m = make(cls, kind)
+    tasks = basis_tasks(n_tasks=3, d=4, n=20, seed=2, kind=kind)
+    for tid, X, y in tasks:
+        m.learn(tid, X, y, defer_refits=True)
+    before = m.get_state()
+    X, y = tasks[0][1], tasks[0][2]
+    with pytest.raises(InputError):
+        m.learn(tasks[0][0], X[:, :3], y, defer_refits=True)
+    after = m.get_state()
+    assert after.meta == before.meta
+    for name, a in before.arrays.items():
+        np.testing.assert_array_equal(after.arrays[name], a)
+    m.learn(tasks[1][0], X, y)
+    assert np.all(np.isfinite(m.predict(tasks[1][0], X)))
