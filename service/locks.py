@@ -8,7 +8,7 @@ compare-and-set in :mod:`service.writes`, inside the commit's transaction.
 
 **No update holds a lock past ``LOCK_TTL``**, on every backend: a hold ends ``LOCK_TTL``
 seconds after it was acquired even if its holder still runs (Redis: the key's expiry; file
-locks: a timer of the holding process unlocks the file; in-process locks: the next writer
+locks: a thread of the holding process unlocks the file; in-process locks: the next writer
 takes the expired lock over). It is not renewed: an update that outlives it keeps computing,
 another writer may then take the lock and commit first, and the late commit is refused by the
 version check (409, "NOT applied", nothing stored: the client retries). The expired holder's
@@ -105,7 +105,7 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$")
 
 class _FileHold:
     """One process's ``flock`` on a lock file: released once, by its holder or by the timer
-    that ends it at the TTL, whichever comes first."""
+    that ends it at the TTL (:class:`_Expiries`), whichever comes first."""
 
     def __init__(self, fd: int, name: str):
         self.fd, self.name = fd, name
@@ -139,14 +139,56 @@ class _FileHold:
             log.warning("update lock %r expired before release", self.name)
 
 
+class _Expiries:
+    """The TTLs of one process's file-lock holds, kept by one daemon thread (started at the
+    first hold) instead of a timer thread per hold: it sleeps until the earliest deadline and
+    ends the holds that reach it (:meth:`_FileHold.expire`)."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._holds: dict[_FileHold, float] = {}  # hold -> its deadline (monotonic)
+        self._wake = float("inf")  # when the thread wakes next (monotonic)
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+
+    def add(self, hold: _FileHold, ttl: float) -> None:
+        deadline = time.monotonic() + ttl
+        with self._cond:
+            self._holds[hold] = deadline
+            if self._thread is None or self._pid != os.getpid():  # first hold (of this process, after a fork)
+                self._pid = os.getpid()
+                self._thread = threading.Thread(target=self._run, name="fcl3-lock-ttl", daemon=True)
+                self._thread.start()
+            elif deadline < self._wake:
+                self._cond.notify()
+
+    def discard(self, hold: _FileHold) -> None:
+        with self._cond:
+            self._holds.pop(hold, None)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                now = time.monotonic()
+                due = [h for h, d in self._holds.items() if d <= now]
+                for h in due:
+                    del self._holds[h]
+                # Asleep at most 60 s: a hold added meanwhile ends no earlier than its TTL after now.
+                self._wake = min(min(self._holds.values(), default=now + 60.0), now + 60.0)
+                if not due:
+                    self._cond.wait(self._wake - now)
+            for h in due:
+                h.expire()
+
+
 class FileLocks:
     """Cross-process locks of one machine: one lock file per model in ``directory`` (next to
     the SQLite database), held with ``flock``.
 
     Writers of every process queue on it (polling every 10 ms) for at most ``wait`` seconds,
     then :class:`LockBusy` (503 + Retry-After). The kernel releases a lock when its process
-    dies; a holder that lives on past ``ttl`` seconds has its lock unlocked by a timer of its
-    own process (the module notes say what follows). Threads of one process first queue on an
+    dies; a holder that lives on past ``ttl`` seconds has its lock unlocked by its own process
+    (one thread per process keeps every hold's TTL; the module notes say what follows). Threads of one process first queue on an
     in-process lock (with the same TTL), so at most one of them polls the file."""
 
     backend = "file"
@@ -156,6 +198,7 @@ class FileLocks:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.ttl, self.wait = ttl, wait
         self._local = LocalLocks(ttl, wait)
+        self._expiries = _Expiries()
 
     def path(self, name: str) -> Path:
         stem = name if _SAFE_NAME.match(name) else "h-" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
@@ -186,13 +229,11 @@ class FileLocks:
         deadline = time.monotonic() + wait
         with self._local.hold(name, ttl=ttl, wait=wait):
             held = _FileHold(self._acquire(name, deadline, wait), name)
-            timer = threading.Timer(ttl, held.expire)
-            timer.daemon = True
-            timer.start()
+            self._expiries.add(held, ttl)
             try:
                 yield
             finally:
-                timer.cancel()
+                self._expiries.discard(held)
                 held.release()
 
     def ping(self) -> None:

@@ -60,6 +60,36 @@ def test_a_holder_past_the_ttl_loses_the_lock_and_its_late_release_frees_nothing
         pass
 
 
+def test_file_lock_ttls_are_kept_by_one_thread_and_a_shorter_one_ends_on_time(tmp_path):
+    """One thread per process (per :class:`FileLocks`) keeps every hold's TTL (no thread per hold); a hold
+    with a TTL shorter than those already kept wakes it and still ends at its own TTL."""
+    locks = FileLocks(tmp_path / "locks", 30, 5)
+    other = FileLocks(tmp_path / "locks", 30, 0.1)  # another process's view
+    before = threading.active_count()
+    for _ in range(50):
+        with locks.hold("m"):
+            pass
+    assert threading.active_count() <= before + 1
+    with locks.hold("long"):  # kept with its TTL of 30 s
+        t0 = time.monotonic()
+        held, done = threading.Event(), threading.Event()
+
+        def stuck():
+            with locks.hold("short-lived", ttl=TTL):
+                held.set()
+                time.sleep(2 * TTL + 0.5)
+            done.set()
+
+        thread = threading.Thread(target=stuck, daemon=True)
+        thread.start()
+        assert held.wait(5)
+        with other.hold("short-lived", wait=5):  # free once the stuck hold's own TTL ends
+            assert TTL - 0.1 <= time.monotonic() - t0 < TTL + 1.0
+        assert done.wait(5)
+        thread.join(5)
+    assert threading.active_count() <= before + 2  # one thread for each of the two FileLocks
+
+
 def test_a_stuck_process_loses_its_file_lock_at_the_ttl(tmp_path):
     """Another process holds the lock and never lets go: it is unlocked at its TTL."""
     script = textwrap.dedent(f"""
