@@ -17,12 +17,15 @@ Every primary key starts with the model name (``models.name``, ``tasks.model_nam
 ``create_distributed_table(..., 'model_name')``, colocated with ``models``); see
 docs/operations.md.
 
-Arrays are stored as ``np.save(..., allow_pickle=False)`` bytes (dtype and shape kept) in a
-``LargeBinary`` column: BYTEA on PostgreSQL, BLOB on SQLite.
+Arrays are stored in a ``LargeBinary`` column (BYTEA on PostgreSQL, BLOB on SQLite), dtype and
+shape kept, never pickled: one array as ``np.save(..., allow_pickle=False)`` bytes (batches),
+named arrays (a model's or a task's) as :func:`pack_arrays` bytes, or, in rows written before,
+an ``np.savez`` zip, which is read as well.
 """
 from __future__ import annotations
 
 import io
+import json
 import zipfile
 from datetime import datetime, timezone
 
@@ -60,27 +63,69 @@ class NDArray(TypeDecorator):
         return None if value is None else array_from_bytes(bytes(value))
 
 
+#: The first bytes of a packed ``dict[str, ndarray]`` (:func:`pack_arrays`); an ``np.savez``
+#: zip, the format written before, starts with ``PK``.
+PACKED = b"\x93FCL3ARRAYS1"
+
+
+def pack_arrays(arrays: dict[str, np.ndarray]) -> bytes:
+    """Named arrays as one buffer: :data:`PACKED`, a 4-byte little-endian length, a JSON list
+    of ``[name, dtype, shape]``, then each array's bytes in C order, in that list's order.
+    Arrays of other dtypes than plain ones (structured, sub-arrays) are written as an
+    ``np.savez`` zip; object arrays are refused (``ValueError``), as ``np.save`` refuses them."""
+    head, parts = [], []
+    for name, a in arrays.items():
+        a = np.asarray(a)
+        if a.dtype.hasobject:
+            raise ValueError("Object arrays cannot be saved when allow_pickle=False")
+        if np.dtype(a.dtype.str) != a.dtype:
+            return _zip_arrays(arrays)
+        head.append([name, a.dtype.str, list(a.shape)])
+        parts.append(a.tobytes())
+    text = json.dumps(head, separators=(",", ":")).encode()
+    return b"".join([PACKED, len(text).to_bytes(4, "little"), text, *parts])
+
+
+def unpack_arrays(data: bytes) -> dict[str, np.ndarray]:
+    """The named arrays of :func:`pack_arrays` bytes, or of an ``np.savez`` zip (no pickle)."""
+    if not data.startswith(PACKED):
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            return {name: npz[name] for name in npz.files}
+    start = len(PACKED) + 4
+    end = start + int.from_bytes(data[len(PACKED):start], "little")
+    out, at = {}, end
+    for name, descr, shape in json.loads(data[start:end]):
+        dtype = np.dtype(descr)
+        if dtype.hasobject:
+            raise ValueError("Object arrays cannot be loaded when allow_pickle=False")
+        count = int(np.prod(shape, dtype=np.int64))
+        out[name] = np.frombuffer(data, dtype=dtype, count=count, offset=at).reshape(shape).copy()
+        at += count * dtype.itemsize
+    if at != len(data):
+        raise ValueError(f"packed arrays: {len(data) - at} bytes left over")
+    return out
+
+
+def _zip_arrays(arrays: dict[str, np.ndarray]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+        for name, arr in arrays.items():
+            zf.writestr(f"{name}.npy", array_to_bytes(arr))
+    return buf.getvalue()
+
+
 class NDArrayDict(TypeDecorator):
-    """A ``dict[str, ndarray]`` as an uncompressed zip of ``.npy`` files (``np.savez`` format,
-    read back with ``allow_pickle=False``)."""
+    """A ``dict[str, ndarray]`` as :func:`pack_arrays` bytes; rows written before (an
+    uncompressed ``np.savez`` zip) are read as well. Never pickle."""
 
     impl = LargeBinary
     cache_ok = True
 
     def process_bind_param(self, value, dialect):
-        if value is None:
-            return None
-        buf = io.BytesIO()
-        with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
-            for name, arr in value.items():
-                zf.writestr(f"{name}.npy", array_to_bytes(arr))
-        return buf.getvalue()
+        return None if value is None else pack_arrays(value)
 
     def process_result_value(self, value, dialect):
-        if value is None:
-            return None
-        with np.load(io.BytesIO(bytes(value)), allow_pickle=False) as npz:
-            return {name: npz[name] for name in npz.files}
+        return None if value is None else unpack_arrays(bytes(value))
 
 
 class Base(DeclarativeBase):
