@@ -49,6 +49,7 @@ task's evidence, so that a population fitted on the first few tasks is not taken
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,6 +79,8 @@ EM_MAX_ITER = 300
 #: re-expansion, stopping when the population moves less than ``LAPLACE_TOL`` (relative).
 LAPLACE_ROUNDS = 20
 LAPLACE_TOL = 1e-4
+#: At most this many Newton steps find a task's posterior mode for its Laplace approximation.
+LAPLACE_NEWTON_STEPS = 50
 #: Prior ``N(0, LOGISTIC_MEAN_SCALE^2 I)`` on the logistic population's mean (standardised
 #: features: a log-odds slope of 10 per standard deviation is already extreme). Without it the
 #: mean has no maximum when the pooled rows are separable (a few tasks of one or two rows).
@@ -342,17 +345,24 @@ def marginal_objective(tasks: list, pop: Population, modes: list | None = None) 
     total = _log_prior(pop)
     out_modes: list = [None] * len(tasks)
     sites: list = [None] * len(tasks)
-    by_rows: dict[int, list[int]] = {}
-    for i, ((X, y), w0) in enumerate(zip(tasks, modes or [None] * len(tasks))):
-        if X.shape[0] <= QUADRATURE_ROWS:
-            by_rows.setdefault(X.shape[0], []).append(i)
-            continue
-        w, H = logistic_mode(X, y, pop.mean, prec, w0)
-        z, r = X @ w, w - pop.mean
-        total += (-float(np.sum(np.logaddexp(0.0, z) - y * z)) - 0.5 * float(r @ prec @ r)
-                  + 0.5 * logdet_prec - 0.5 * float(np.linalg.slogdet(H)[1]))
-        out_modes[i] = w
-        sites[i] = logistic_pseudo_observation(X, y, w)
+    by_rows: dict[int, list[int]] = {}  # the small tasks, by their number of rows
+    laplace: dict[int, list[int]] = {}  # the others, likewise: their modes are found together
+    for i, (X, _) in enumerate(tasks):
+        (by_rows if X.shape[0] <= QUADRATURE_ROWS else laplace).setdefault(X.shape[0], []).append(i)
+    terms = {}
+    for idx in laplace.values():
+        X, y = np.array([tasks[i][0] for i in idx]), np.array([tasks[i][1] for i in idx])
+        W0 = np.array([pop.mean if not modes or modes[i] is None else modes[i] for i in idx])
+        W, H = logistic_modes(X, y, np.broadcast_to(pop.mean, W0.shape), prec, W0, max_iter=LAPLACE_NEWTON_STEPS)
+        Z, R = np.einsum("kni,ki->kn", X, W), W - pop.mean
+        fit = np.sum(np.logaddexp(0.0, Z) - y * Z, axis=1)
+        logdet_H = np.linalg.slogdet(H)[1]
+        for k, i in enumerate(idx):
+            terms[i] = -float(fit[k]) - 0.5 * float(R[k] @ prec @ R[k]) + 0.5 * logdet_prec - 0.5 * float(logdet_H[k])
+            out_modes[i] = W[k]
+            sites[i] = logistic_pseudo_observation(X[k], y[k], W[k])
+    for i in sorted(terms):
+        total += terms[i]
     for idx in by_rows.values():
         log_z, means, covs = small_task_posteriors(np.array([tasks[i][0] for i in idx]),
                                                    np.array([tasks[i][1] for i in idx]), pop.mean, pop.cov)
@@ -382,10 +392,14 @@ def small_task_posteriors(X: np.ndarray, y: np.ndarray, mean: np.ndarray, cov: n
     V = U * np.sqrt(lam)[:, None, :]  # z = a + V r
     s = 2.0 * y - 1.0
 
-    def log_posterior(r):  # log N(r; 0, I) + log p(y | z), up to the normaliser of N; r (T, ..., n)
-        extra = (slice(None),) + (None,) * (r.ndim - 2)
-        z = a[extra] + np.einsum("tij,t...j->t...i", V, r)
-        return -0.5 * np.sum(r * r, axis=-1) - np.sum(np.logaddexp(0.0, -s[extra] * z), axis=-1)
+    Vt = V.transpose(0, 2, 1)
+
+    def log_posterior(r):  # log N(r; 0, I) + log p(y | z), up to the normaliser of N; r (T, n) or (T, Q, n)
+        if r.ndim == 2:
+            z = a + np.matmul(r[:, None, :], Vt)[:, 0, :]
+            return -0.5 * np.sum(r * r, axis=-1) - np.sum(np.logaddexp(0.0, -s * z), axis=-1)
+        z = a[:, None, :] + np.matmul(r, Vt)
+        return -0.5 * np.sum(r * r, axis=-1) - np.sum(np.logaddexp(0.0, -s[:, None, :] * z), axis=-1)
 
     r = np.zeros((T, n))
     f = log_posterior(r)
@@ -444,13 +458,17 @@ def moment_sites(means: np.ndarray, covs: np.ndarray, pop: Population,
     return J, h
 
 
+@functools.cache
 def _hermite_grid(n: int, points: int) -> tuple[np.ndarray, np.ndarray]:
     """The tensor Gauss-Hermite rule for ``int g(u) exp(-|u|^2 / 2) du`` in ``n`` dimensions:
-    nodes ``(points^n, n)`` and log weights."""
+    nodes ``(points^n, n)`` and log weights (computed once per ``(n, points)``, read-only)."""
     x, w = np.polynomial.hermite_e.hermegauss(points)
     grids = np.meshgrid(*([x] * n), indexing="ij")
     wgrids = np.meshgrid(*([np.log(w)] * n), indexing="ij")
-    return np.stack([g.reshape(-1) for g in grids], axis=1), np.sum([g.reshape(-1) for g in wgrids], axis=0)
+    nodes = np.stack([g.reshape(-1) for g in grids], axis=1)
+    log_weights = np.sum([g.reshape(-1) for g in wgrids], axis=0)
+    nodes.flags.writeable = log_weights.flags.writeable = False
+    return nodes, log_weights
 
 
 def mean_covariance(J: np.ndarray, pop: Population, mean_scale: float | None = None) -> np.ndarray:
@@ -572,10 +590,13 @@ def logistic_modes(X: np.ndarray, y: np.ndarray, centres: np.ndarray, precision:
     the negative log posterior there: arrays ``(k, d + 1)`` and ``(k, d + 1, d + 1)``.
     ``precision`` is one ``P`` for every centre or one per centre ``(k, ., .)``. Centres and
     precisions of the slopes alone (``d`` wide) leave the intercept flat, or give it the prior
-    ``N(mean, 1 / precision)`` of ``bias = (mean, precision)``. Newton's method with
+    ``N(mean, 1 / precision)`` of ``bias = (mean, precision)``. ``X`` ``(n, d + 1)`` and ``y``
+    ``(n,)`` are one task's rows for every centre, or ``(k, n, d + 1)`` and ``(k, n)`` one
+    task's per centre (tasks of as many rows, each under its own prior). Newton's method with
     step halving, every centre at once (the objective is strictly convex: it converges from
     any start)."""
-    k, d1 = centres.shape[0], X.shape[1]
+    shared = X.ndim == 2
+    k, d1 = centres.shape[0], X.shape[-1]
     P = np.broadcast_to(precision, (k,) + precision.shape[-2:])
     if centres.shape[1] == d1:
         C = centres
@@ -586,27 +607,37 @@ def logistic_modes(X: np.ndarray, y: np.ndarray, centres: np.ndarray, precision:
         P[:, -1, -1] = bias_precision
         C = np.hstack([centres, np.full((k, 1), float(bias_mean))])
 
-    def objective(W, Cs, Ps):
-        Z = W @ X.T  # (k, n)
-        R = W - Cs
-        return np.sum(np.logaddexp(0.0, Z) - y * Z, axis=1) + 0.5 * np.einsum("ki,kij,kj->k", R, Ps, R)
+    def rows(active):  # the rows and labels of the active centres
+        return (X, y) if shared else (X[active], y[active])
 
-    def hessians(W, Ps):
-        Pr = sigmoid(W @ X.T)  # (k, n)
-        return Pr, np.einsum("ni,kn,nj->kij", X, Pr * (1.0 - Pr), X) + Ps
+    def scores(W, Xa):  # (k, n)
+        return W @ Xa.T if shared else np.einsum("kni,ki->kn", Xa, W)
+
+    def objective(W, Cs, Ps, Xa, ya):
+        Z = scores(W, Xa)
+        R = W - Cs
+        return np.sum(np.logaddexp(0.0, Z) - ya * Z, axis=1) + 0.5 * np.einsum("ki,kij,kj->k", R, Ps, R)
+
+    def hessians(W, Ps, Xa):
+        Pr = sigmoid(scores(W, Xa))
+        S = Pr * (1.0 - Pr)
+        H = np.einsum("ni,kn,nj->kij", Xa, S, Xa) if shared else np.einsum("kni,kn,knj->kij", Xa, S, Xa)
+        return Pr, H + Ps
 
     W = C.copy() if W0 is None else np.array(W0, dtype=float, copy=True)
-    f = objective(W, C, P)
+    f = objective(W, C, P, X, y)
     active = np.arange(k)
     for _ in range(max_iter):
         Wa, fa, Ca, Pa = W[active], f[active], C[active], P[active]
-        Pr, H = hessians(Wa, Pa)
-        grad = (Pr - y) @ X + np.einsum("kij,kj->ki", Pa, Wa - Ca)
+        Xa, ya = rows(active)
+        Pr, H = hessians(Wa, Pa, Xa)
+        residual = (Pr - ya) @ Xa if shared else np.einsum("kn,kni->ki", Pr - ya, Xa)
+        grad = residual + np.einsum("kij,kj->ki", Pa, Wa - Ca)
         step = np.linalg.solve(H, grad[..., None])[..., 0]
         t = np.ones(active.size)
         while True:
             W_new = Wa - t[:, None] * step
-            f_new = objective(W_new, Ca, Pa)
+            f_new = objective(W_new, Ca, Pa, Xa, ya)
             bad = (f_new > fa + 1e-12 * np.abs(fa)) & (t >= 1e-8)
             if not np.any(bad):
                 break
@@ -616,11 +647,11 @@ def logistic_modes(X: np.ndarray, y: np.ndarray, centres: np.ndarray, precision:
         active = active[moved > tol * (1.0 + np.max(np.abs(W_new), axis=1))]
         if active.size == 0:
             break
-    return W, hessians(W, P)[1]
+    return W, hessians(W, P, X)[1]
 
 
 def logistic_mode(X: np.ndarray, y: np.ndarray, centre: np.ndarray, precision: np.ndarray,
-                  w0: np.ndarray | None = None, max_iter: int = 50, tol: float = 1e-8) -> tuple[np.ndarray, np.ndarray]:
+                  w0: np.ndarray | None = None, max_iter: int = LAPLACE_NEWTON_STEPS, tol: float = 1e-8) -> tuple[np.ndarray, np.ndarray]:
     """:func:`logistic_modes` for one centre: ``(w, H)``."""
     W, H = logistic_modes(X, y, centre[None, :], precision, None if w0 is None else w0[None, :], max_iter, tol)
     return W[0], H[0]

@@ -253,6 +253,51 @@ def test_logistic_modes_with_a_precision_per_centre_match_one_at_a_time():
         np.testing.assert_allclose(H[k], h, rtol=1e-8)
 
 
+def test_logistic_modes_of_tasks_with_their_own_rows_match_scipy_task_by_task():
+    rng = np.random.default_rng(6)
+    X = np.array([_design(rng.standard_normal((9, 2))) for _ in range(5)])  # (k, n, d + 1)
+    y = (rng.random((5, 9)) < 0.4).astype(float)
+    C = rng.standard_normal((5, 3))
+    P = np.array([[2.0, 0.3, 0.0], [0.3, 1.0, 0.1], [0.0, 0.1, 0.5]])
+    W, H = population.logistic_modes(X, y, C, P, W0=rng.standard_normal((5, 3)))
+    for k in range(5):
+        def f(v):
+            z = X[k] @ v
+            return np.sum(np.logaddexp(0, z) - y[k] * z) + 0.5 * (v - C[k]) @ P @ (v - C[k])
+        ref = optimize.minimize(f, np.zeros(3), method="BFGS", options={"gtol": 1e-10}).x
+        np.testing.assert_allclose(W[k], ref, atol=1e-5)
+        p = 1 / (1 + np.exp(-(X[k] @ W[k])))
+        np.testing.assert_allclose(H[k], (X[k].T * (p * (1 - p))) @ X[k] + P, rtol=1e-8)
+
+
+def test_laplace_marginal_likelihood_of_tasks_of_several_sizes_matches_a_direct_computation():
+    """Tasks of more than QUADRATURE_ROWS rows (of 4, 6 and 9 rows, in mixed order): the
+    marginal objective is the log priors plus each task's Laplace approximation at its mode,
+    the modes found by scipy here."""
+    from core.population import QUADRATURE_ROWS, _log_prior, marginal_objective
+    rng = np.random.default_rng(7)
+    sizes = [6, 4, 9, 4, 6, 9, 6]
+    assert min(sizes) > QUADRATURE_ROWS
+    tasks = [(_design(rng.standard_normal((n, 2))), (rng.random(n) < 0.5).astype(float)) for n in sizes]
+    pop = Population(np.array([0.4, -0.3, 0.2]), np.array([[1.0, 0.2, 0.1], [0.2, 0.8, 0.0], [0.1, 0.0, 0.6]]))
+    prec = np.linalg.inv(pop.cov)
+    want = _log_prior(pop)
+    for X, y in tasks:
+        def f(v):
+            z = X @ v
+            return np.sum(np.logaddexp(0, z) - y * z) + 0.5 * (v - pop.mean) @ prec @ (v - pop.mean)
+        w = optimize.minimize(f, np.zeros(3), method="BFGS", options={"gtol": 1e-10}).x
+        p = 1 / (1 + np.exp(-(X @ w)))
+        H = (X.T * (p * (1 - p))) @ X + prec
+        want += -f(w) + 0.5 * np.linalg.slogdet(prec)[1] - 0.5 * np.linalg.slogdet(H)[1]
+    total, modes, sites = marginal_objective(tasks, pop)
+    np.testing.assert_allclose(total, want, rtol=0, atol=1e-8)
+    for (X, y), w, (J, h) in zip(tasks, modes, sites):
+        p = 1 / (1 + np.exp(-(X @ w)))
+        np.testing.assert_allclose(J, (X.T * (p * (1 - p))) @ X, rtol=1e-12)
+        np.testing.assert_allclose(h, J @ w + X.T @ (y - p), rtol=1e-12, atol=1e-12)
+
+
 def test_refit_is_due_on_growth_or_on_updates_of_known_tasks():
     from core.population import refit_due
     assert not refit_due(100, 10, 110)
