@@ -96,10 +96,14 @@ _installed: _Stderr | None = None
 def access(method: str, path: str, status: int, duration_ms: float, rid: str, client: str | None = None) -> None:
     """Log the access line of a request: the ``service.access`` record ``request`` with the
     fields ``event``, ``method``, ``path``, ``status``, ``duration_ms`` and ``client`` (the
-    peer's address, as the server gives it)."""
+    peer's address, as the server gives it). The record is made by the logger's ``makeRecord``
+    and given to its ``handle``, as ``Logger.info`` does once it has looked for the caller in
+    the stack: the caller is always this function, so the record names it."""
     if access_log.isEnabledFor(logging.INFO):
-        access_log.info("request", extra={"request_id": rid, "event": "request", "method": method, "path": path,
-                                          "status": status, "duration_ms": duration_ms, "client": client})
+        access_log.handle(access_log.makeRecord(
+            access_log.name, logging.INFO, __file__, 0, "request", (), None, "access",
+            {"request_id": rid, "event": "request", "method": method, "path": path, "status": status,
+             "duration_ms": duration_ms, "client": client}))
 
 
 def take_over_server_access_log() -> bool:

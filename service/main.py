@@ -86,14 +86,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         lifespan=lifespan,
         redoc_url=None,  # /redoc is served by the ui router: Redoc's one remote image replaced (offline)
+        # The service's metrics are Prometheus's (/metrics) and its logs its own (service.logs):
+        # FastAPI's OpenTelemetry instrumentation is off, and its check is not paid per request.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.redact = redact
     app.state.keys = keys
     # Which key and which body limit each route has, recorded as its router is included: the
     # body gate checks both from the headers, before any of a body is read.
     rules = RouteRules(BodyRule(None, settings.MAX_BODY_BYTES))
-    app.add_middleware(BodyGate, rules=rules, keys=keys, timeout=settings.BODY_TIMEOUT)
-    app.add_middleware(RequestContext)  # outermost: sees every answer, 413 included
+    app.add_middleware(RequestContext, gate=BodyGate(rules, keys, settings.BODY_TIMEOUT))  # sees every answer
     install_error_handlers(app)
     auth_errors = {401: UNAUTHORIZED}
     write_errors = {**auth_errors, 403: FORBIDDEN}
@@ -111,15 +113,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             prefix = "/models/{name}"
             dependencies.append(Depends(model_name))
             responses[404] = {"description": "Unknown model."}
-        rules.add(router, BodyRule(role, *limit), prefix)
+        rules.add(router.routes, BodyRule(role, *limit), prefix)
         app.include_router(router, prefix=prefix, dependencies=dependencies, responses=responses)
 
+    # Routes are matched in order: the prediction routes first (plain Starlette routes, which
+    # check the read key themselves; both forms, GET and POST: one endpoint), then the open probes.
+    app.router.routes[0:0] = predict.routes
+    rules.add(predict.routes, BodyRule("read", settings.MAX_BODY_BYTES))
+    include(health.router)  # /healthz, /readyz: open
+    include(predict.router, "read", checks_key=True)  # what /openapi.json says of the prediction routes
     # The routes of one model, twice: on the default model (MODEL_NAME), and under
     # /models/{name} on any model.
-    # Routes are matched in the order they are included: the hot read route and the open probes
-    # first (matching /healthz after every other router took half of its time).
-    include(predict.router, "read", checks_key=True)  # both forms, GET and POST: one endpoint, which checks the read key
-    include(health.router)  # /healthz, /readyz: open
     include(tasks.router, "read")
     include(tasks.router, "read", named=True)
     include(data.router, "write")

@@ -1,5 +1,6 @@
-"""Pure ASGI middleware: the request context (request id, access log line, request metrics,
-generic 500) and the request body gate (key checked before the body, 413, 408)."""
+"""The app's pure ASGI middleware: the request context (request id, access log line, request
+metrics, generic 500) and, for a request with a body, the body gate (key checked before the
+body, 413, 408)."""
 from __future__ import annotations
 
 import asyncio
@@ -19,21 +20,30 @@ log = logging.getLogger("service")
 
 
 class RequestContext:
-    """Pure ASGI middleware (outermost in the app's stack): request id (``X-Request-ID`` in and
-    out), one JSON log line and the metrics of every request, and a generic 500 for anything
-    unhandled."""
+    """Pure ASGI middleware, the app's own and outermost: request id (``X-Request-ID`` in and
+    out), one JSON log line and the metrics of every request, a generic 500 for anything
+    unhandled, and for a request with a body the :class:`BodyGate`. The request's headers are
+    read once, here, for all of it."""
 
-    def __init__(self, app):
-        self.app = app
+    def __init__(self, app, gate: "BodyGate"):
+        self.app, self.gate = app, gate
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        sent_id = None
-        for name, value in scope.get("headers") or []:
+        sent_id = declared = authorization = None
+        chunked = False
+        for name, value in scope.get("headers") or ():
             if name == b"x-request-id":
-                sent_id = value.decode("latin-1")
-        rid = logs.valid_request_id(sent_id)
+                sent_id = value
+            elif name == b"content-length":
+                declared = value
+            elif name == b"transfer-encoding":
+                chunked = True
+            elif name == b"authorization" and authorization is None:
+                authorization = value
+        rid = logs.valid_request_id(None if sent_id is None else sent_id.decode("latin-1"))
+        rid_header = (b"x-request-id", rid.encode())
         token = logs.request_id.set(rid)
         scope.setdefault("state", {})["request_id"] = rid
         status: int | None = None
@@ -43,11 +53,15 @@ class RequestContext:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message = {**message, "headers": [*message.get("headers", []), (b"x-request-id", rid.encode())]}
+                message = {**message, "headers": [*message.get("headers", ()), rid_header]}
             await send(message)
 
         try:
-            await self.app(scope, receive, send_with_id)
+            if chunked or (declared is not None and declared != b"0"):  # a body (RFC 9112, 6.3)
+                await self.gate(self.app, scope, receive, send_with_id, declared,
+                                None if authorization is None else authorization.decode("latin-1"))
+            else:
+                await self.app(scope, receive, send_with_id)
         except Exception:  # noqa: BLE001 - the client gets a generic message, the log the details
             log.error("unhandled error in %s %s", scope["method"], scope["path"], exc_info=True)
             if status is None:
@@ -55,7 +69,7 @@ class RequestContext:
                 body = json.dumps({"detail": "internal server error", "request_id": rid}).encode()
                 await send({"type": "http.response.start", "status": 500, "headers": [
                     (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                    (b"x-request-id", rid.encode())]})
+                    rid_header]})
                 await send({"type": "http.response.body", "body": body})
         finally:
             seconds = time.perf_counter() - t0
@@ -79,17 +93,17 @@ class BodyRule:
 
 class RouteRules:
     """The :class:`BodyRule` of each route, found from the method and the path alone: before
-    routing, so before any of the body is read. :func:`service.main.create_app` adds each router
-    as it includes it, with the key its dependencies ask for; a path no rule matches gets
-    ``default`` (the app answers it 404 or 405 without reading the body)."""
+    routing, so before any of the body is read. :func:`service.main.create_app` adds the routes
+    of each router as it includes it, with the key its dependencies ask for; a path no rule
+    matches gets ``default`` (the app answers it 404 or 405 without reading the body)."""
 
     def __init__(self, default: BodyRule):
         self.default = default
         self._rules: list[tuple[re.Pattern, frozenset[str], BodyRule]] = []
 
-    def add(self, router, rule: BodyRule, prefix: str = "") -> None:
-        """Every route of ``router`` (included under ``prefix``) gets ``rule``."""
-        for route in router.routes:
+    def add(self, routes, rule: BodyRule, prefix: str = "") -> None:
+        """Every route of ``routes`` (included under ``prefix``) gets ``rule``."""
+        for route in routes:
             methods = getattr(route, "methods", None)
             if methods:  # a mount (static files) keeps the default
                 regex, _, _ = compile_path(prefix + route.path)
@@ -108,31 +122,19 @@ class BodyRefused(HTTPException):
 
 
 class BodyGate:
-    """Pure ASGI middleware for every request that has a body (a ``Content-Length`` above 0 or
-    a ``Transfer-Encoding``). Before the app runs, from the headers alone: the API key the route
-    needs (401/403, :func:`service.security.refusal`) and a declared length over the route's limit
-    (413). Then the body is handed on as the app reads it, never buffered here: past the limit
-    ``receive`` raises 413, and a client that sends nothing for ``timeout`` seconds while the body
-    is incomplete gets 408. An answer given before the whole body arrived closes the connection,
-    so that the rest of the body is never read."""
+    """What :class:`RequestContext` does with a request that has a body (a ``Content-Length``
+    above 0 or a ``Transfer-Encoding``). Before the app runs, from the headers alone: the API
+    key the route needs (401/403, :func:`service.security.refusal`) and a declared length over
+    the route's limit (413). Then the body is handed on as the app reads it, never buffered
+    here: past the limit ``receive`` raises 413, and a client that sends nothing for ``timeout``
+    seconds while the body is incomplete gets 408. An answer given before the whole body arrived
+    closes the connection, so that the rest of the body is never read."""
 
-    def __init__(self, app, rules: RouteRules, keys: KeyRing, timeout: float):
-        self.app, self.rules, self.keys, self.timeout = app, rules, keys, timeout
+    def __init__(self, rules: RouteRules, keys: KeyRing, timeout: float):
+        self.rules, self.keys, self.timeout = rules, keys, timeout
 
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        declared = authorization = None
-        chunked = False
-        for name, value in scope.get("headers") or ():
-            if name == b"content-length":
-                declared = value
-            elif name == b"transfer-encoding":
-                chunked = True
-            elif name == b"authorization" and authorization is None:
-                authorization = value.decode("latin-1")
-        if not chunked and (declared is None or declared == b"0"):
-            return await self.app(scope, receive, send)  # no body (RFC 9112, 6.3)
+    async def __call__(self, app, scope, receive, send, declared: bytes | None, authorization: str | None):
+        """Run ``app`` on a request with a body of ``declared`` bytes (``None``: chunked)."""
         path, root = scope["path"], scope.get("root_path", "")
         rule = self.rules.lookup(scope["method"], path[len(root):] if root and path.startswith(root) else path)
         if rule.role is not None:
@@ -143,7 +145,7 @@ class BodyGate:
             return await _answer(send, 413, _too_large(rule))
         body = _Body(receive, send, rule, self.timeout)
         try:
-            await self.app(scope, body.receive, body.send)
+            await app(scope, body.receive, body.send)
         except BodyRefused as exc:  # not answered by the app's handlers (e.g. read outside a route)
             if body.started:
                 raise

@@ -122,6 +122,17 @@ def refusal(keys: KeyRing, authorization: str | None, needed: Role) -> HTTPExcep
     return None
 
 
+def check_key(request: Request, needed: Role) -> None:
+    """Raise the 401 or 403 of :func:`refusal` for the request's ``Authorization`` header
+    (nothing when the API is open): what :func:`require_read` and :func:`require_write` answer,
+    for a plain Starlette route (no dependency to solve)."""
+    keys: KeyRing = request.app.state.keys
+    if keys.enabled:
+        refused = refusal(keys, request.headers.get("authorization"), needed)
+        if refused is not None:
+            raise refused
+
+
 def presented_role(request: Request) -> Role | None:
     """The role of the key ``request`` presents, ``None`` for none or an unknown one (never a
     401): for an open route that tells a keyed caller more (``/readyz``). With no key configured

@@ -87,12 +87,13 @@ class SqliteWatch(_Subscribers):
         super().__init__()
         self.poll = poll
         self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._cursor = self._conn.cursor()  # one cursor for every look (under the lock)
         self._lock = threading.Lock()
 
     def token(self, name: str) -> Hashable | None:
         try:
             with self._lock:
-                return self._conn.execute("PRAGMA data_version").fetchone()[0]
+                return self._cursor.execute("PRAGMA data_version").fetchone()[0]
         except sqlite3.Error:
             return None
 

@@ -1,15 +1,17 @@
 """GET/POST /predict and /models/{name}/predict: predictions for a learned task (never waits
 for the update lock).
 
-One endpoint, :func:`predict`, answers the four routes, mounted as plain Starlette routes
-(first in :data:`router`): it takes only the ``Request``, so FastAPI has no dependency to
-solve for it (that alone cost about a fifth of a one-row prediction). The read key is checked
-by the project's own security dependency called directly
-(:func:`service.security.require_read`), and the input is validated by pydantic in one pass:
-the query as :class:`PredictQuery`, the POST body as :class:`fcl3.schemas.PredictRequest`
-(``validate_json`` on the bytes). Errors are FastAPI's: 401, and 422 with ``loc`` under
-``path``, ``query`` or ``body``. The same endpoint is also added as FastAPI routes after them,
-which the OpenAPI document describes from the same pydantic schemas (``openapi_extra``).
+One endpoint, :func:`predict`, answers the four routes as plain Starlette routes
+(:data:`routes`), which :func:`service.main.create_app` puts first among the app's routes: it
+takes only the ``Request``, so FastAPI has no dependency to solve for it, and a prediction
+matches its route before any other is tried. The read key is checked from the
+``Authorization`` header by :func:`service.security.check_key` (the answers of the project's
+``require_read``), and the input is validated by pydantic in one pass: the query as
+:class:`PredictQuery`, the POST body as :class:`fcl3.schemas.PredictRequest` (``validate_json``
+on the bytes). Errors are FastAPI's: 401, and 422 with ``loc`` under ``path``, ``query`` or
+``body``. The same endpoint is also declared as FastAPI routes (:data:`router`), which the
+OpenAPI document describes from the same pydantic schemas (``openapi_extra``); the Starlette
+routes before them answer every request.
 
 A prediction of a few rows from the cached model costs tens of microseconds, about what a
 hop to the thread pool costs. So a request is answered on the event loop when the cached
@@ -29,6 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic_core import to_json
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import Route
 
 from fcl3.schemas import MODEL_NAME_RULE, PredictOut, PredictRequest, TaskId, csv_batch
 
@@ -114,6 +117,12 @@ def _is_json(content_type: str | None) -> bool:
 
 
 def parse_rows(x: list[str]) -> list[list[float]]:
+    """The rows of the query's ``x`` (each a comma-separated row of numbers, as :class:`float`
+    reads them); a 422 naming the first cell that is not a number."""
+    try:
+        return [list(map(float, text.split(","))) for text in x]
+    except ValueError:
+        pass
     rows = []
     for i, text in enumerate(x):
         row = []
@@ -187,7 +196,7 @@ def _answer(model, settings, query: PredictQuery | VersionQuery, body: bytes | N
 
 async def predict(request: Request) -> Response:
     """Predictions for feature rows: in the query string (GET) or a JSON body (POST)."""
-    await security.require_read(request, await security.bearer(request))
+    security.check_key(request, "read")
     name = request.path_params.get("name")
     if name is not None:
         _validated(_name, "path", name)
@@ -256,11 +265,13 @@ def _documented(router: APIRouter, path: str, named: bool) -> None:
                          openapi_extra={**key, "parameters": head + _parameters(VersionQuery), "requestBody": _BODY})
 
 
-#: The prediction routes: first plain Starlette routes, which answer (no dependency to solve),
-#: then the same endpoint as FastAPI routes, which the OpenAPI document describes. The read key
-#: is checked inside :func:`predict`: include this router without dependencies.
+#: The prediction routes that answer: plain Starlette routes, put first among the app's routes
+#: (:func:`service.main.create_app`). The read key is checked inside :func:`predict`.
+routes = [Route(path, predict, methods=["GET", "POST"], include_in_schema=False)
+          for path in ("/predict", "/models/{name}/predict")]
+
+#: The same endpoint as FastAPI routes, which the OpenAPI document describes (the routes above
+#: answer first): include this router without dependencies.
 router = APIRouter(tags=["prediction"])
-for _path in ("/predict", "/models/{name}/predict"):
-    router.add_route(_path, predict, methods=["GET", "POST"], include_in_schema=False)
 _documented(router, "/predict", named=False)
 _documented(router, "/models/{name}/predict", named=True)
