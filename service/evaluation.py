@@ -149,68 +149,96 @@ class ModelEvaluation:
 
     # ------------------------------------------------------------------ in the commit
     def in_commit(self, conn: Connection, commit: Commit) -> None:
-        """In the update's commit transaction (after the version compare-and-set): choose the
-        evaluation sets to rescore after the commit (the learned task's and the oldest others,
-        passing over those this process is rescoring), make a new task's matrix row due, fold
-        the batch's prequential sums into the task's and the model's, append the log row.
-        What it did is ``commit.prepared.evaluated`` (:class:`Evaluated`)."""
+        """In the update's commit transaction: :meth:`in_commits` of one update."""
+        self.in_commits(conn, [commit])
+
+    def in_commits(self, conn: Connection, commits: list[Commit]) -> None:
+        """In the commit transaction of consecutive updates (one, or a group in version order),
+        after the version compare-and-set: for each, choose the evaluation sets to rescore after
+        the commit (the learned task's and the oldest others, passing over those this process is
+        rescoring), make a new task's matrix row due, fold the batch's prequential sums into the
+        task's and the model's, append the log row. The state row is locked and read once and
+        written once, each task's sums once, the log rows in one statement: what is stored and
+        each ``commit.prepared.evaluated`` (:class:`Evaluated`) are those of the updates
+        committed one by one."""
         t0 = time.perf_counter()
-        p, new_version = commit.prepared, commit.version
-        learner, result, kind = p.learner, p.result, p.learner.kind
-        state = conn.execute(store.LOCK_STATE, {"w_model": self.name, "w_task": p.task_id}).mappings().first()
-        task_sums = state["task_sums"] if state else None
+        first = commits[0].prepared
+        kind, created = first.learner.kind, first.info.get("created_at")
+        state = conn.execute(store.LOCK_STATE, {"w_model": self.name, "w_task": first.task_id}).mappings().first()
         revision = int(state["revision"]) if state else 0
-        created = p.info.get("created_at")
         sets = self._load_sets(conn, created, revision) if revision else {}
         current = dict(state["scores"]) if state else {}
-        learned = [t for t in sets if t in learner.tasks_]
-        pending = self._pending
-        others = sorted((t for t in learned if t != p.task_id),
-                        key=lambda t: (_freshness(current.get(t), pending.get(t, -1)), t))[:self.settings.rescore]
-        chosen = ([p.task_id] if p.task_id in sets else []) + others
-        rescore = RescoreJob(new_version, created, learner, {t: sets[t] for t in chosen}) if chosen else None
         summary = dict(state["matrix"]) if state else {}
-        job = self._recover(conn, p, created, sets) if state and state["n_due"] else None
-        if result.new_task and self.settings.matrix and learned:  # computed after the commit, off the lock
-            new = MatrixJob(new_version, p.task_id, created, learner, {t: sets[t] for t in learned})
-            conn.execute(store.INSERT_DUE, {"model_name": self.name, "version": new_version, "task_id": p.task_id,
-                                            "created_at": commit.at})
-            with self._guard:
-                self._claimed.add((created, new_version))
-            if job is not None:  # a row whose process died: computed first
-                new.also.append(job)
-            job = new
-        batch = p.prequential
-        overall = add_sums(stored(kind, state["overall"]) if state else None, batch)
-        evaluation = None
-        if sets:
-            evaluation = {"version": new_version, "reason": "update", "task_id": p.task_id, "n_tasks": len(sets),
-                          **figures_of(summary)}
-        values = {"version": new_version, "overall": to_json(overall), "matrix": summary, "updated_at": commit.at}
+        overall = state["overall"] if state else None  # as stored (JSON)
+        due = bool(state and state["n_due"])
+        # task id -> [stored sums (JSON) or None: no row, whether the row exists, batches added]
+        tasks: dict[str, list] = {}
+        scored = {c.prepared.task_id for c in commits if c.prepared.prequential is not None}
+        if scored:
+            known = store.tasks_sums(conn, self.name, sorted(scored - {first.task_id})) if len(scored) > 1 else {}
+            if first.task_id in scored:
+                known[first.task_id] = state["task_sums"] if state else store.task_sums(conn, self.name, first.task_id)
+            tasks = {t: [known.get(t), known.get(t) is not None, 0] for t in scored}
+        logs, dues = [], []
+        for commit in commits:
+            p, new_version = commit.prepared, commit.version
+            learner, result = p.learner, p.result
+            learned = [t for t in sets if t in learner.tasks_]
+            pending = self._pending
+            others = sorted((t for t in learned if t != p.task_id),
+                            key=lambda t: (_freshness(current.get(t), pending.get(t, -1)), t))[:self.settings.rescore]
+            chosen = ([p.task_id] if p.task_id in sets else []) + others
+            rescore = RescoreJob(new_version, created, learner, {t: sets[t] for t in chosen}) if chosen else None
+            job = self._recover(conn, p, created, sets) if due else None
+            if result.new_task and self.settings.matrix and learned:  # computed after the commit, off the lock
+                new = MatrixJob(new_version, p.task_id, created, learner, {t: sets[t] for t in learned})
+                dues.append({"model_name": self.name, "version": new_version, "task_id": p.task_id,
+                             "created_at": commit.at})
+                due = True
+                with self._guard:
+                    self._claimed.add((created, new_version))
+                if job is not None:  # a row whose process died: computed first
+                    new.also.append(job)
+                job = new
+            batch = p.prequential
+            total = add_sums(stored(kind, overall), batch)
+            overall = to_json(total)
+            evaluation = None
+            if sets:
+                evaluation = {"version": new_version, "reason": "update", "task_id": p.task_id, "n_tasks": len(sets),
+                              **figures_of(summary)}
+            if batch is not None:
+                t = tasks[p.task_id]
+                t[0] = to_json(add_sums(stored(kind, t[0]), batch)) if t[0] is not None else batch.plain().to_json()
+                t[2] += 1
+            event = {"version": new_version, "task_id": p.task_id, "new_task": bool(result.new_task),
+                     "new_representative": bool(result.new_representative),
+                     "n_representatives": int(result.n_representatives), "prequential": scores(batch)}
+            if p.source:
+                event["source"] = p.source
+            logs.append({"model_name": self.name, "version": new_version, "task_id": p.task_id,
+                         "new_task": bool(result.new_task), "event": event, "batch": to_json(batch),
+                         "overall": overall, "evaluation": evaluation, "matrix": None, "created_at": commit.at})
+            p.evaluated = Evaluated(event, evaluation, scores(total), Transfer.of(summary), len(chosen), job, rescore)
+        if dues:
+            conn.execute(store.INSERT_DUE, dues)
+        last = commits[-1]
+        values = {"version": last.version, "overall": overall, "matrix": summary, "updated_at": last.at}
         if state:  # the scores are not rewritten here: rescore_sets stores them
             conn.execute(store.UPDATE_STATE, {"w_model": self.name, **values})
         else:
             conn.execute(store.INSERT_STATE, {"model_name": self.name, "revision": 0, "scores": {}, **values})
-        if batch is not None:
-            if not state:  # the model's first update: its sums were not read with the state
-                task_sums = store.task_sums(conn, self.name, p.task_id)
-            if task_sums is not None:  # (sums are never stored as JSON null: None is no row)
-                conn.execute(store.UPDATE_TASK_SUMS, {"w_model": self.name, "w_task": p.task_id, "updated_at": commit.at,
-                                                      "sums": to_json(add_sums(stored(kind, task_sums), batch))})
+        for task_id, (sums, exists, n) in tasks.items():
+            if exists:
+                conn.execute(store.UPDATE_TASK_SUMS, {"w_model": self.name, "w_task": task_id, "w_n": n,
+                                                      "updated_at": last.at, "sums": sums})
             else:
-                conn.execute(store.INSERT_TASK_SUMS, {"model_name": self.name, "task_id": p.task_id, "n_batches": 1,
-                                                      "sums": batch.plain().to_json(), "updated_at": commit.at})
-        event = {"version": new_version, "task_id": p.task_id, "new_task": bool(result.new_task),
-                 "new_representative": bool(result.new_representative),
-                 "n_representatives": int(result.n_representatives), "prequential": scores(batch)}
-        if p.source:
-            event["source"] = p.source
-        conn.execute(store.INSERT_LOG, {"model_name": self.name, "version": new_version, "task_id": p.task_id,
-                                        "new_task": bool(result.new_task), "event": event, "batch": to_json(batch),
-                                        "overall": to_json(overall), "evaluation": evaluation, "matrix": None,
-                                        "created_at": commit.at})
-        p.evaluated = Evaluated(event, evaluation, scores(overall), Transfer.of(summary), len(chosen), job, rescore)
-        p.evaluation_seconds = time.perf_counter() - t0
+                conn.execute(store.INSERT_TASK_SUMS, {"model_name": self.name, "task_id": task_id, "n_batches": n,
+                                                      "sums": sums, "updated_at": last.at})
+        conn.execute(store.INSERT_LOG, logs)
+        share = (time.perf_counter() - t0) / len(commits)
+        for commit in commits:
+            commit.prepared.evaluation_seconds = share
 
     def _recover(self, conn: Connection, p, created: Any, sets: dict[str, EvaluationSet]) -> MatrixJob | None:
         """The job of a due accuracy-matrix row this commit can compute again, or None.

@@ -41,7 +41,7 @@ UPDATE_STATE = update(state_t).where(state_t.c.model_name == bindparam("w_model"
 INSERT_STATE = insert(state_t)
 UPDATE_TASK_SUMS = (update(preq_t).where(preq_t.c.model_name == bindparam("w_model"),
                                          preq_t.c.task_id == bindparam("w_task"))
-                    .values(n_batches=preq_t.c.n_batches + 1))
+                    .values(n_batches=preq_t.c.n_batches + bindparam("w_n")))
 INSERT_TASK_SUMS = insert(preq_t)
 INSERT_LOG = insert(log_t)
 INSERT_DUE = insert(due_t)
@@ -66,6 +66,14 @@ def state(conn: Connection, name: str, lock: bool = False):
 
 def task_sums(conn: Connection, name: str, task_id: str) -> dict | None:
     return conn.execute(select(preq_t.c.sums).where(preq_t.c.model_name == name, preq_t.c.task_id == task_id)).scalar()
+
+
+def tasks_sums(conn: Connection, name: str, task_ids: list[str]) -> dict[str, dict]:
+    """The stored prequential sums of those of ``task_ids`` that have a row."""
+    if not task_ids:
+        return {}
+    return dict(conn.execute(select(preq_t.c.task_id, preq_t.c.sums).where(
+        preq_t.c.model_name == name, preq_t.c.task_id.in_(task_ids))).all())
 
 
 def sets(conn: Connection, name: str, after_revision: int | None = None):

@@ -140,7 +140,10 @@ class Commit:
 
 class CommitParticipant(Protocol):
     """A feature that writes its part of an update in the update's own transaction (the
-    evaluation, an ``Idempotency-Key``'s answer). Raising rolls the whole commit back."""
+    evaluation, an ``Idempotency-Key``'s answer). Raising rolls the whole commit back. One that
+    also has ``in_commits(conn, commits)`` (the evaluation) is called once per group commit
+    with its batches' commits in version order, before the others' ``in_commit``, and must
+    write what ``in_commit`` of each in turn would."""
 
     def in_commit(self, conn: Connection, commit: Commit) -> None: ...
 
@@ -397,7 +400,8 @@ class ModelWriter:
         """Write consecutive updates in ONE transaction: ``group[i]`` was prepared on the learner
         of ``group[i-1]`` (the first on the stored version), so batch ``i`` gets the model version
         ``base + i + 1``, its own batch row, its own answer and its participants
-        (``participants[i]``, called in order, each seeing the rows of the batches before it).
+        (``participants[i]``, called in order, each seeing the rows of the batches before it;
+        one shared by several batches with ``in_commits`` is called once for all of them).
         The model row moves from ``base`` to ``base + len(group)`` with one compare-and-set; each
         task the group touched is written once, with the last learner's state and the counters
         of every batch of it. Returns the versions; the last one is then served."""
@@ -442,10 +446,18 @@ class ModelWriter:
             conn.execute(_INSERT_BATCH, [
                 {"model_name": self.name, "task_id": p.task_id, "version": v, "n_samples": int(p.X.shape[0]),
                  "X": p.X, "y": p.y, "source": p.source, "created_at": now} for p, v in zip(group, versions)])
-            for p, v, answer, parts in zip(group, versions, answers, participants):
-                commit = Commit(p, v, now, answer)
+            commits = [Commit(p, v, now, answer) for p, v, answer in zip(group, versions, answers)]
+            shared: dict[int, tuple[Any, list[Commit]]] = {}  # a participant of several batches: called once
+            for commit, parts in zip(commits, participants):
                 for part in parts:
-                    part.in_commit(conn, commit)
+                    if hasattr(part, "in_commits"):
+                        shared.setdefault(id(part), (part, []))[1].append(commit)
+            for part, its in shared.values():
+                part.in_commits(conn, its)
+            for commit, parts in zip(commits, participants):
+                for part in parts:
+                    if not hasattr(part, "in_commits"):
+                        part.in_commit(conn, commit)
             notify(conn, self.name)
         self._serve(last, versions[-1], now)
         return versions
