@@ -100,13 +100,16 @@ def _validated(adapter: TypeAdapter, where: str, value: Any, *, json: bool = Fal
 
 def _query(request: Request) -> dict[str, Any]:
     """The query parameters :class:`PredictQuery` knows, as the framework parsed them (the last
-    of a repeated ``task_id`` or ``min_version``, every ``x``)."""
-    params = request.query_params
+    of a repeated ``task_id`` or ``min_version``, every ``x``), in one pass over them."""
     out: dict[str, Any] = {}
-    for key in ("task_id", "min_version", "x"):
-        values = params.getlist(key)
-        if values:
-            out[key] = values if key == "x" else values[-1]
+    x: list[str] = []
+    for key, value in request.query_params.multi_items():
+        if key == "x":
+            x.append(value)
+        elif key == "task_id" or key == "min_version":
+            out[key] = value
+    if x:
+        out["x"] = x
     return out
 
 
