@@ -621,8 +621,8 @@ def logistic_modes(X: np.ndarray, y: np.ndarray, centres: np.ndarray, precision:
     def hessians(W, Ps, Xa):
         Pr = sigmoid(scores(W, Xa))
         S = Pr * (1.0 - Pr)
-        H = np.einsum("ni,kn,nj->kij", Xa, S, Xa) if shared else np.einsum("kni,kn,knj->kij", Xa, S, Xa)
-        return Pr, H + Ps
+        XtS = Xa.T[None, :, :] * S[:, None, :] if shared else Xa.transpose(0, 2, 1) * S[:, None, :]
+        return Pr, np.matmul(XtS, Xa) + Ps  # X' diag(S_k) X, batched by BLAS
 
     W = C.copy() if W0 is None else np.array(W0, dtype=float, copy=True)
     f = objective(W, C, P, X, y)
