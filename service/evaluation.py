@@ -175,7 +175,7 @@ class ModelEvaluation:
         tasks: dict[str, list] = {}
         scored = {c.prepared.task_id for c in commits if c.prepared.prequential is not None}
         if scored:
-            known = store.tasks_sums(conn, self.name, sorted(scored - {first.task_id})) if len(scored) > 1 else {}
+            known = store.tasks_sums(conn, self.name, sorted(scored - {first.task_id}))  # {} for none
             if first.task_id in scored:
                 known[first.task_id] = state["task_sums"] if state else store.task_sums(conn, self.name, first.task_id)
             tasks = {t: [known.get(t), known.get(t) is not None, 0] for t in scored}

@@ -285,3 +285,41 @@ def test_a_group_whose_model_moved_is_refused_whole_and_applies_nothing(backend_
     assert all(isinstance(a, StaleWrite) for a in answers), answers
     assert [(b["version"], b["task_id"]) for b in model.reader.batches()] == [(1, "t0"), (2, "t9")]
     assert c.get("/model").json()["version"] == 2
+
+
+@pytest.mark.parametrize("shape", ["mixed", "new_then_known"])
+def test_a_group_led_by_a_new_task_with_evaluation_sets_writes_what_one_by_one_writes(backend_app, shape):
+    """The group's evaluation is written once (``ModelEvaluation.in_commits``): a group whose
+    first batch is a new task (not scored) and whose later ones are known tasks, new tasks (two
+    accuracy-matrix rows due) and a task new at the group's start, with evaluation sets, stores
+    the same log, task figures and matrix rows as the same batches posted one by one."""
+    rng = np.random.default_rng(11)
+    warm = [(f"t{i}", *regression_batch(rng, task=i)) for i in (0, 1, 0)]  # t0 with stored prequential sums
+    rows = {t: regression_batch(rng, n=6, task=i) for i, t in enumerate(["t0", "t1", "n0"])}
+    group = [("n0", *regression_batch(rng, task=5)), ("t0", *regression_batch(rng, n=2)),
+             ("t1", *regression_batch(rng, n=3, task=1)), ("n1", *regression_batch(rng, task=6)),
+             ("n0", *regression_batch(rng, n=2, task=5)), ("t0", *regression_batch(rng))]
+    if shape == "new_then_known":  # one scored task, not the group's first
+        group = group[:2]
+    apps = []
+    for grouped in (True, False):
+        c = backend_app(LOCK_WAIT=20)
+        model = c.app.state.model
+        for task, X, y in warm:
+            assert c.post(f"/tasks/{task}/data", json={"X": X, "y": y}).status_code == 200
+        for task, (X, y) in rows.items():
+            assert c.post(f"/tasks/{task}/evaluation", json={"X": X, "y": y}).status_code == 200
+        if grouped:
+            answers, sizes = _grouped(model, [lambda b=b: usecases.learn_answer(model, *b) for b in group])
+            assert sizes == [len(group)] and not [a for a in answers if isinstance(a, Exception)], answers
+        else:
+            answers = [usecases.learn_answer(model, *b) for b in group]
+        assert sorted(a["version"] for a in answers) == list(range(len(warm) + 1, len(warm) + 1 + len(group)))
+        model.evaluation.wait_idle()
+        apps.append(c)
+    g, s = (a.get("/evaluation").json() for a in apps)
+    assert g["prequential"] == s["prequential"] and g["tasks"] == s["tasks"]
+    assert g["accuracy_matrix"] == s["accuracy_matrix"] and len(g["accuracy_matrix"]["rows"]) >= 1
+    for task in {t for t, _, _ in warm + group}:
+        a, b = (c.get(f"/tasks/{task}").json() for c in apps)
+        assert {k: v for k, v in a.items() if not k.endswith("_at")} == {k: v for k, v in b.items() if not k.endswith("_at")}
