@@ -140,9 +140,10 @@ class _FileHold:
 
 
 class _Expiries:
-    """The TTLs of one process's file-lock holds, kept by one daemon thread (started at the
-    first hold) instead of a timer thread per hold: it sleeps until the earliest deadline and
-    ends the holds that reach it (:meth:`_FileHold.expire`)."""
+    """The TTLs of one process's file-lock holds, kept by one daemon thread (started by a hold
+    when none runs; it ends after a minute with nothing held) instead of a timer thread per
+    hold: it sleeps until the earliest deadline and ends the holds that reach it
+    (:meth:`_FileHold.expire`)."""
 
     def __init__(self):
         self._cond = threading.Condition()
@@ -167,12 +168,20 @@ class _Expiries:
             self._holds.pop(hold, None)
 
     def _run(self) -> None:
+        idle = False
         while True:
             with self._cond:
                 now = time.monotonic()
                 due = [h for h, d in self._holds.items() if d <= now]
                 for h in due:
                     del self._holds[h]
+                if not due and not self._holds:
+                    if idle:  # a whole wait with nothing held: ends (the next hold starts another)
+                        self._thread, self._wake = None, float("inf")
+                        return
+                    idle = True
+                else:
+                    idle = False
                 # Asleep at most 60 s: a hold added meanwhile ends no earlier than its TTL after now.
                 self._wake = min(min(self._holds.values(), default=now + 60.0), now + 60.0)
                 if not due:
