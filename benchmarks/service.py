@@ -337,6 +337,8 @@ def group_commit_matrix(port: int, pids: list[int], clients: tuple[int, ...], mo
                                "not_committed": sum(w.other for w in writers),
                                "committed_per_s": round(committed / use["wall_s"], 1),
                                "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99),
+                               "server_cpu_ms_per_update": round(use["server_cpu_s"] * 1e3 / committed, 2)
+                               if committed else None,
                                "machine_busy_share": round(use["machine_busy_share"], 2)}
     return out
 
@@ -789,11 +791,13 @@ def table(results: dict) -> str:
     for case in cases:
         c, m = case.split("x")
         add(f"group commit {c} client{'s' if c != '1' else ''} x {m} model{'s' if m != '1' else ''}: "
-            "updates/s, p50 / p99",
+            "updates/s, p50 / p99, server CPU/update",
             lambda r, case=case: "-" if case not in r.get("group_commit", {}) else
             f"{r['group_commit'][case]['committed_per_s']:.0f}/s, {r['group_commit'][case]['p50_ms']:.1f} / "
-            f"{r['group_commit'][case]['p99_ms']:.1f} ms" + (f" ({r['group_commit'][case]['not_committed']} not 200)"
-                                                             if r['group_commit'][case]['not_committed'] else ""))
+            f"{r['group_commit'][case]['p99_ms']:.1f} ms, "
+            f"{r['group_commit'][case].get('server_cpu_ms_per_update') or float('nan'):.2f} ms"
+            + (f" ({r['group_commit'][case]['not_committed']} not 200)"
+               if r['group_commit'][case]['not_committed'] else ""))
 
     def school(r):
         s = r.get("school_sequential")
