@@ -2,14 +2,15 @@
 (no server, no socket), beside the bare route of ``benchmarks.bare_app``.
 
     OPENBLAS_NUM_THREADS=1 python -m benchmarks.predict_cost [--requests 500] [--rounds 7]
-                                                             [--profile get_predict_1_row]
+                           [--postgres] [--multiproc] [--profile get_predict_1_row] [--json out.json]
 
 The service runs on a throwaway SQLite file, or with ``--postgres`` on a throwaway PostgreSQL
 database (migrated, dropped at the end) with Redis locks, as ``benchmarks.service`` runs it
 (``--multiproc``: with ``PROMETHEUS_MULTIPROC_DIR`` set, as with several workers), with one
-model of ``--tasks`` tasks learned through the app itself. Each round sends ``--requests`` requests of each kind in turn (bare
-route, ``/healthz``, ``GET /predict`` of one row, ``POST /predict`` of 1 and of 100 rows, the
-order reversed every other round) and measures the process's CPU time
+model of ``--tasks`` tasks learned through the app itself. Each round sends ``--requests``
+requests of each kind in turn (bare route, ``/healthz``, ``GET /predict`` of one row, ``POST
+/predict`` of 1 and of 100 rows, the order reversed every other round) and measures the
+process's CPU time
 (:func:`time.process_time`); the table gives the best round of each kind, in µs per request,
 and the worst beside it. ``--profile KIND`` runs that kind under :mod:`cProfile` instead and
 prints the functions by their own time. The server's HTTP parsing (uvicorn) is not measured:
@@ -142,7 +143,7 @@ def main_async(args) -> None:
 
 
 async def run(args, tmp: Path) -> None:
-    log = open(tmp / "service.log", "w")
+    log, stderr = open(tmp / "service.log", "w"), sys.stderr
     sys.stderr = log  # the access lines (the service logs to whatever sys.stderr is)
     try:
         from service.config import get_settings
@@ -164,7 +165,7 @@ async def run(args, tmp: Path) -> None:
             for name, (app, method, url, body) in kinds.items():
                 status, text = await call(apps[app], method, url, body)
                 assert status == 200, (name, status, text)
-                for _ in range(200):  # warm
+                for _ in range(min(200, args.requests)):  # warm
                     await call(apps[app], method, url, body)
             if args.profile:
                 import cProfile
@@ -176,24 +177,27 @@ async def run(args, tmp: Path) -> None:
                 for _ in range(args.requests * args.rounds):
                     await call(apps[app], method, url, body)
                 prof.disable()
-                sys.stderr = sys.__stderr__
+                sys.stderr = stderr
                 pstats.Stats(prof, stream=sys.stdout).sort_stats(args.sort).print_stats(args.top)
                 return
             result = await measure(apps, kinds, args.requests, args.rounds)
     finally:
-        sys.stderr = sys.__stderr__
+        sys.stderr = stderr
         log.close()
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    if args.quiet:
+        return
     print(f"CPU µs per request, best [worst] of {args.rounds} rounds of {args.requests} "
           f"(LOG_LEVEL={args.log_level}, {'PostgreSQL + Redis' if args.postgres else 'SQLite'}"
           f"{', multiprocess metrics' if args.multiproc else ''}):")
     for name, values in result.items():
         print(f"  {name:24s} {min(values):7.1f} [{max(values):7.1f}]")
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.predict_cost", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=500, help="requests of each kind per round")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--updates", type=int, default=40, help="batches learned before measuring")
@@ -207,7 +211,8 @@ def main(argv=None) -> None:
     ap.add_argument("--profile", default=None, help="a kind to profile instead of measuring")
     ap.add_argument("--sort", default="tottime")
     ap.add_argument("--top", type=int, default=45)
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--json", default=None, help="write the µs per request of every round here")
+    ap.add_argument("--quiet", action="store_true", help="no table on stdout")
     main_async(ap.parse_args(argv))
 
 
