@@ -747,24 +747,27 @@ class LifelongLearner:
         are left out (their weight is 0 in every task); else exactly the model's width."""
         return self._as_rows(X, self.n_features_in_)[:, :self.n_features_in_]
 
-    def decision_function(self, task_id: str, X) -> np.ndarray:
+    def _outputs(self, task_id: str, X, untarget: bool = False) -> np.ndarray:
+        """The task's scores of the rows ``X`` (with ``untarget``, in the target's units),
+        checked finite once: :class:`InputError` when they overflow."""
         self._record(task_id)
         X = self.model_rows(X)
         with np.errstate(over="ignore", invalid="ignore"):
-            score = self.scaler_.linear(X, self._task_model(task_id))
-        if not np.isfinite(score).all():
+            out = self.scaler_.linear(X, self._task_model(task_id))
+            if untarget:
+                out = self.scaler_.untarget(out)
+        if not np.isfinite(out).all():
             raise InputError("the prediction overflowed: the rows' values are too large for this model")
-        return score
+        return out
+
+    def decision_function(self, task_id: str, X) -> np.ndarray:
+        return self._outputs(task_id, X)
 
     def predict(self, task_id: str, X) -> np.ndarray:
         """Regression values, or class labels in the convention the task's labels came in."""
-        score = self.decision_function(task_id, X)
         if self.kind == "regression":
-            with np.errstate(over="ignore", invalid="ignore"):
-                values = self.scaler_.untarget(score)
-            if not np.isfinite(values).all():
-                raise InputError("the prediction overflowed: the rows' values are too large for this model")
-            return values
+            return self._outputs(task_id, X, untarget=True)
+        score = self._outputs(task_id, X)
         positive = score >= 0.0
         negative = -1.0 if self._record(task_id).labels == "pm1" else 0.0
         return np.where(positive, 1.0, negative)
