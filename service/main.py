@@ -8,6 +8,7 @@ A failed request never leaves a half-written model: every write is one transacti
 from __future__ import annotations
 
 import logging
+import os
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
@@ -71,6 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         except (sa_exc.OperationalError, sa_exc.ProgrammingError, sa_exc.InterfaceError) as exc:
             # Start anyway: /readyz says what is missing, requests answer 503 until it is back.
             log.warning("model %r not ready at start-up: %s", settings.MODEL_NAME, first_line(exc))
+        log.info("worker started (pid %d)", os.getpid(), extra={"event": "started", "pid": os.getpid()})
         yield
         watch.close()  # ends the event streams (its subscriber, the hub)
         shared.close()  # the accuracy matrix's queued rows stay due

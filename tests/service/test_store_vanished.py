@@ -96,6 +96,10 @@ def test_a_real_server_refuses_writes_once_its_file_is_deleted(spawn, tmp_path):
                     "FCL3_ESTIMATOR": ESTIMATOR, "FCL3_KIND": "regression", "FCL3_PARAMS": json.dumps(PARAMS)},
                    workers=2, log_path=tmp_path / "server.log")
     server.start()
+    # both workers started on the file (a worker that starts after it is gone makes a new one)
+    deadline = time.monotonic() + 30
+    while (tmp_path / "server.log").read_text().count('"event":"started"') < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
     rng = np.random.default_rng(3)
     with httpx.Client(base_url=server.url, timeout=30) as c:
         for _ in range(3):
