@@ -66,7 +66,7 @@ import core
 
 from .leases import Liveness
 from .tables import IdempotencyKeyRow
-from .writes import Commit, StaleWrite
+from .writes import Commit, CommitParticipant, StaleWrite
 
 keys_t = IdempotencyKeyRow.__table__
 log = logging.getLogger("service.store")
@@ -99,7 +99,7 @@ class Replayed(Exception):
 
 
 @dataclass(frozen=True)
-class Claim:
+class Claim(CommitParticipant):
     """This request holds ``key`` of ``model_name`` (as ``owner``) until its commit or release."""
 
     model_name: str

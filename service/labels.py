@@ -43,7 +43,7 @@ from fcl3.schemas import PREDICTION_ID_PATTERN
 from .refusals import Refused
 from .scores import served_outputs
 from .tables import BatchRow, RememberedPredictionRow
-from .writes import Commit, StaleWrite
+from .writes import Commit, CommitParticipant, StaleWrite
 
 remembered_t = RememberedPredictionRow.__table__
 batches_t = BatchRow.__table__
@@ -282,7 +282,7 @@ class RememberedPredictions:
 
 # ----------------------------------------------------------------------------- in the write path
 @dataclass
-class LabelBatch:
+class LabelBatch(CommitParticipant):
     """One label request on its way through :func:`service.usecases.learn_batch`: loaded under
     the update lock (:meth:`load`), marked labelled by the batch's commit (:meth:`in_commit`)."""
 

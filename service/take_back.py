@@ -32,7 +32,7 @@ from .history import History, batches_t, ranges, read_history, replay
 from .reads import Snapshot
 from .refusals import Refused
 from .scores import add_sums, stored, to_json
-from .writes import Commit, PreparedTakeBack
+from .writes import Commit, CommitParticipant, PreparedTakeBack
 
 
 class TakeBackRefused(Refused):
@@ -132,7 +132,7 @@ def prepare(reader, snap: Snapshot, batch_version: int) -> PreparedTakeBack:
                             replay_seconds=seconds)
 
 
-class TakeBackLog:
+class TakeBackLog(CommitParticipant):
     """A take-back's part in the online evaluation, in its commit: its row of the event log (an
     ``update`` event with ``taken_back``), and the prequential figures without the batch taken
     back: the model's and its task's sums recomputed, in version order, from the scored batches

@@ -30,7 +30,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from sqlalchemy import Connection, bindparam, delete, insert, select, update
@@ -138,14 +138,20 @@ class Commit:
     answer: dict[str, Any]  # the body of the update's 200 (fcl3.schemas.UpdateOut, or TakeBackOut)
 
 
-class CommitParticipant(Protocol):
+class CommitParticipant:
     """A feature that writes its part of an update in the update's own transaction (the
-    evaluation, an ``Idempotency-Key``'s answer). Raising rolls the whole commit back. One that
-    also has ``in_commits(conn, commits)`` (the evaluation) is called once per group commit
-    with its batches' commits in version order, before the others' ``in_commit``, and must
-    write what ``in_commit`` of each in turn would."""
+    evaluation, an ``Idempotency-Key``'s answer, labels marked, a take-back's scores). Raising
+    rolls the whole commit back."""
 
-    def in_commit(self, conn: Connection, commit: Commit) -> None: ...
+    def in_commit(self, conn: Connection, commit: Commit) -> None:
+        raise NotImplementedError
+
+    def in_commits(self, conn: Connection, commits: list[Commit]) -> None:
+        """Its part of consecutive updates of one group commit, in version order: what
+        :meth:`in_commit` of each in turn writes (by default, those calls; a participant of
+        many batches, as the evaluation, may write them at once)."""
+        for commit in commits:
+            self.in_commit(conn, commit)
 
 
 def _now() -> datetime:
@@ -400,8 +406,9 @@ class ModelWriter:
         """Write consecutive updates in ONE transaction: ``group[i]`` was prepared on the learner
         of ``group[i-1]`` (the first on the stored version), so batch ``i`` gets the model version
         ``base + i + 1``, its own batch row, its own answer and its participants
-        (``participants[i]``, called in order, each seeing the rows of the batches before it;
-        one shared by several batches with ``in_commits`` is called once for all of them).
+        (``participants[i]``; each participant is called once, by
+        :meth:`CommitParticipant.in_commits` with the commits of its batches, in the order the
+        participants first appear, each seeing the rows of those before it).
         The model row moves from ``base`` to ``base + len(group)`` with one compare-and-set; each
         task the group touched is written once, with the last learner's state and the counters
         of every batch of it. Returns the versions; the last one is then served."""
@@ -446,18 +453,14 @@ class ModelWriter:
             conn.execute(_INSERT_BATCH, [
                 {"model_name": self.name, "task_id": p.task_id, "version": v, "n_samples": int(p.X.shape[0]),
                  "X": p.X, "y": p.y, "source": p.source, "created_at": now} for p, v in zip(group, versions)])
-            commits = [Commit(p, v, now, answer) for p, v, answer in zip(group, versions, answers)]
-            shared: dict[int, tuple[Any, list[Commit]]] = {}  # a participant of several batches: called once
-            for commit, parts in zip(commits, participants):
+            # each participant once, with the commits of its batches, in the order they first appear
+            its: dict[int, tuple[CommitParticipant, list[Commit]]] = {}
+            for p, v, answer, parts in zip(group, versions, answers, participants):
+                commit = Commit(p, v, now, answer)
                 for part in parts:
-                    if hasattr(part, "in_commits"):
-                        shared.setdefault(id(part), (part, []))[1].append(commit)
-            for part, its in shared.values():
-                part.in_commits(conn, its)
-            for commit, parts in zip(commits, participants):
-                for part in parts:
-                    if not hasattr(part, "in_commits"):
-                        part.in_commit(conn, commit)
+                    its.setdefault(id(part), (part, []))[1].append(commit)
+            for part, commits in its.values():
+                part.in_commits(conn, commits)
             notify(conn, self.name)
         self._serve(last, versions[-1], now)
         return versions
