@@ -38,7 +38,7 @@ from .watch import notify
 
 if TYPE_CHECKING:
     from .reads import ModelReader
-    from .writes import Commit
+    from .commit_participants import Commit
 
 log = logging.getLogger("service.evaluation")
 

@@ -64,9 +64,10 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 
 import core
 
+from .commit_participants import Commit, CommitParticipant
 from .leases import Liveness
 from .tables import IdempotencyKeyRow
-from .writes import Commit, CommitParticipant, StaleWrite
+from .writes import StaleWrite
 
 keys_t = IdempotencyKeyRow.__table__
 log = logging.getLogger("service.store")

@@ -40,10 +40,11 @@ import core
 from core.preprocessing import as_matrix
 from fcl3.schemas import PREDICTION_ID_PATTERN
 
+from .commit_participants import Commit, CommitParticipant
 from .refusals import Refused
 from .scores import served_outputs
 from .tables import BatchRow, RememberedPredictionRow
-from .writes import Commit, CommitParticipant, StaleWrite
+from .writes import StaleWrite
 
 remembered_t = RememberedPredictionRow.__table__
 batches_t = BatchRow.__table__

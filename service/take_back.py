@@ -28,11 +28,12 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from . import evaluation_store as store
+from .commit_participants import Commit, CommitParticipant
 from .history import History, batches_t, ranges, read_history, replay
+from .prepared import PreparedTakeBack
 from .reads import Snapshot
 from .refusals import Refused
 from .scores import add_sums, stored, to_json
-from .writes import Commit, CommitParticipant, PreparedTakeBack
 
 
 class TakeBackRefused(Refused):

@@ -29,7 +29,9 @@ from .registry import HostedModel, ModelRegistry  # noqa: F401 - service.main bu
 from .responses import result_json
 from .scores import Transfer, scores
 from .take_back import TakeBackLog, TakeBackRefused, prepare as take_back_prepare, take_back_hash
-from .writes import Prepared, Queued, StaleWrite, WriteQueue
+from .prepared import Prepared
+from .write_queue import Queued, WriteQueue
+from .writes import StaleWrite
 
 # "service.store": the logger name is part of each of its log lines (their "logger" field).
 log = logging.getLogger("service.store")
@@ -129,7 +131,7 @@ def learn_batch(model: HostedModel, task_id: str, X, y, claim: Claim | None = No
     were served, and marked labelled by the commit.
 
     **Group commit.** The batch joins its model's queue in this process
-    (:class:`service.writes.WriteQueue`); one waiting request at a time leads: it takes the
+    (:class:`service.write_queue.WriteQueue`); one waiting request at a time leads: it takes the
     model's update lock, takes every batch queued by then (at most :data:`MAX_GROUP`; a label
     request alone), and under the lock refreshes to the stored version, learns them in arrival
     order, each on the learner the previous one left (a private copy each), scored before it is

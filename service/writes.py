@@ -1,4 +1,7 @@
 """Guarded writes of one stored model: create it, prepare an update, commit it.
+What an update computed is :mod:`service.prepared`; the features that write in a commit's
+transaction take part through :mod:`service.commit_participants`; the batches waiting for a
+group commit are :mod:`service.write_queue`.
 
 An update rewrites the model row (its global arrays; the task order lives in the task rows'
 ``position``), the one task it touched and appends one batch: its cost does not grow with the
@@ -26,9 +29,8 @@ The lock only saves wasted work; the version compare-and-set is the guard (see
 """
 from __future__ import annotations
 
-import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
@@ -38,13 +40,16 @@ from sqlalchemy.exc import IntegrityError
 
 import core
 
+from .commit_participants import Commit, CommitParticipant
 from .db import check_store
 from .learners import make_learner
+from .prepared import Prepared, PreparedTakeBack
 from .reads import ModelReader, Snapshot, batches_t, models_t, tasks_t
 from .tables import TakeBackRow
 from .responses import result_json
-from .scores import Sums, prequential as score_prequential, scores, served_sums
+from .scores import prequential as score_prequential, scores, served_sums
 from .watch import notify
+from .write_queue import WriteQueue
 
 
 class StaleWrite(Exception):
@@ -73,85 +78,6 @@ class NewModel:
     batches: list[dict[str, Any]] | None = None  # {"task_id", "version", "X", "y"[, "taken_back", "source"]}
     take_backs: list[dict[str, Any]] | None = None  # rows of take_backs (service.history)
     origin: dict[str, Any] | None = None
-
-
-@dataclass
-class Prepared:
-    """An update computed against ``base_version`` but not yet committed."""
-
-    base_version: int
-    task_id: str
-    result: core.UpdateResult
-    learner: core.LifelongLearner
-    #: global part + the tasks the commit rewrites, exported by the commit (None before)
-    state: core.ModelState | None
-    X: np.ndarray
-    y: np.ndarray
-    summary: dict[str, Any]  # the model row's summary after this update
-    info: dict[str, Any]  # the model row (without arrays) this update was computed from
-    #: The batch's prequential sums against the snapshot before it (service.scores); None: new task
-    prequential: Sums | None = None
-    engine_seconds: float = 0.0  # time in the engine's learn()
-    prequential_seconds: float = 0.0  # time scoring the batch before it is learned
-    #: What the commit did to the evaluation (service.evaluation.Evaluated), once committed
-    evaluated: Any = None
-    evaluation_seconds: float = 0.0  # time of the commit's evaluation hook (in its transaction)
-    rescore_seconds: float = 0.0  # time rescoring evaluation sets after the commit, off the lock
-    lock_held_seconds: float = 0.0  # from the update lock acquired to its release, once committed
-    source: str | None = None  # the stored batch's source: "labels" (labels that arrived later); None: posted
-
-
-@dataclass
-class PreparedTakeBack:
-    """A take-back computed against ``base_version`` but not yet committed
-    (:mod:`service.take_back`): the model rebuilt without the batch ``batch_version``."""
-
-    base_version: int
-    batch_version: int
-    task_id: str  # the batch's task
-    n_samples: int  # rows taken back
-    task_removed: bool  # the batch was its task's only one: the task is gone
-    n_replayed: int  # batches replayed to rebuild the model
-    learner: core.LifelongLearner
-    state: core.ModelState  # the whole rebuilt model (every task: the commit rewrites them all)
-    summary: dict[str, Any]
-    tasks: dict[str, dict[str, Any]]  # task id -> {"n_batches", "last_update"} after the replay
-    info: dict[str, Any]
-    replay_seconds: float = 0.0
-    answer: dict[str, Any] | None = None  # the body of the 200 (fcl3.schemas.TakeBackOut), once committed
-
-    def answer_at(self, version: int) -> dict[str, Any]:
-        task = self.learner.tasks_.get(self.task_id) if not self.task_removed else None
-        return {"version": version, "batch_version": self.batch_version, "task_id": self.task_id,
-                "n_samples": self.n_samples, "task_removed": self.task_removed,
-                "task_n_samples": int(task.n_samples) if task is not None else 0, "n_replayed": self.n_replayed,
-                "n_representatives": int(self.summary.get("n_representatives", 0))}
-
-
-@dataclass(frozen=True)
-class Commit:
-    """An update being committed: what its participants see inside its transaction."""
-
-    prepared: Prepared | PreparedTakeBack
-    version: int  # the new model version
-    at: datetime
-    answer: dict[str, Any]  # the body of the update's 200 (fcl3.schemas.UpdateOut, or TakeBackOut)
-
-
-class CommitParticipant:
-    """A feature that writes its part of an update in the update's own transaction (the
-    evaluation, an ``Idempotency-Key``'s answer, labels marked, a take-back's scores). Raising
-    rolls the whole commit back."""
-
-    def in_commit(self, conn: Connection, commit: Commit) -> None:
-        raise NotImplementedError
-
-    def in_commits(self, conn: Connection, commits: list[Commit]) -> None:
-        """Its part of consecutive updates of one group commit, in version order: what
-        :meth:`in_commit` of each in turn writes (by default, those calls; a participant of
-        many batches, as the evaluation, may write them at once)."""
-        for commit in commits:
-            self.in_commit(conn, commit)
 
 
 def _now() -> datetime:
@@ -205,64 +131,6 @@ def representatives(learner: core.LifelongLearner, previous: list[str], result: 
     if result.new_representative and result.task_id not in reps:
         reps.append(result.task_id)
     return reps
-
-
-@dataclass(eq=False)
-class Queued:
-    """One batch waiting in a :class:`WriteQueue`: what to learn, and once done, its prepared
-    update and version, or the error that refused it (nothing of it applied)."""
-
-    task_id: str
-    X: Any
-    y: Any
-    claim: Any = None  # service.idempotency.Claim of its Idempotency-Key, or None
-    labels: Any = None  # service.labels.LabelBatch (the rows loaded under the lock), or None
-    t0: float = field(default_factory=time.perf_counter)  # when it arrived
-    deadline: float = 0.0  # perf_counter time past which it no longer waits for the update lock
-    taken: bool = False  # in a group under way
-    done: bool = False
-    acquired: float = 0.0  # when its group held the update lock
-    group_size: int = 0  # batches of its group
-    released: float = 0.0  # when its group released it
-    prepared: Prepared | None = None
-    version: int | None = None
-    error: BaseException | None = None
-
-
-class WriteQueue:
-    """The batches of one model waiting in one process, in arrival order (group commit: the
-    request that leads takes the update lock and commits what is queued in one transaction;
-    :func:`service.usecases.learn_batch`). Only a data structure: ``cond`` guards it."""
-
-    def __init__(self):
-        self.cond = threading.Condition()
-        self.items: list[Queued] = []
-        self.leading = False  # a request of this process is leading a group of this model
-
-    def take(self, limit: int) -> list[Queued]:
-        """The first queued batches, at most ``limit``, marked taken (call with ``cond`` held).
-        A label request is a group of its own: its rows are loaded under the lock and marked
-        labelled by its commit, so two of them must not see the same rows pending."""
-        group: list[Queued] = []
-        for item in self.items:
-            if len(group) >= limit or (item.labels is not None and group):
-                break
-            group.append(item)
-            if item.labels is not None:
-                break
-        self.items = self.items[len(group):]
-        for item in group:
-            item.taken = True
-        return group
-
-    def finish(self, item: Queued, prepared: Prepared | None = None, version: int | None = None,
-               error: BaseException | None = None) -> None:
-        """Mark ``item`` done (its version, or its error) and wake its request."""
-        with self.cond:
-            item.prepared, item.version, item.error, item.done = prepared, version, error, True
-            if item in self.items:
-                self.items.remove(item)
-            self.cond.notify_all()
 
 
 class ModelWriter:
