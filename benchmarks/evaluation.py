@@ -74,7 +74,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
 
-    from service import lifecycle, usecases
+    from service import evaluation_usecases, lifecycle, usecases
     from service.config import Settings
     from service.db import make_bulk_engine, make_engine, upgrade_schema
     from service.locks import LocalLocks
@@ -138,7 +138,7 @@ def main(argv=None) -> dict:
                     task, X, y = item[:3]
                     if phase == "new" and name == "evaluated":
                         t0 = time.perf_counter()
-                        usecases.add_evaluation_rows(m, task, item[3], item[4])
+                        evaluation_usecases.add_evaluation_rows(m, task, item[3], item[4])
                         eval_post_ms.append((time.perf_counter() - t0) * 1000)
                     waited.clear()
                     t0 = time.perf_counter()

@@ -4,10 +4,15 @@
 per job: ``main.py`` (assembles the app and holds what the models share in its state),
 ``config.py`` (one pydantic-settings ``Settings``), ``db.py`` (engines, migrations),
 ``tables.py`` (SQLAlchemy tables), ``learners.py`` (the configured learner), ``registry.py``
-(the models a process serves), ``usecases.py`` (learn, predict, evaluation rows: where updates
-are observed), ``lifecycle.py`` (create, delete, export, import, fork), ``reads.py`` (cached
-reads of a model), ``writes.py`` (create, prepare, the guarded commit and its participants),
-``idempotency.py`` (``Idempotency-Key``), ``scores.py`` / ``evaluation.py`` /
+(the models a process serves), ``usecases.py`` (learn, predict: where updates are observed),
+``group_commit.py`` / ``write_queue.py`` (batches queued in a process, committed together),
+``write_outcomes.py`` (each write's outcome and lock wait, counted), ``idempotent_writes.py``
+(a write at most once per key), ``label_usecases.py`` / ``take_back_usecases.py`` /
+``evaluation_usecases.py`` (labels, take-backs, evaluation rows and figures),
+``lifecycle.py`` (create, delete, export, import, fork), ``reads.py`` (cached reads of a
+model), ``writes.py`` (create, prepare, the guarded commit), ``prepared.py`` (what an update
+computed before its commit), ``commit_participants.py`` (the interface a commit takes its
+participants through), ``idempotency.py`` (``Idempotency-Key``), ``scores.py`` / ``evaluation.py`` /
 ``evaluation_store.py`` / ``evaluation_reads.py`` / ``evaluation_worker.py`` (the online
 evaluation: metrics, its part in a commit, SQL, reads, background worker), ``watch.py`` (when
 the stored model changed), ``events.py`` (Server-Sent Events), ``locks.py``, ``state_files.py``,

@@ -3,7 +3,7 @@ likewise of ``POST .../labels`` and ``DELETE .../batches/{version}`` (their own 
 :func:`service.labels.labels_hash`, :func:`service.take_back.take_back_hash`).
 
 A key belongs to one model (``(model_name, key)`` is the primary key of ``idempotency_keys``).
-The life of a key, around the update of :func:`service.usecases.learn_once`::
+The life of a key, around the update of :func:`service.idempotent_writes.learn_once`::
 
     claim (own transaction, before the update lock):
         no row                 -> INSERT (hash, owner = this request, response NULL)

@@ -1,5 +1,6 @@
-"""A model's lifecycle: create, delete, export, import and fork (``/models``), with the log
-line of each. Every new model is written in one transaction (:meth:`service.writes.ModelWriter.create`)."""
+"""A model's lifecycle: create (``POST /models``, and the default model when it is missing),
+delete, export, import and fork (``/models``), with the log line of each. Every new model is
+written in one transaction (:meth:`service.writes.ModelWriter.create`)."""
 from __future__ import annotations
 
 import logging
@@ -13,7 +14,7 @@ from . import metrics, state_files
 from .idempotency import IdempotencyKeys
 from .history import ranges, read_history, replay
 from .learners import ModelConfigError, make_learner
-from .reads import ModelMissing
+from .reads import ModelMissing, Snapshot
 from .registry import HostedModel, ModelRegistry
 from fcl3.records import Column, RecordError, base_columns, parse_schema
 from .writes import NewModel, learner_summary
@@ -50,6 +51,27 @@ def create_model(model: HostedModel, model_settings: dict[str, Any]) -> None:
     register_base_columns(model, model_settings)
     log.info("created model %r (%s, %s)", model.name, model_settings["estimator"], model_settings["kind"],
              extra={"event": "model_created", "model": model.name})
+
+
+def ensure_created(model: HostedModel) -> None:
+    """Create the model's row (version 0, unfitted) if it does not exist yet (the default
+    model, at start-up and at its first write)."""
+    if model.writer.ensure_model():
+        s = model.writer.model_settings
+        register_base_columns(model, s)
+        log.info("created model %r (%s, %s)", model.name, s["estimator"], s["kind"])
+
+
+def current_for_write(model: HostedModel) -> Snapshot:
+    """The stored version for a writer: a missing default model row is created (writes may
+    write); any other missing model is unknown."""
+    try:
+        return model.reader.snapshot(check=True)
+    except ModelMissing:
+        if not model.default:
+            raise
+        ensure_created(model)
+        return model.reader.snapshot(check=True)
 
 
 def register_base_columns(model: HostedModel, model_settings: dict[str, Any]) -> None:

@@ -37,7 +37,7 @@ class Queued:
 class WriteQueue:
     """The batches of one model waiting in one process, in arrival order (group commit: the
     request that leads takes the update lock and commits what is queued in one transaction;
-    :func:`service.usecases.learn_batch`). Only a data structure: ``cond`` guards it."""
+    :mod:`service.group_commit`). Only a data structure: ``cond`` guards it."""
 
     def __init__(self):
         self.cond = threading.Condition()

@@ -5,7 +5,7 @@ group commit are :mod:`service.write_queue`.
 
 An update rewrites the model row (its global arrays; the task order lives in the task rows'
 ``position``), the one task it touched and appends one batch: its cost does not grow with the
-number of tasks. The caller (:func:`service.usecases.learn_batch`) holds the update lock around
+number of tasks. The caller (:mod:`service.group_commit`) holds the update lock around
 :meth:`ModelWriter.prepare` and :meth:`ModelWriter.commit` — or, for batches that queued
 meanwhile (group commit), around one ``prepare`` per batch and one
 :meth:`ModelWriter.commit_group` that writes them all in one transaction::

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import core
-from service import usecases
+from service import idempotent_writes, usecases
 from service.learners import make_learner
 from service.reads import ModelReader
 from service.responses import result_json
@@ -170,7 +170,7 @@ def test_idempotency_keys_in_a_group_are_answered_once_and_replayed(backend_app)
     model = c.app.state.model
     rng = np.random.default_rng(9)
     batches = [(f"t{i % 2}", *regression_batch(rng, task=i)) for i in range(6)]
-    calls = [lambda i=i, b=b: usecases.learn_once(model, *b, key=f"k-{i}") for i, b in enumerate(batches)]
+    calls = [lambda i=i, b=b: idempotent_writes.learn_once(model, *b, key=f"k-{i}") for i, b in enumerate(batches)]
     answers, sizes = _grouped(model, calls)
     assert not [a for a in answers if isinstance(a, Exception)], answers
     assert max(sizes) > 1
@@ -205,7 +205,7 @@ def test_a_key_taken_over_in_a_group_commits_the_others_alone(backend_app):
 
     model.writer.prepare = prepare
     try:
-        calls = [lambda i=i, b=b: usecases.learn_once(model, *b, key=f"k-{i}") for i, b in enumerate(batches)]
+        calls = [lambda i=i, b=b: idempotent_writes.learn_once(model, *b, key=f"k-{i}") for i, b in enumerate(batches)]
         answers, sizes = _grouped(model, calls)
     finally:
         model.writer.prepare = real_prepare

@@ -9,7 +9,8 @@ import pytest
 
 from service.db import make_engine
 from service.locks import make_locks
-from service.usecases import HostedModel, learn
+from service.registry import HostedModel
+from service.usecases import learn
 from service.writes import StaleWrite
 
 from .conftest import REDIS_URL, PG_HOST, PG_PORT, TcpProxy, regression_batch

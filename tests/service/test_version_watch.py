@@ -13,6 +13,7 @@ from service import usecases
 from service.db import make_engine, upgrade_schema
 from service.locks import LocalLocks
 from service.reads import VersionBehind
+from service.registry import HostedModel
 from service.watch import NoWatch, PostgresWatch, SqliteWatch, make_watch
 
 from .conftest import make_settings, regression_batch
@@ -43,8 +44,8 @@ def two_processes(settings, poll: float = 30.0):
             assert watch.wait_listening()
         engines.append(engine)
         watches.append(watch)
-        hosted.append(usecases.HostedModel.open(engine, LocalLocks(30, 5), settings.MODEL_NAME,
-                                                settings.model_settings(), watch=watch))
+        hosted.append(HostedModel.open(engine, LocalLocks(30, 5), settings.MODEL_NAME,
+                                       settings.model_settings(), watch=watch))
     return hosted[0], hosted[1], watches, engines
 
 

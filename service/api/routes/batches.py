@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Request, Response
 
 from fcl3.schemas import TakeBackOut
 
-from ... import usecases
+from ... import take_back_usecases
 from ...idempotency import check_key
 from ...take_back import TakeBackRefused
 from ..deps import ModelDep
@@ -63,7 +63,7 @@ def take_back(request: Request, model: ModelDep, version: BatchVersion, response
     if idempotency_key is not None:
         check_key(idempotency_key)
     try:
-        out, replayed = usecases.take_back(model, version, idempotency_key)
+        out, replayed = take_back_usecases.take_back(model, version, idempotency_key)
     except TakeBackRefused as exc:
         return exc.response(request.app.state.redact, "taken_back_by")
     if replayed:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Response
 
-from ... import features, usecases
+from ... import evaluation_usecases, features, idempotent_writes, usecases
 from ...idempotency import check_key
 from fcl3.schemas import Batch, EvaluationRows, EvaluationRowsOut, UpdateOut
 from ..deps import ModelDep, SettingsDep, TaskIdPath, check_size
@@ -66,7 +66,7 @@ def post_batch(model: ModelDep, settings: SettingsDep, batch: Batch, response: R
     X = rows_of(model, settings, batch, task_id)
     if idempotency_key is None:
         return UpdateOut(**usecases.learn_answer(model, task_id, X, batch.y))
-    body, replayed = usecases.learn_once(model, task_id, X, batch.y, idempotency_key)
+    body, replayed = idempotent_writes.learn_once(model, task_id, X, batch.y, idempotency_key)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return UpdateOut(**body)
@@ -84,6 +84,6 @@ def post_evaluation_rows(model: ModelDep, settings: SettingsDep, rows: Evaluatio
     update of another task when the set is among the EVALUATION_RESCORE ones whose scores are
     oldest (each score carries the version it is of: ``scored_version``). An update that learns
     a new task also scores every learned set, in the background, for the accuracy matrix."""
-    out = usecases.add_evaluation_rows(model, task_id, rows_of(model, settings, rows, task_id, learn=False),
+    out = evaluation_usecases.add_evaluation_rows(model, task_id, rows_of(model, settings, rows, task_id, learn=False),
                                          rows.y)
     return EvaluationRowsOut(**out)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from ... import features, usecases
+from ... import evaluation_usecases, features
 from ...registry import HostedModel
 from fcl3.schemas import ModelOut
 from ..deps import ModelDep
@@ -19,4 +19,5 @@ def get_model(model: ModelDep) -> ModelOut:
 
 
 def with_prequential(model: HostedModel, out: ModelOut) -> ModelOut:
-    return ModelOut.model_validate({**out.model_dump(), "prequential": usecases.model_prequential(model, out.kind)})
+    prequential = evaluation_usecases.model_prequential(model, out.kind)
+    return ModelOut.model_validate({**out.model_dump(), "prequential": prequential})

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request, Response
 
 from fcl3.schemas import LabelsOut, LabelsRequest, UpdateOut
 
-from ... import usecases
+from ... import label_usecases
 from ...idempotency import check_key
 from ...labels import LabelRefused
 from ..deps import ModelDep, SettingsDep, check_size
@@ -67,7 +67,7 @@ def post_labels(request: Request, model: ModelDep, settings: SettingsDep, body: 
     ids = [lb.prediction_id for lb in body.labels]
     y = [lb.y for lb in body.labels]
     try:
-        out, replayed = usecases.label(model, ids, y, idempotency_key)
+        out, replayed = label_usecases.label(model, ids, y, idempotency_key)
     except LabelRefused as exc:
         if exc.status == 422:
             raise
@@ -82,4 +82,4 @@ def get_labels(model: ModelDep) -> LabelsOut:
     """Per task: the predictions made with `"remember": true` still waiting for their label
     (not expired, not dropped), and the batches of labels learned (`POST .../labels`; a batch
     taken back no longer counts)."""
-    return LabelsOut(**usecases.labels_summary(model))
+    return LabelsOut(**label_usecases.labels_summary(model))
