@@ -18,11 +18,16 @@ most the updates in flight.
 
 **A holder that is gone** (killed with SIGKILL, its machine lost) leaves no wait behind: the
 kernel drops a dead process's ``flock`` (file locks), and a Redis lock's value names its
-holder (:class:`Holders`: the process's lease of :mod:`service.leases`, the one its
-Idempotency-Key claims name), so a waiter that finds that holder gone deletes the lock (a
-compare-and-delete of the exact value) and takes it at once. A live holder's lease is held, so
-it is never taken over before its TTL; the one exception is a PostgreSQL lease lost while its
-process lives (its connection cut, the database restarted), which is then the TTL case above.
+holder (:class:`service.lock_holders.Holders`: the process's lease of :mod:`service.leases`,
+the one its Idempotency-Key claims name), so a waiter that finds that holder gone deletes the
+lock (a compare-and-delete of the exact value) and takes it at once. A live holder's lease is
+held, so it is never taken over before its TTL; the one exception is a PostgreSQL lease lost
+while its process lives (its connection cut, the database restarted), which is then the TTL
+case above.
+
+The three backends and the choice between them (:func:`make_locks`) are here; a file lock's
+holds and their TTL are :mod:`service.file_lock_holds`, a Redis lock's holders
+:mod:`service.lock_holders`.
 """
 from __future__ import annotations
 
@@ -36,6 +41,9 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from .file_lock_holds import FileHold, HoldExpiries
+from .lock_holders import Holders
 
 log = logging.getLogger("service.locks")
 
@@ -103,93 +111,6 @@ class LocalLocks:
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$")
 
 
-class _FileHold:
-    """One process's ``flock`` on a lock file: released once, by its holder or by the timer
-    that ends it at the TTL (:class:`_Expiries`), whichever comes first."""
-
-    def __init__(self, fd: int, name: str):
-        self.fd, self.name = fd, name
-        self._guard = threading.Lock()
-        self.expired = False
-
-    def expire(self) -> None:
-        import fcntl
-
-        with self._guard:
-            if self.fd < 0 or self.expired:
-                return
-            self.expired = True
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-        log.warning("update lock %r held past its TTL: unlocked while its update still runs; the version "
-                    "check decides which commit applies", self.name)
-
-    def release(self) -> None:
-        import fcntl
-
-        with self._guard:
-            fd, self.fd = self.fd, -1
-            if fd < 0:
-                return
-            try:
-                if not self.expired:
-                    fcntl.flock(fd, fcntl.LOCK_UN)
-            finally:
-                os.close(fd)
-        if self.expired:
-            log.warning("update lock %r expired before release", self.name)
-
-
-class _Expiries:
-    """The TTLs of one process's file-lock holds, kept by one daemon thread (started by a hold
-    when none runs; it ends after a minute with nothing held) instead of a timer thread per
-    hold: it sleeps until the earliest deadline and ends the holds that reach it
-    (:meth:`_FileHold.expire`)."""
-
-    def __init__(self):
-        self._cond = threading.Condition()
-        self._holds: dict[_FileHold, float] = {}  # hold -> its deadline (monotonic)
-        self._wake = float("inf")  # when the thread wakes next (monotonic)
-        self._thread: threading.Thread | None = None
-        self._pid = 0
-
-    def add(self, hold: _FileHold, ttl: float) -> None:
-        deadline = time.monotonic() + ttl
-        with self._cond:
-            self._holds[hold] = deadline
-            if self._thread is None or self._pid != os.getpid():  # first hold (of this process, after a fork)
-                self._pid = os.getpid()
-                self._thread = threading.Thread(target=self._run, name="fcl3-lock-ttl", daemon=True)
-                self._thread.start()
-            elif deadline < self._wake:
-                self._cond.notify()
-
-    def discard(self, hold: _FileHold) -> None:
-        with self._cond:
-            self._holds.pop(hold, None)
-
-    def _run(self) -> None:
-        idle = False
-        while True:
-            with self._cond:
-                now = time.monotonic()
-                due = [h for h, d in self._holds.items() if d <= now]
-                for h in due:
-                    del self._holds[h]
-                if not due and not self._holds:
-                    if idle:  # a whole wait with nothing held: ends (the next hold starts another)
-                        self._thread, self._wake = None, float("inf")
-                        return
-                    idle = True
-                else:
-                    idle = False
-                # Asleep at most 60 s: a hold added meanwhile ends no earlier than its TTL after now.
-                self._wake = min(min(self._holds.values(), default=now + 60.0), now + 60.0)
-                if not due:
-                    self._cond.wait(self._wake - now)
-            for h in due:
-                h.expire()
-
-
 class FileLocks:
     """Cross-process locks of one machine: one lock file per model in ``directory`` (next to
     the SQLite database), held with ``flock``.
@@ -197,8 +118,9 @@ class FileLocks:
     Writers of every process queue on it (polling every 10 ms) for at most ``wait`` seconds,
     then :class:`LockBusy` (503 + Retry-After). The kernel releases a lock when its process
     dies; a holder that lives on past ``ttl`` seconds has its lock unlocked by its own process
-    (one thread per process keeps every hold's TTL; the module notes say what follows). Threads of one process first queue on an
-    in-process lock (with the same TTL), so at most one of them polls the file."""
+    (one thread per process keeps every hold's TTL, :mod:`service.file_lock_holds`; the module
+    notes say what follows). Threads of one process first queue on an in-process lock (with
+    the same TTL), so at most one of them polls the file."""
 
     backend = "file"
 
@@ -207,7 +129,7 @@ class FileLocks:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.ttl, self.wait = ttl, wait
         self._local = LocalLocks(ttl, wait)
-        self._expiries = _Expiries()
+        self._expiries = HoldExpiries()
 
     def path(self, name: str) -> Path:
         stem = name if _SAFE_NAME.match(name) else "h-" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
@@ -237,7 +159,7 @@ class FileLocks:
         wait = self.wait if wait is None else wait
         deadline = time.monotonic() + wait
         with self._local.hold(name, ttl=ttl, wait=wait):
-            held = _FileHold(self._acquire(name, deadline, wait), name)
+            held = FileHold(self._acquire(name, deadline, wait), name)
             self._expiries.add(held, ttl)
             try:
                 yield
@@ -251,59 +173,6 @@ class FileLocks:
 
     def close(self) -> None:
         return None
-
-
-# ----------------------------------------------------------------------------- holders
-class Holders:
-    """Who holds a Redis lock, written into its value, and whether that holder is gone
-    (:mod:`service.leases`: ``g<lease>`` on PostgreSQL, the lease the Idempotency-Key claims
-    name too; ``p<pid>-<start>@<machine>`` on SQLite). A holder that cannot be told (a value
-    written before holders were recorded, another kind, the database down) is never gone:
-    its lock lasts its TTL.
-
-    A verdict "alive" is kept ``CHECK_EVERY`` seconds, shared by the waiters of this process."""
-
-    CHECK_EVERY = 0.25
-
-    def __init__(self, database_url: str | None):
-        from .leases import Liveness
-
-        self.liveness = Liveness(database_url)
-        self.kind = self.liveness.kind
-        self._alive: dict[str, float] = {}  # holder -> until when (monotonic) it counts as alive
-        self._guard = threading.Lock()
-
-    def holder(self) -> str:
-        """This process as a holder ('' when it cannot be told: a lock of it then lasts its TTL)."""
-        try:
-            return self.liveness.holder()
-        except Exception as exc:  # noqa: BLE001 - the database is down: the update fails anyway
-            log.warning("update lock holder unknown (%s): a lock of this process lasts its TTL if it dies",
-                        (str(getattr(exc, "orig", None) or exc).splitlines() or [type(exc).__name__])[0])
-        return ""
-
-    def gone(self, holder: str) -> bool:
-        """Whether ``holder`` (as :meth:`holder` writes it) is a process that is gone; False when
-        it cannot be told."""
-        if not holder or holder[0] != self.kind:
-            return False
-        with self._guard:
-            if self._alive.get(holder, float("-inf")) > time.monotonic():
-                return False
-        try:
-            gone = self.liveness.gone(holder)
-        except Exception as exc:  # noqa: BLE001 - cannot be told now: wait
-            log.warning("could not tell whether update lock holder %s is gone: %s", holder, exc)
-            gone = False
-        if not gone:
-            with self._guard:
-                if len(self._alive) > 1000:
-                    self._alive.clear()
-                self._alive[holder] = time.monotonic() + self.CHECK_EVERY
-        return gone
-
-    def close(self) -> None:
-        self.liveness.close()
 
 
 #: Delete KEYS[1] if its value is exactly ARGV[1]: 1 if deleted.
