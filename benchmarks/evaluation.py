@@ -104,8 +104,8 @@ def main(argv=None) -> dict:
         lifecycle.create_model(m, {"estimator": "FCL3", "kind": "regression", "params": {}, "d": None})
         models[name] = registry.get(name)
     matrix_ms = []
-    ev = models["evaluated"].evaluation
-    row = ev.matrix_row
+    ev = models["evaluated"].evaluation.matrix
+    row = ev.store_row
 
     def timed_row(job):  # the accuracy-matrix rows, computed off the lock in the background
         t0 = time.perf_counter()
@@ -114,7 +114,7 @@ def main(argv=None) -> dict:
         finally:
             matrix_ms.append((time.perf_counter() - t0) * 1000)
 
-    ev.matrix_row = timed_row
+    ev.store_row = timed_row
     submit, waited = ev.submit, []
 
     def timed_submit(*a, **kw):  # a new task's update waits here (lock released) on a full backlog

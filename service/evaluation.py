@@ -1,46 +1,42 @@
 """Online evaluation of a stored model: its part in an update's commit, the evaluation sets
-rescored after it, the accuracy matrix's rows in the background, the posts of evaluation rows
-(definitions: docs/design.md, "Online evaluation"). Metrics: :mod:`service.scores`; SQL:
-:mod:`service.evaluation_store`; background: :mod:`service.evaluation_worker`; reads:
-:mod:`service.evaluation_reads`.
+rescored after it, the posts of evaluation rows (definitions: docs/design.md, "Online
+evaluation"). Metrics: :mod:`service.scores`; SQL: :mod:`service.evaluation_store`; the
+accuracy matrix's rows: :mod:`service.evaluation_matrix`, on the background worker of
+:mod:`service.evaluation_worker`; what a commit hands them: :mod:`service.evaluation_jobs`;
+reads: :mod:`service.evaluation_reads`.
 
 * **Evaluation sets**: every committed update rescores the task it learned and the
   ``EVALUATION_RESCORE`` other sets whose scores are oldest, chosen in its own transaction
   (:meth:`ModelEvaluation.in_commit`) and scored after the commit, off the update lock, before
   it answers (:meth:`ModelEvaluation.rescore_sets`; a later version's score is never replaced).
 * **Accuracy matrix**: an update that learns a new task makes that version's row due (a row of
-  ``evaluation_due``, in its commit) and queues it on the process's
-  :class:`service.evaluation_worker.MatrixWorker`; the stored row deletes its due row. A row
-  whose process died first is computed by the model's next update, with the snapshot that
-  update starts from: the learner of that very version.
+  ``evaluation_due``, in its commit) and its request queues it
+  (:meth:`service.evaluation_matrix.AccuracyMatrix.submit`); a row whose process died first is
+  recovered by the model's next commit (:meth:`service.evaluation_matrix.AccuracyMatrix.recover`).
 * **Log**: one ``evaluation_log`` row per committed update (the event stream replays it).
 """
 from __future__ import annotations
 
-import logging
 import threading
 import time
-from concurrent.futures import Future, wait as wait_futures
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from sqlalchemy import Connection
 
 import core
 from core.preprocessing import as_matrix, as_targets, label_convention
 
 from . import evaluation_store as store
+from .evaluation_jobs import EvaluationSet, Evaluated, MatrixJob, RescoreJob
+from .evaluation_matrix import AccuracyMatrix
 from .evaluation_worker import Foreground, MatrixWorker
-from .scores import MATRIX_METRIC, MatrixRow, Transfer, add_sums, figures_of, matrix_entry, reservoir, score_rows, \
-    scores, stored, to_json, transfer
+from .scores import Transfer, add_sums, figures_of, reservoir, score_rows, scores, stored, to_json
 from .watch import notify
 
 if TYPE_CHECKING:
-    from .reads import ModelReader
     from .commit_participants import Commit
-
-log = logging.getLogger("service.evaluation")
+    from .reads import ModelReader
 
 
 @dataclass(frozen=True)
@@ -58,53 +54,6 @@ class EvaluationSettings:
                    int(settings.PREQUENTIAL_WINDOW), bool(settings.EVALUATION_MATRIX))
 
 
-@dataclass
-class EvaluationSet:
-    X: np.ndarray
-    y: np.ndarray
-    n_received: int
-
-
-@dataclass
-class RescoreJob:
-    """Evaluation sets to rescore just after an update's commit, off the update lock: the
-    learner of ``version`` (immutable: the snapshot the commit served) on ``sets``."""
-
-    version: int
-    created: Any  # the model's created_at (its identity)
-    learner: core.LifelongLearner
-    sets: dict[str, EvaluationSet]
-
-
-@dataclass
-class MatrixJob:
-    """An accuracy-matrix row to compute: the learner of ``version`` (immutable: a served
-    snapshot) on the evaluation sets of the tasks it had learned."""
-
-    version: int
-    task_id: str
-    created: Any  # the model's created_at (its identity)
-    learner: core.LifelongLearner
-    sets: dict[str, EvaluationSet]
-    #: Rows of earlier versions to compute first: a due row whose process died.
-    also: list["MatrixJob"] = field(default_factory=list)
-    #: A row recovered by a later update: skipped if another process stored it meanwhile.
-    recovered: bool = False
-
-
-@dataclass(frozen=True)
-class Evaluated:
-    """What an update's commit did to the model's evaluation."""
-
-    event: dict[str, Any]  # the update event's body (fcl3.schemas.UpdateEvent)
-    evaluation: dict[str, Any] | None  # the evaluation event's body; None: no evaluation sets
-    overall: dict[str, Any] | None  # the model-wide prequential scores after it
-    transfer: Transfer
-    rescored: int  # evaluation sets chosen for rescoring
-    matrix_job: MatrixJob | None
-    rescore_job: RescoreJob | None
-
-
 def _freshness(entry: dict | None, pending: int = -1) -> int:
     """The version a task's current score is of, or will be once a rescoring of this process
     under way stores it (``pending``)."""
@@ -114,22 +63,21 @@ def _freshness(entry: dict | None, pending: int = -1) -> int:
 class ModelEvaluation:
     """The evaluation of one stored model in one process: a cache of its evaluation sets (by
     the revision of ``evaluation_state``), its part in each commit, the rescoring after it and
-    the accuracy matrix's rows. ``reader``: the model's reader (its cached snapshot is the
-    learner a due row of the version an update starts from needs); ``foreground`` and
-    ``worker``: the process's (:mod:`service.evaluation_worker`)."""
+    the posts of evaluation rows; its accuracy matrix's rows are :attr:`matrix`'s. ``reader``:
+    the model's reader; ``foreground`` and ``worker``: the process's
+    (:mod:`service.evaluation_worker`), for the matrix rows."""
 
     def __init__(self, reader: ModelReader, foreground: Foreground, worker: MatrixWorker,
                  settings: EvaluationSettings = EvaluationSettings()):
         self.reader, self.name = reader, reader.name
         self.engine, self.bulk = reader.engine, reader.bulk
-        self.foreground, self.worker, self.settings = foreground, worker, settings
+        self.settings = settings
+        #: Its accuracy-matrix rows (:mod:`service.evaluation_matrix`).
+        self.matrix = AccuracyMatrix(reader, foreground, worker, settings.matrix)
         self._sets: dict[str, EvaluationSet] = {}
         self._key: tuple[Any, int] | None = None  # (model created_at, revision) the cache holds
         self._guard = threading.Lock()
         self._pending: dict[str, int] = {}  # task id -> version of a rescoring under way (rescore_sets)
-        #: (model created_at, version) of the matrix rows this process has queued or is computing
-        self._claimed: set[tuple[Any, int]] = set()
-        self._futures: set[Future] = set()
 
     # ------------------------------------------------------------------ cached sets
     def _load_sets(self, conn: Connection, created: Any, revision: int) -> dict[str, EvaluationSet]:
@@ -189,14 +137,13 @@ class ModelEvaluation:
                             key=lambda t: (_freshness(current.get(t), pending.get(t, -1)), t))[:self.settings.rescore]
             chosen = ([p.task_id] if p.task_id in sets else []) + others
             rescore = RescoreJob(new_version, created, learner, {t: sets[t] for t in chosen}) if chosen else None
-            job = self._recover(conn, p, created, sets) if due else None
+            job = self.matrix.recover(conn, p, created, sets) if due else None
             if result.new_task and self.settings.matrix and learned:  # computed after the commit, off the lock
                 new = MatrixJob(new_version, p.task_id, created, learner, {t: sets[t] for t in learned})
                 dues.append({"model_name": self.name, "version": new_version, "task_id": p.task_id,
                              "created_at": commit.at})
                 due = True
-                with self._guard:
-                    self._claimed.add((created, new_version))
+                self.matrix.claim(created, new_version)
                 if job is not None:  # a row whose process died: computed first
                     new.also.append(job)
                 job = new
@@ -240,39 +187,6 @@ class ModelEvaluation:
         for commit in commits:
             commit.prepared.evaluation_seconds = share
 
-    def _recover(self, conn: Connection, p, created: Any, sets: dict[str, EvaluationSet]) -> MatrixJob | None:
-        """The job of a due accuracy-matrix row this commit can compute again, or None.
-
-        A row still due that this process is not computing was lost (its process died after the
-        commit) or is being computed by another process. The update of version ``v + 1`` holds
-        the learner of version ``v`` (the snapshot it starts from, this process's cached one),
-        so a row due at ``v`` is computed again after this commit (the first row stored wins: a
-        duplicate is only CPU). A row due at an earlier version can no longer be computed here
-        (that version's learner is gone): its due row is deleted, with a warning (its own
-        process, if alive, still stores it)."""
-        with self._guard:
-            claimed = set(self._claimed)
-        job, gone = None, []
-        for v, task in store.due(conn, self.name):
-            if (created, v) in claimed:  # this process is on it
-                continue
-            snap = self.reader.cached if v == p.base_version else None
-            if (self.settings.matrix and snap is not None and snap.version == v
-                    and snap.info.get("created_at") == created and task in getattr(snap.learner, "tasks_", {})):
-                learned = {t: e for t, e in sets.items() if t in snap.learner.tasks_}
-                if learned:
-                    job = MatrixJob(v, task, created, snap.learner, learned, recovered=True)
-                    with self._guard:
-                        self._claimed.add((created, v))
-                    continue
-            gone.append(v)
-            if self.settings.matrix:
-                log.warning("accuracy-matrix row of model %r at version %d (task %r) not stored yet, and no later "
-                            "update can compute it (that version's learner is gone): missing from the matrix "
-                            "unless the process that committed it stores it", self.name, v, task)
-        store.forget_due(conn, self.name, gone)
-        return job
-
     # ------------------------------------------------------------------ after the commit
     def rescore_sets(self, job: RescoreJob) -> int:
         """Score ``job``'s sets with the learner of ``job.version`` and store each score unless
@@ -310,77 +224,6 @@ class ModelEvaluation:
                 for t in job.sets:
                     if self._pending.get(t) == job.version:
                         del self._pending[t]
-
-    def submit(self, job: MatrixJob, done: Callable[[Transfer], None] | None = None, wait: float = 60.0) -> None:
-        """Compute ``job``'s matrix row (and the rows it recovers, first) on the process's
-        background worker; ``done(figures)`` is called after each row's commit."""
-        with self._guard:
-            for j in (*job.also, job):
-                self._claimed.add((j.created, j.version))
-        future = self.worker.submit(self._rows, job, done, wait=wait)
-        with self._guard:
-            self._futures.add(future)
-        future.add_done_callback(self._finished)
-
-    def _finished(self, future: Future) -> None:
-        with self._guard:
-            self._futures.discard(future)
-
-    def wait_idle(self, timeout: float = 60.0) -> bool:
-        """Wait until every submitted matrix row is stored (tests, benchmarks)."""
-        with self._guard:
-            futures = list(self._futures)
-        return not wait_futures(futures, timeout).not_done
-
-    def _rows(self, job: MatrixJob, done) -> None:
-        for j in (*job.also, job):
-            try:
-                figures = self.matrix_row(j)
-                if done is not None and figures is not None:
-                    done(figures)
-            except Exception as exc:  # noqa: BLE001 - the row stays due: the next update computes it
-                log.warning("accuracy-matrix row of model %r at version %d not stored: %s", self.name, j.version,
-                            type(exc).__name__)
-            finally:
-                with self._guard:
-                    self._claimed.discard((j.created, j.version))
-
-    def matrix_row(self, job: MatrixJob) -> Transfer | None:
-        """Score every set with the learner of ``job.version``, store the row in that version's
-        log row, refresh the current scores older than it, and recompute the transfer figures
-        from every stored row (kept in ``evaluation_state.matrix`` for the events and gauges).
-        Returns the figures (None: stored already, or the model is gone or was created again)."""
-        learner, kind = job.learner, job.learner.kind
-        higher = MATRIX_METRIC[kind][1]
-        if job.recovered:  # the process computing it may still be alive: nothing to do if it stored it
-            with self.engine.connect() as conn:
-                if store.matrix_stored(conn, self.name, job.version):
-                    return None
-        entries, scored = {}, {}
-        for t, e in job.sets.items():
-            self.foreground.give_way()
-            s = score_rows(learner, t, e.X, e.y)
-            if s is not None:
-                scored[t] = scores(s)
-                entries[t] = list(matrix_entry(kind, scored[t]))
-        with self.bulk.begin() as conn:
-            created = store.created_at(conn, self.name)
-            state = store.state(conn, self.name, lock=True)
-            if state is None or created != job.created:
-                return None
-            if not store.store_matrix_row(conn, self.name, job.version, job.task_id, entries):
-                return None  # stored already (by another process: the first one wins), or gone
-            store.forget_due(conn, self.name, [job.version])
-            current = dict(state["scores"])
-            for t, sc in scored.items():
-                if (current.get(t) or {}).get("version", -1) < job.version:
-                    current[t] = {"version": job.version, "scores": sc}
-            rows = [MatrixRow.stored(r.task_id, r.matrix) for r in store.matrix_rows(conn, self.name)]
-            figures = transfer(sorted({t for r in rows for t in r.scores}), rows, higher)
-            summary = {"rows": len(rows), "task_id": job.task_id, **figures.as_dict()}
-            store.write_state(conn, self.name, scores=current, matrix=summary, updated_at=store.now())
-            notify(conn, self.name)
-        return figures
 
     # ------------------------------------------------------------------ evaluation rows
     def add_rows(self, snap, task_id: str, X, y, d: int | None = None) -> dict[str, Any]:

@@ -300,7 +300,7 @@ class EvaluationLogRow(Base):
 class EvaluationDueRow(Base):
     """An accuracy-matrix row still due: written by the commit of a new task's version, deleted
     when the row is stored (``evaluation_log.matrix``). A row whose process died first is
-    computed by the model's next update (:meth:`service.evaluation.ModelEvaluation.on_commit`)."""
+    computed by the model's next update (:meth:`service.evaluation_matrix.AccuracyMatrix.recover`)."""
 
     __tablename__ = "evaluation_due"
 

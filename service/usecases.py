@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import core
 
 from . import metrics
-from .evaluation import Evaluated
+from .evaluation_jobs import Evaluated
 from .group_commit import submit
 from .idempotency import Claim, IdempotencyKeys
 from .labels import LabelBatch, remember_rows
@@ -124,8 +124,8 @@ def learn_batch(model: HostedModel, task_id: str, X, y, claim: Claim | None = No
         "group_size": item.group_size})
     _observe_evaluation(model, prepared.learner.kind, ev)
     model.wake()
-    if ev.matrix_job is not None:  # the accuracy matrix's row, off the lock (service.evaluation)
-        model.evaluation.submit(ev.matrix_job, lambda figures: _matrix_done(model, figures))
+    if ev.matrix_job is not None:  # the accuracy matrix's row, off the lock (service.evaluation_matrix)
+        model.evaluation.matrix.submit(ev.matrix_job, lambda figures: _matrix_done(model, figures))
     return prepared, version
 
 

@@ -46,7 +46,7 @@ def baseline_learner(kind: str) -> core.LifelongLearner:
 def settle(client, name=None):
     """Wait until the accuracy-matrix rows (computed just after their update) are stored."""
     model = client.app.state.models.get(name) if name else client.app.state.model
-    assert model.evaluation.wait_idle(60)
+    assert model.evaluation.matrix.wait_idle(60)
 
 
 def predict(client, name, task, X):
@@ -496,7 +496,7 @@ def test_a_matrix_row_lost_with_its_process_is_computed_by_the_next_update(make_
     process dying in between (here: the job dropped, then a new process on the same database)
     leaves the row due, and the model's next update computes it with the learner of that
     version, equal to a direct computation from /predict answers at that version."""
-    from service.evaluation import ModelEvaluation
+    from service.evaluation_matrix import AccuracyMatrix
 
     settings = dict(EVALUATION_RESCORE=0, MODEL_NAME=unique_name("lost"))
     c = _client(request, make_client, backend, **settings)
@@ -531,7 +531,7 @@ def test_a_matrix_row_lost_with_its_process_is_computed_by_the_next_update(make_
     settle(c, name)
     rows = [row_now(c, {t0})]
     with monkeypatch.context() as m:  # the process dies between the commit and the row
-        m.setattr(ModelEvaluation, "submit", lambda self, job, done=None, wait=60.0: None)
+        m.setattr(AccuracyMatrix, "submit", lambda self, job, done=None, wait=60.0: None)
         assert learn(c, t1, X1, y1)["new_task"]
     assert [r["version"] for r in c.get(f"/models/{name}/evaluation").json()["accuracy_matrix"]["rows"]] == [1]
     c.__exit__(None, None, None)
@@ -603,8 +603,9 @@ def test_updates_are_foreground_and_matrix_rows_give_way_per_set(make_client, mo
                                                                  commit(*a, **k))[1])
     monkeypatch.setattr(foreground, "give_way", lambda most=0.02: gave_way.append(most))
     sets_per_row = []
-    row = model.evaluation.matrix_row
-    monkeypatch.setattr(model.evaluation, "matrix_row", lambda job: (sets_per_row.append(len(job.sets)), row(job))[1])
+    row = model.evaluation.matrix.store_row
+    monkeypatch.setattr(model.evaluation.matrix, "store_row",
+                        lambda job: (sets_per_row.append(len(job.sets)), row(job))[1])
     for task, X, y in batches:  # three new tasks: matrix rows of 1, 2 and 3 learned sets
         c.post(f"/models/{name}/tasks/{task}/data", json={"X": X.tolist(), "y": y.tolist()}).raise_for_status()
     settle(c, name)

@@ -315,7 +315,7 @@ def test_a_group_led_by_a_new_task_with_evaluation_sets_writes_what_one_by_one_w
         else:
             answers = [usecases.learn_answer(model, *b) for b in group]
         assert sorted(a["version"] for a in answers) == list(range(len(warm) + 1, len(warm) + 1 + len(group)))
-        model.evaluation.wait_idle()
+        model.evaluation.matrix.wait_idle()
         apps.append(c)
     g, s = (a.get("/evaluation").json() for a in apps)
     assert g["prequential"] == s["prequential"] and g["tasks"] == s["tasks"]
