@@ -12,10 +12,13 @@ per job: ``main.py`` (assembles the app and holds what the models share in its s
 ``lifecycle.py`` (create, delete, export, import, fork), ``reads.py`` (cached reads of a
 model), ``writes.py`` (create, prepare, the guarded commit), ``prepared.py`` (what an update
 computed before its commit), ``commit_participants.py`` (the interface a commit takes its
-participants through), ``idempotency.py`` (``Idempotency-Key``), ``scores.py`` / ``evaluation.py`` /
-``evaluation_store.py`` / ``evaluation_reads.py`` / ``evaluation_worker.py`` (the online
-evaluation: metrics, its part in a commit, SQL, reads, background worker), ``watch.py`` (when
-the stored model changed), ``events.py`` (Server-Sent Events), ``locks.py``, ``state_files.py``,
+participants through), ``idempotency.py`` (``Idempotency-Key``), ``scores.py`` /
+``evaluation.py`` / ``evaluation_matrix.py`` / ``evaluation_jobs.py`` / ``evaluation_store.py``
+/ ``evaluation_reads.py`` / ``evaluation_worker.py`` (the online evaluation: metrics, its part
+in a commit, the accuracy matrix's rows, what a commit hands them, SQL, reads, background
+worker), ``watch.py`` (when the stored model changed), ``events.py`` (Server-Sent Events),
+``locks.py`` / ``file_lock_holds.py`` / ``lock_holders.py`` (the update lock, a file lock's
+holds, a Redis lock's holders), ``state_files.py``,
 ``responses.py``, ``middleware.py``, ``errors.py``, ``security.py``, ``logs.py``, ``metrics.py``,
 ``memory.py``, ``api/deps.py`` and ``api/routes/*`` (one router per resource).
 """
