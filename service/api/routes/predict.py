@@ -84,6 +84,9 @@ _name = TypeAdapter(ModelName)
 _csv_query = TypeAdapter(CsvQuery)
 _version_query = TypeAdapter(VersionQuery)
 _predict_query = TypeAdapter(PredictQuery)
+#: The query of a POST that has none (the usual case): what validating an empty query gives,
+#: validated once.
+_NO_QUERY = _version_query.validate_python({})
 _request = TypeAdapter(PredictRequest)
 
 
@@ -158,6 +161,12 @@ def parse_body(body: bytes, content_type: str | None, task_id: str | None = None
     return _validated(_request, "body", body, json=_is_json(content_type))
 
 
+def _csv_task(query: VersionQuery) -> str | None:
+    """The task of a ``text/csv`` body's records: the query's (:class:`CsvQuery`); else None
+    (checked by type: a pydantic model's ``getattr`` of a field it lacks is slow)."""
+    return query.task_id if isinstance(query, CsvQuery) else None
+
+
 def _answer(model, settings, query: PredictQuery | VersionQuery, body: bytes | None, content_type: str | None,
             snap=None, req: PredictRequest | None = None) -> Response:
     """The 200 of a prediction (``snap``: the snapshot ``fresh`` returned, to answer from;
@@ -168,7 +177,7 @@ def _answer(model, settings, query: PredictQuery | VersionQuery, body: bytes | N
         check_size(settings, len(query.x), (t.count(",") + 1 for t in query.x))
         task_id, X = query.task_id, parse_rows(query.x)
     else:
-        req = req if req is not None else parse_body(body, content_type, getattr(query, "task_id", None))
+        req = req if req is not None else parse_body(body, content_type, _csv_task(query))
         task_id, X = req.task_id, req.X
         if req.records is not None:
             check_size(settings, len(req.records), [])
@@ -209,11 +218,11 @@ async def predict(request: Request) -> Response:
         query, body, content_type, req = _validated(_predict_query, "query", _query(request)), None, None, None
         small = sum(t.count(",") + 1 for t in query.x) <= INLINE_VALUES
     else:
-        query = _validated(_version_query, "query", _query(request))
+        query = _validated(_version_query, "query", _query(request)) if request.scope["query_string"] else _NO_QUERY
         body, content_type = await request.body(), request.headers.get("content-type")
         if _is_csv(content_type):  # records of the task named in the query
             query = _validated(_csv_query, "query", _query(request))
-        req = parse_body(body, content_type, getattr(query, "task_id", None)) if len(body) <= INLINE_BYTES else None
+        req = parse_body(body, content_type, _csv_task(query)) if len(body) <= INLINE_BYTES else None
         # remembering writes, and records may read the vocabulary: the thread pool
         small = req is not None and not req.remember and req.records is None
     snap = model.reader.fresh(query.min_version) if small else None  # small: a POST's body is parsed
