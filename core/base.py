@@ -552,7 +552,8 @@ class LifelongLearner:
         evidence when :func:`refit_due` says so (at every update while there are at most
         :data:`EVERY_UPDATE_TASKS` tasks) and the update does not ``defer`` it: a geometric
         schedule, so the choice, which reads every task, costs a bounded amount per update on
-        average however many tasks there are."""
+        average however many tasks there are. Each family's prior over ``omega`` is
+        warm-started from the last choice's (:func:`core.evidence.omega_prior`'s ``start``)."""
         choice = getattr(self, "stream_choice_", None)
         if defer and not choice:
             return
@@ -562,7 +563,7 @@ class LifelongLearner:
                 self.stream_choice_ = {**choice, "updates": since}
                 return
         family, priors = choose_family(self._choice_evidence(), self._families, self._n_omega,
-                                       self._reference_families)
+                                       self._reference_families, start=(choice or {}).get("priors"))
         self.stream_choice_ = {"family": family, "priors": {k: [float(x) for x in v] for k, v in priors.items()},
                                "tasks": len(self.tasks_), "updates": 0}
 

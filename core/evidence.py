@@ -401,7 +401,7 @@ def family_fits(kind: str, data, library: Library | None, families: tuple[Family
 
 
 def omega_prior(log_evidence: np.ndarray, smoothing: float = OMEGA_PRIOR_SMOOTHING,
-                tol: float = OMEGA_PRIOR_TOL) -> tuple[np.ndarray, float]:
+                tol: float = OMEGA_PRIOR_TOL, start: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """The stream's prior over the ``omega`` grid, estimated from every task's evidence curve.
 
     ``log_evidence`` is ``(tasks, n_omega)``: task ``t``'s log evidence at each ``omega``.
@@ -422,6 +422,11 @@ def omega_prior(log_evidence: np.ndarray, smoothing: float = OMEGA_PRIOR_SMOOTHI
     Many tasks with alike signal-to-noise share their ``omega``, where one task's best
     ``omega`` is noisy and often at an edge of the grid (``omega -> 0``: the task equals the
     prior's centre).
+
+    ``start`` (a ``log pi``, e.g. the stream's previous estimate) is where the Newton steps
+    begin instead of the uniform ``pi`` when ``smoothing > 0``: the objective is strictly
+    concave, so the maximum is the same, and a stream that gained one task is a few steps from
+    it (ignored when it is not a distribution on the grid).
     """
     E = np.asarray(log_evidence, dtype=float)
     if E.ndim != 2 or E.shape[0] == 0:
@@ -430,6 +435,10 @@ def omega_prior(log_evidence: np.ndarray, smoothing: float = OMEGA_PRIOR_SMOOTHI
     lik = np.exp(E - top)  # (T, J), every row's largest entry is 1
     J = lik.shape[1]
     pi = np.full(J, 1.0 / J)
+    if smoothing > 0 and start is not None:
+        begin = np.exp(np.asarray(start, dtype=float))
+        if begin.shape == (J,) and np.all(np.isfinite(begin)) and np.all(begin > 0):
+            pi = begin / begin.sum()
     if smoothing > 0:  # the prior's own log-barrier: one Newton centring at tau = smoothing
         tau = final = float(smoothing)
     else:  # plain maximum likelihood: a barrier path down to a duality gap of tol
@@ -450,6 +459,10 @@ def omega_prior(log_evidence: np.ndarray, smoothing: float = OMEGA_PRIOR_SMOOTHI
             d = -(sol[:, 0] - (sol[:, 0].sum() / sol[:, 1].sum()) * sol[:, 1])
             decrement = -float(grad @ d)
             if decrement <= _NEWTON_TOL:
+                # in Newton's quadratic phase: one more full step brings pi to the maximiser
+                # to rounding, so that pi does not depend on where the steps began
+                if np.all(pi + d > 0):
+                    pi = pi + d
                 break
             neg = d < 0
             step = min(1.0, 0.99 * float(np.min(-pi[neg] / d[neg]))) if np.any(neg) else 1.0
@@ -494,7 +507,8 @@ def _evidence_curve(value, n_omega: int) -> np.ndarray | None:
 
 
 def choose_family(evidence: list[dict[str, list[float] | float | None]], families: tuple[Family, ...],
-                  n_omega: int, references: tuple[str, ...] = (RIDGE.name,)) -> tuple[str, dict[str, np.ndarray]]:
+                  n_omega: int, references: tuple[str, ...] = (RIDGE.name,),
+                  start: dict[str, np.ndarray] | None = None) -> tuple[str, dict[str, np.ndarray]]:
     """The family used for every task of a stream and each family's prior over ``omega``.
 
     ``evidence`` holds each task's evidence curve per family (``None`` or missing: the family
@@ -503,7 +517,8 @@ def choose_family(evidence: list[dict[str, list[float] | float | None]], familie
     ``references`` (those among ``families``; ``ridge`` always is) that no family beats by
     :data:`STRONG_EVIDENCE` is used, and the family with the largest total when every
     reference is beaten so. Returns the family's name and ``{family: log pi}`` (empty for an
-    empty stream: ``pi`` uniform)."""
+    empty stream: ``pi`` uniform); ``start`` (such a dict, the stream's previous choice)
+    warm-starts each family's :func:`omega_prior`."""
     rows: dict[str, list[np.ndarray]] = {f.name: [] for f in families}
     for ev in evidence:
         base = _evidence_curve(ev.get(RIDGE.name), n_omega)
@@ -516,7 +531,7 @@ def choose_family(evidence: list[dict[str, list[float] | float | None]], familie
         return RIDGE.name, {}
     totals, priors = {}, {}
     for name, curves in rows.items():
-        priors[name], totals[name] = omega_prior(np.array(curves))
+        priors[name], totals[name] = omega_prior(np.array(curves), start=(start or {}).get(name))
     best = max(totals, key=totals.get)
     for reference in (r for r in references if r in totals):
         if totals[best] - totals[reference] < STRONG_EVIDENCE:

@@ -394,8 +394,12 @@ class FCL3(LifelongLearner):
         d0 = -self.gamma * np.log(ratio)
         return np.append(dist / ref, d0)
 
-    def _solve_code(self, D, L, w, omega, rep_codes, rep_omegas, scale, use_encoder):
-        """Alternate the ``s`` (FISTA) and ``Z`` (ADMM) steps for one task (Algorithm 1)."""
+    def _solve_code(self, D, L, w, omega, rep_codes, rep_omegas, scale, use_encoder, s_start=None):
+        """Alternate the ``s`` (FISTA) and ``Z`` (ADMM) steps for one task (Algorithm 1).
+
+        ``s_start`` (the task's code from its last update) is where the first ``s`` step's
+        FISTA begins: that step is a convex problem, strictly so once the encoder's ridge term
+        is in, so the start changes only how many iterations reach its minimiser."""
         K, p = len(rep_codes), D.shape[1]
         c_enc = self.encoder_weight * scale if use_encoder else 0.0
         l1 = self.lambda1 * scale
@@ -419,14 +423,16 @@ class FCL3(LifelongLearner):
             costs = self._assignment_costs(model, ref, rep_models, rep_omegas)
             return admm_assignment(costs, self.lambda2, self.alpha, self.assignment_ridge, z0=Z0)
 
+        if s_start is not None and np.shape(s_start) != (p,):
+            s_start = None
         if K == 0:
             Z = np.ones(1)
-            return s_step(Z, None), Z
+            return s_step(Z, s_start), Z
         if not self.joint:  # CL3: assign from the single-task model, then learn s once
             Z = z_step(w, None)
-            return s_step(Z, None), Z
+            return s_step(Z, s_start), Z
         Z = np.full(K + 1, 1.0 / (K + 1)) if self.z_init == "uniform" else z_step(w, None)
-        s = s_step(Z, None)
+        s = s_step(Z, s_start)
         for _ in range(self.max_outer_iter):
             Z_new = z_step(D @ s, Z)
             s_new = s_step(Z_new, s)
@@ -474,7 +480,8 @@ class FCL3(LifelongLearner):
             seeded += 1
             rep_omegas = self._rep_hessians(record, rep_codes, D)
         scale = self._hessian_scale(record, omega)
-        s, Z = self._solve_code(D, self.L_, w, omega, rep_codes, rep_omegas, scale, use_encoder)
+        s_start = None if previous is None else previous.arrays.get("code")
+        s, Z = self._solve_code(D, self.L_, w, omega, rep_codes, rep_omegas, scale, use_encoder, s_start)
 
         terms, db, dM, dC = self._contribution_terms(s, w, omega, Z, rep_codes, rep_omegas)
         # a new A (copies of the learner share arrays, so A is never written in place), with

@@ -37,7 +37,8 @@ def test_deferred_batches_keep_the_stream_estimates_and_count_toward_their_sched
 
     X, y = rest[tids[0]]
     m.learn(tids[0], X[5:], y[5:])  # not deferred: refits what is due by now
-    family, priors = choose_family(m._choice_evidence(), m._families, m._n_omega, m._reference_families)
+    family, priors = choose_family(m._choice_evidence(), m._families, m._n_omega, m._reference_families,
+                                   start=choice["priors"])  # warm-started from the choice the batches kept
     assert m.stream_choice_["updates"] == 0  # at most EVERY_UPDATE_TASKS tasks: chosen at every refit
     assert m.stream_choice_["family"] == family
     for name, log_pi in priors.items():

@@ -232,6 +232,32 @@ def test_smoothed_omega_prior_is_the_dirichlet_map_estimate(smoothing):
     assert total == pytest.approx(np.sum(np.log(np.exp(E) @ pi)), rel=1e-12)
 
 
+def test_omega_prior_warm_started_from_a_shorter_stream_reaches_the_same_maximum(monkeypatch):
+    """A stream that gained a task starts its Newton steps from its previous ``pi``: the same
+    maximiser as from the uniform ``pi`` (to rounding, the fixed point of the MAP's EM step),
+    in fewer steps; a start that is not a distribution on the grid is ignored."""
+    rng = np.random.default_rng(11)
+    T, J = 40, 12
+    E = rng.normal(scale=3.0, size=(T, J)) + 20 * rng.normal(size=(T, 1))
+    previous, _ = ev.omega_prior(E[:-1])
+    solves = []
+    real_solve = np.linalg.solve
+    monkeypatch.setattr(ev.np.linalg, "solve", lambda *a: solves.append(1) or real_solve(*a))
+    cold, cold_total = ev.omega_prior(E)
+    cold_steps = len(solves)
+    solves.clear()
+    warm, warm_total = ev.omega_prior(E, start=previous)
+    assert len(solves) < cold_steps
+    np.testing.assert_allclose(np.exp(warm), np.exp(cold), rtol=0, atol=1e-12)
+    assert warm_total == pytest.approx(cold_total, rel=1e-12)
+    pi = np.exp(warm)
+    R = np.exp(E - E.max(axis=1, keepdims=True)) * pi
+    R /= R.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(pi, (R.sum(axis=0) + 1.0) / (T + J), rtol=1e-10)
+    for bad in (previous[:-1], np.full(J, np.nan), np.full(J, -np.inf)):
+        np.testing.assert_array_equal(ev.omega_prior(E, start=bad)[0], cold)
+
+
 def test_omega_prior_finds_the_omega_a_stream_shares():
     """Tasks whose slopes are drawn from N(0, omega0 sigma^2 I) (weak signal, few rows): the
     stream's maximum-likelihood prior puts its mass next to omega0, while half the tasks alone

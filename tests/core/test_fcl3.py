@@ -76,6 +76,33 @@ def test_s_step_minimises_its_objective(kind):
 
 
 @pytest.mark.parametrize("kind", ["regression", "classification"])
+def test_a_known_tasks_first_s_step_starts_from_its_code_and_reaches_the_same_minimiser(kind, monkeypatch):
+    """A known task's update begins FISTA at the code of its last update; the s step is
+    strictly convex, so the code equals the one solved from zero (to the solver's tolerance)."""
+    import core.fcl3 as fcl3_module
+
+    m, _ = fitted(kind)
+    _, X, y, _ = clustered_stream(9, kind=kind, seed=3)[8]
+    before = m.tasks_["task8"].arrays["code"].copy()
+    cold = m.copy()
+    starts = []
+    real_fista, real_solve = fcl3_module.fista_quadratic_l1, FCL3._solve_code
+
+    def spy(H, g, lam, x0=None, **kw):
+        starts.append(x0)
+        return real_fista(H, g, lam, x0=x0, **kw)
+
+    monkeypatch.setattr(fcl3_module, "fista_quadratic_l1", spy)
+    warm_code = m.learn("task8", X, y).code
+    np.testing.assert_array_equal(starts[0], before)
+    starts.clear()
+    monkeypatch.setattr(FCL3, "_solve_code", lambda self, *a: real_solve(self, *a[:8], None))
+    cold_code = cold.learn("task8", X, y).code
+    assert starts[0] is None
+    np.testing.assert_allclose(warm_code, cold_code, rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("kind", ["regression", "classification"])
 def test_statistics_are_the_sum_of_stored_contributions(kind):
     m, _ = fitted(kind)
     A = sum(m._stored_contribution(r)[0] for r in m.tasks_.values())
