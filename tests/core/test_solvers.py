@@ -59,6 +59,37 @@ def test_fista_matches_scipy(seed):
     np.testing.assert_allclose(x, ref, atol=1e-5)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_fista_returns_the_exact_minimiser_found_by_enumerating_sign_patterns(seed):
+    """The lasso's minimiser is, for some pattern of signs (-1, 0, +1 per coordinate), the
+    solution of ``H_SS x_S = g_S - lam/2 sign_S`` that meets the optimality conditions; trying
+    all 3^p patterns finds it independently. FISTA's answer equals it to rounding, not merely
+    to its stopping tolerance."""
+    import itertools
+
+    rng = np.random.default_rng(100 + seed)
+    p = 6
+    B = rng.normal(size=(9, p))
+    H = B.T @ B / 9 + 0.02 * np.eye(p)
+    g = rng.normal(size=p)
+    lam = [0.2, 0.6, 1.2, 0.05][seed]
+    best = None
+    for pattern in itertools.product((-1, 0, 1), repeat=p):
+        signs = np.array(pattern, dtype=float)
+        S = np.flatnonzero(signs)
+        z = np.zeros(p)
+        if S.size:
+            z[S] = np.linalg.solve(H[np.ix_(S, S)], g[S] - 0.5 * lam * signs[S])
+            if np.any(np.sign(z[S]) != signs[S]):
+                continue
+        grad = 2 * (H @ z - g)
+        if np.all(np.abs(grad[signs == 0]) <= lam + 1e-12):
+            best = z
+            break
+    assert best is not None
+    np.testing.assert_allclose(fista_quadratic_l1(H, g, lam), best, rtol=0, atol=1e-13)
+
+
 def test_fista_gives_exact_zeros_for_large_l1():
     H = np.eye(3)
     g = np.array([0.1, -0.2, 2.0])
