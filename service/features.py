@@ -16,11 +16,8 @@ import json
 from functools import lru_cache
 from typing import Any, Sequence
 
-from fastapi import HTTPException
-
 from fcl3.records import (Column, RecordError, Schema, check_records, encode, needed_columns, parse_schema,
                           typed_records)
-
 from fcl3.schemas import ModelOut
 
 from .reads import ModelMissing
