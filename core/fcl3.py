@@ -423,8 +423,6 @@ class FCL3(LifelongLearner):
             costs = self._assignment_costs(model, ref, rep_models, rep_omegas)
             return admm_assignment(costs, self.lambda2, self.alpha, self.assignment_ridge, z0=Z0)
 
-        if s_start is not None and np.shape(s_start) != (p,):
-            s_start = None
         if K == 0:
             Z = np.ones(1)
             return s_step(Z, s_start), Z

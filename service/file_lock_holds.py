@@ -1,7 +1,7 @@
 """One process's ``flock`` holds on the update-lock files (:class:`service.locks.FileLocks`)
 and their TTL: each hold is released once, by its holder or at its TTL, whichever comes first,
-and the TTLs of every hold of the process are kept by one daemon thread instead of a timer
-thread per hold. A hold that reaches its TTL is unlocked while its update still runs: the
+and the TTLs of every hold of the process are kept by one daemon thread (starting a timer
+thread for each hold cost about 1 ms per update). A hold that reaches its TTL is unlocked while its update still runs: the
 version check decides which commit applies (:mod:`service.locks`).
 """
 from __future__ import annotations
@@ -53,9 +53,8 @@ class FileHold:
 
 class HoldExpiries:
     """The TTLs of one process's file-lock holds, kept by one daemon thread (started by a hold
-    when none runs; it ends after a minute with nothing held) instead of a timer thread per
-    hold: it sleeps until the earliest deadline and ends the holds that reach it
-    (:meth:`FileHold.expire`)."""
+    when none runs; it ends after a minute with nothing held): it sleeps until the earliest
+    deadline and ends the holds that reach it (:meth:`FileHold.expire`)."""
 
     def __init__(self):
         self._cond = threading.Condition()
