@@ -431,55 +431,88 @@ def omega_prior(log_evidence: np.ndarray, smoothing: float = OMEGA_PRIOR_SMOOTHI
     E = np.asarray(log_evidence, dtype=float)
     if E.ndim != 2 or E.shape[0] == 0:
         raise ValueError("omega_prior needs a (tasks, n_omega) array with at least one task")
-    top = E.max(axis=1, keepdims=True)
-    lik = np.exp(E - top)  # (T, J), every row's largest entry is 1
-    J = lik.shape[1]
-    pi = np.full(J, 1.0 / J)
-    if smoothing > 0 and start is not None:
-        begin = np.exp(np.asarray(start, dtype=float))
-        if begin.shape == (J,) and np.all(np.isfinite(begin)) and np.all(begin > 0):
-            pi = begin / begin.sum()
+    log_pi, totals = omega_priors(E[None], smoothing, tol, None if start is None else [start])
+    return log_pi[0], float(totals[0])
+
+
+def omega_priors(log_evidence: np.ndarray, smoothing: float = OMEGA_PRIOR_SMOOTHING,
+                 tol: float = OMEGA_PRIOR_TOL, starts: list | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`omega_prior` of several streams of curves over the same tasks at once (each
+    family's, :func:`choose_family`): ``log_evidence`` is ``(streams, tasks, n_omega)``,
+    ``starts`` one start (or ``None``) per stream. Each stream's Newton steps and line search
+    are its own, taken side by side in stacked arrays (one call per step for all streams
+    instead of one per stream: the arrays are small and the calls' overhead is their cost).
+    Returns ``(log pi, L(pi))``, ``(streams, n_omega)`` and ``(streams,)``."""
+    E = np.asarray(log_evidence, dtype=float)
+    if E.ndim != 3 or E.shape[1] == 0:
+        raise ValueError("omega_priors needs a (streams, tasks, n_omega) array with at least one task")
+    top = E.max(axis=2, keepdims=True)
+    lik = np.exp(E - top)  # (F, T, J), every row's largest entry is 1
+    F, _, J = lik.shape
+    pi = np.full((F, J), 1.0 / J)
+    for f, start in enumerate(starts or ()):
+        if smoothing > 0 and start is not None:
+            begin = np.exp(np.asarray(start, dtype=float))
+            if begin.shape == (J,) and np.all(np.isfinite(begin)) and np.all(begin > 0):
+                pi[f] = begin / begin.sum()
     if smoothing > 0:  # the prior's own log-barrier: one Newton centring at tau = smoothing
         tau = final = float(smoothing)
     else:  # plain maximum likelihood: a barrier path down to a duality gap of tol
         tau, final = max(_BARRIER_START, tol / J), tol / J
+    diagonal = np.arange(J)
 
-    def barrier(p):
-        return -float(np.sum(np.log(lik @ p))) - tau * float(np.sum(np.log(p)))
+    def barrier(L, p):  # (k, T, J), (k, J) -> (k,); infinite where p leaves the simplex's inside
+        inside = np.all(p > 0, axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            value = -np.log(L @ p[:, :, None])[:, :, 0].sum(axis=1) - tau * np.log(p).sum(axis=1)
+        return np.where(inside, value, np.inf)
 
     while True:
-        value = barrier(pi)
+        value = barrier(lik, pi)
+        active = np.ones(F, dtype=bool)
         for _ in range(_NEWTON_MAX_STEPS):
-            A = lik / (lik @ pi)[:, None]
-            grad = -A.sum(axis=0) - tau / pi
-            H = A.T @ A
-            H[np.diag_indices(J)] += tau / (pi * pi)
+            rows = np.flatnonzero(active)
+            if rows.size == 0:
+                break
+            L, p = lik[rows], pi[rows]
+            A = L / (L @ p[:, :, None])
+            grad = -A.sum(axis=1) - tau / p
+            H = A.transpose(0, 2, 1) @ A
+            H[:, diagonal, diagonal] += tau / (p * p)
             # the Newton step on the plane sum(pi) = 1: d = -H^-1 (grad + nu 1) with 1'd = 0
-            sol = np.linalg.solve(H, np.column_stack([grad, np.ones(J)]))
-            d = -(sol[:, 0] - (sol[:, 0].sum() / sol[:, 1].sum()) * sol[:, 1])
-            decrement = -float(grad @ d)
-            if decrement <= _NEWTON_TOL:
-                # in Newton's quadratic phase: one more full step brings pi to the maximiser
-                # to rounding, so that pi does not depend on where the steps began
-                if np.all(pi + d > 0):
-                    pi = pi + d
-                break
-            neg = d < 0
-            step = min(1.0, 0.99 * float(np.min(-pi[neg] / d[neg]))) if np.any(neg) else 1.0
-            while True:  # backtracking (Armijo) inside the simplex
-                trial = pi + step * d
-                trial_value = barrier(trial) if np.all(trial > 0) else np.inf
-                if trial_value <= value - 0.25 * step * decrement or step < 1e-12:
-                    break
-                step *= 0.5
-            if not np.isfinite(trial_value):
-                break
-            pi, value = trial, trial_value
+            sol = np.linalg.solve(H, np.stack([grad, np.ones_like(grad)], axis=2))
+            d = -(sol[:, :, 0] - (sol[:, :, 0].sum(axis=1) / sol[:, :, 1].sum(axis=1))[:, None] * sol[:, :, 1])
+            decrement = -np.einsum("kj,kj->k", grad, d)
+            done = decrement <= _NEWTON_TOL
+            # in Newton's quadratic phase: one more full step brings pi to the maximiser to
+            # rounding, so that pi does not depend on where the steps began
+            last = done & np.all(p + d > 0, axis=1)
+            pi[rows[last]] = p[last] + d[last]
+            active[rows[done]] = False
+            go = ~done
+            if not np.any(go):
+                continue
+            rows, L, p, d, decrement = rows[go], L[go], p[go], d[go], decrement[go]
+            with np.errstate(divide="ignore"):
+                room = np.where(d < 0, -p / np.where(d < 0, d, -1.0), np.inf).min(axis=1)
+            step = np.minimum(1.0, 0.99 * room)
+            pending = np.ones(rows.size, dtype=bool)
+            trial_value = np.full(rows.size, np.inf)
+            while np.any(pending):  # backtracking (Armijo) inside the simplex, each stream its own
+                trial_value[pending] = barrier(L[pending], p[pending] + step[pending, None] * d[pending])
+                accepted = (trial_value <= value[rows] - 0.25 * step * decrement) | (step < 1e-12)
+                pending &= ~accepted
+                step[pending] *= 0.5
+            moved = np.isfinite(trial_value)
+            active[rows[~moved]] = False
+            pi[rows[moved]] = p[moved] + step[moved, None] * d[moved]
+            value[rows[moved]] = trial_value[moved]
         if tau <= final:
             break
         tau = max(tau / _BARRIER_FACTOR, final)
-    pi = pi / pi.sum()
-    return np.log(pi), float(np.sum(np.log(lik @ pi))) + float(top.sum())
+    pi = pi / pi.sum(axis=1, keepdims=True)
+    totals = np.log(lik @ pi[:, :, None])[:, :, 0].sum(axis=1) + top[:, :, 0].sum(axis=1)
+    return np.log(pi), totals
 
 
 def posterior_fit(curve: Curve, log_prior: np.ndarray | None = None) -> Fit:
@@ -529,9 +562,10 @@ def choose_family(evidence: list[dict[str, list[float] | float | None]], familie
             rows[name].append(base if value is None else value)
     if not rows[RIDGE.name]:
         return RIDGE.name, {}
-    totals, priors = {}, {}
-    for name, curves in rows.items():
-        priors[name], totals[name] = omega_prior(np.array(curves), start=(start or {}).get(name))
+    names = list(rows)
+    log_pi, stream_totals = omega_priors(np.array([rows[name] for name in names]),
+                                         starts=[(start or {}).get(name) for name in names])
+    priors, totals = dict(zip(names, log_pi)), dict(zip(names, stream_totals.tolist()))
     best = max(totals, key=totals.get)
     for reference in (r for r in references if r in totals):
         if totals[best] - totals[reference] < STRONG_EVIDENCE:

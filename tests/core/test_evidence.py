@@ -258,6 +258,33 @@ def test_omega_prior_warm_started_from_a_shorter_stream_reaches_the_same_maximum
         np.testing.assert_array_equal(ev.omega_prior(E, start=bad)[0], cold)
 
 
+@pytest.mark.parametrize("smoothing", [0.0, 1.0])
+def test_omega_priors_side_by_side_equal_each_stream_alone(smoothing):
+    """Streams stacked in one call (each family's curves, :func:`core.evidence.choose_family`)
+    get what each gets alone: their Newton steps, line searches and stopping are their own,
+    including a stream that starts at its maximum (done after one step) beside ones that start
+    far from it, a start that is not a distribution, and a stream with an edge of the grid."""
+    rng = np.random.default_rng(4)
+    T, J = 25, 11
+    streams = [rng.normal(scale=s, size=(T, J)) + 20 * rng.normal(size=(T, 1)) for s in (0.5, 3.0, 8.0, 3.0)]
+    streams[3][:, :4] -= 40.0  # most of the grid out of reach
+    at_max, _ = ev.omega_prior(streams[1], smoothing=smoothing)
+    starts = [None, at_max, np.full(J, np.nan), np.log(np.full(J, 1.0 / J))]
+    alone = [ev.omega_prior(E, smoothing=smoothing, start=s) for E, s in zip(streams, starts)]
+    log_pi, totals = ev.omega_priors(np.array(streams), smoothing=smoothing, starts=starts)
+    for f, (lp, total) in enumerate(alone):
+        np.testing.assert_allclose(log_pi[f], lp, rtol=1e-12, atol=1e-12)
+        assert totals[f] == pytest.approx(total, rel=1e-13)
+    # and the stacked call is not each stream's first Newton step: it reaches the maximiser
+    pi = np.exp(log_pi[2])
+    R = np.exp(streams[2] - streams[2].max(axis=1, keepdims=True)) * pi
+    R /= R.sum(axis=1, keepdims=True)
+    if smoothing:
+        np.testing.assert_allclose(pi, (R.sum(axis=0) + smoothing) / (T + J * smoothing), rtol=1e-8)
+    with pytest.raises(ValueError):
+        ev.omega_priors(np.zeros((2, 0, J)))
+
+
 def test_omega_prior_finds_the_omega_a_stream_shares():
     """Tasks whose slopes are drawn from N(0, omega0 sigma^2 I) (weak signal, few rows): the
     stream's maximum-likelihood prior puts its mass next to omega0, while half the tasks alone
