@@ -16,7 +16,9 @@ test half holds both classes (classification). Per seed ``ratio = learner error 
 error`` for each baseline and for the best of the three on that seed; a data set's ratio is
 the geometric mean over seeds. ``--first-batch`` also streams the same rows with the stream's
 very first batch cut to its first row (the rest of that batch sent right after) and reports
-both errors and their ratio.
+both errors and their ratio. ``--bootstrap B`` adds each ratio's 95 % interval from B paired
+resamples of the tasks within each seed (:func:`bootstrap_ratios`): how far the data set
+itself lets its ratio move.
 
 From Python: :func:`run_learner` ``(dataset, seed, make_learner)`` scores one learner on one
 split, with ``make_learner(kind, seed) -> learner``; :func:`run_suite` runs the table. Set
@@ -108,11 +110,48 @@ def _ratio(a: float, b: float) -> float:
     return float(a / b) if b > 0 else float("nan")
 
 
+def bootstrap_ratios(kind: str, seeds: list[dict[str, Any]], replicates: int, seed: int = 0) -> dict[str, Any]:
+    """The 95 % interval of each ratio (learner / baseline, and / the best of the three per seed)
+    over ``replicates`` paired bootstrap resamples: in each seed's split the tasks are drawn
+    with replacement (for classification the scored ones), the same draw for the learner and
+    every baseline, each error recomputed from the tasks' parts (:func:`error_of`'s
+    ``per_task``), and the seeds' ratios combined by their geometric mean as in the table.
+    The seeds resample the same groups, so the interval shows how much the ratio moves with
+    which tasks a data set happens to hold, not with more seeds. ``resamples``: how many had a
+    ratio (a resample on which a baseline makes no error has none and is left out)."""
+    rng = np.random.default_rng(seed)
+    models = ("learner", *BASELINES)
+    logs = {k: np.zeros(replicates) for k in (*BASELINES, "best")}
+    for entry in seeds:
+        parts = [entry["learner"]["per_task"], *(entry["baselines"][b]["per_task"] for b in BASELINES)]
+        if kind == "regression":
+            arr = np.array(parts, dtype=float)  # (models, tasks, [sse, rows])
+            idx = rng.integers(0, arr.shape[1], size=(replicates, arr.shape[1]))
+            err = np.sqrt(arr[:, idx, 0].sum(axis=2) / arr[:, idx, 1].sum(axis=2))  # (models, replicates)
+        else:
+            auc = np.array([[np.nan if a is None else a for a in p] for p in parts], dtype=float)
+            auc = auc[:, np.all(np.isfinite(auc), axis=0)]
+            idx = rng.integers(0, auc.shape[1], size=(replicates, auc.shape[1]))
+            err = 1.0 - auc[:, idx].mean(axis=2)
+        errors = dict(zip(models, err))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for b in BASELINES:
+                logs[b] += np.log(errors["learner"] / errors[b])
+            logs["best"] += np.log(errors["learner"] / np.min([errors[b] for b in BASELINES], axis=0))
+    # a resample on which a model makes no error at all has no ratio: it is left out (counted)
+    kept = np.all([np.isfinite(v) for v in logs.values()], axis=0)
+    out: dict[str, Any] = {k: [float(np.exp(np.percentile(v[kept] / len(seeds), q))) for q in (2.5, 97.5)]
+                           if kept.any() else None for k, v in logs.items()}
+    return {**out, "resamples": int(kept.sum())}
+
+
 def run_suite(datasets=None, seeds=(0, 1, 2), make_learner: Factory | None = None, learner: str = "FCL3",
               params: dict[str, Any] | None = None, first_batch: bool = False, quick: bool = False,
-              progress: bool = True, cache_dir: str | os.PathLike | None | bool = True) -> dict[str, Any]:
+              progress: bool = True, cache_dir: str | os.PathLike | None | bool = True,
+              bootstrap: int = 0) -> dict[str, Any]:
     """Run the suite; returns the structure ``--json`` writes. ``make_learner`` overrides
-    ``learner``/``params``; ``cache_dir=True`` is :func:`default_cache_dir`, ``None`` no cache."""
+    ``learner``/``params``; ``cache_dir=True`` is :func:`default_cache_dir`, ``None`` no cache;
+    ``bootstrap``: that many resamples for each ratio's interval (:func:`bootstrap_ratios`)."""
     names = list(SPECS) if datasets is None else list(datasets)
     for n in names:
         if n not in SPECS:
@@ -124,7 +163,7 @@ def run_suite(datasets=None, seeds=(0, 1, 2), make_learner: Factory | None = Non
     result: dict[str, Any] = {
         "suite": "multilevel", "learner": learner if make_learner is None else getattr(make, "__name__", "custom"),
         "params": getattr(make, "params", None), "seeds": seeds, "quick": bool(quick),
-        "first_batch": bool(first_batch), "baseline_version": BASELINE_VERSION,
+        "first_batch": bool(first_batch), "baseline_version": BASELINE_VERSION, "bootstrap": int(bootstrap),
         "metric": {"regression": "RMSE over all test rows",
                    "classification": "1 - mean per-task AUC (tasks whose test half has both classes)"},
         "machine": machine(), "datasets": {},
@@ -172,6 +211,11 @@ def run_suite(datasets=None, seeds=(0, 1, 2), make_learner: Factory | None = Non
                 "usual": entry["error"]["learner"],
                 "ratio": geometric_mean([p["first_batch"]["ratio"] for p in per]),
                 "ratio_per_seed": [p["first_batch"]["ratio"] for p in per]}
+        if bootstrap and all("per_task" in p["learner"] for p in per):
+            entry["ratio_ci95"] = bootstrap_ratios(ds.kind, per, bootstrap)
+        for p in per:  # each task's part of the errors: resampled above, not kept
+            for part in (p["learner"], *(p["baselines"][b] for b in BASELINES)):
+                part.pop("per_task", None)
         entry["learn_s"] = float(sum(p["learner"].get("learn_s", 0.0) for p in per))
         entry["baseline_fit_s"] = float(sum(p["baselines"][b].get("fit_s", 0.0) for p in per for b in BASELINES
                                             if not p["baselines"]["cached"]))
@@ -217,6 +261,14 @@ def format_table(result: dict[str, Any]) -> str:
     lines += ["-" * len(head), line]
     lines.append("errors: RMSE (regression), 1 - mean per-task AUC (classification); means over seeds; "
                  "ratios: geometric means over seeds of learner / baseline")
+    if result.get("bootstrap"):
+        lines += ["", f"95 % intervals of the ratios ({result['bootstrap']} paired resamples of the tasks in each seed)",
+                  f"{'data set':<12} {'/per-task':>13} {'/pooled':>13} {'/mixed':>13} {'/best':>13}"]
+        for name, e in result["datasets"].items():
+            ci = e.get("ratio_ci95")
+            if ci and ci["resamples"]:
+                lines.append(f"{name:<12} " + " ".join(f"{_f(ci[k][0]) + '-' + _f(ci[k][1]):>13}"
+                                                       for k in (*BASELINES, "best")))
     return "\n".join(lines)
 
 
@@ -281,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--params", default="{}", help='JSON of constructor arguments, e.g. \'{"task_models": "paper"}\'')
     ap.add_argument("--first-batch", action="store_true",
                     help="also stream each split with its very first batch cut to one row and compare")
+    ap.add_argument("--bootstrap", type=int, default=0, metavar="B",
+                    help="also each ratio's 95%% interval from B paired resamples of the tasks (e.g. 2000)")
     ap.add_argument("--quick", action="store_true", help=f"one seed and {QUICK_TASKS} tasks per data set")
     ap.add_argument("--json", dest="json_out", help="write every result to this path")
     ap.add_argument("--figure", help="write the ratio figure (PNG) to this path")
@@ -298,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"unknown data set {d!r}; choose from {', '.join(SPECS)}")
         if args.seeds < 1:
             raise ValueError("--seeds must be >= 1")
+        if args.bootstrap < 0:
+            raise ValueError("--bootstrap must be >= 0")
         make = make_factory(args.learner, params)
         make(SPECS[(datasets or list(SPECS))[0]].kind, 0).check_params()
     except ValueError as exc:
@@ -308,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     seeds = range(1 if args.quick else args.seeds)
     result = run_suite(datasets, seeds=seeds, learner=args.learner, params=params, first_batch=args.first_batch,
-                       quick=args.quick, progress=not args.quiet, cache_dir=None if args.no_cache else args.cache_dir)
+                       quick=args.quick, progress=not args.quiet, cache_dir=None if args.no_cache else args.cache_dir,
+                       bootstrap=args.bootstrap)
     result["command"] = "python -m benchmarks.multilevel " + " ".join(sys.argv[1:] if argv is None else argv)
     print(format_table(result))
     fit_s = sum(e["baseline_fit_s"] for e in result["datasets"].values())

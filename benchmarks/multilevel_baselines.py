@@ -35,25 +35,31 @@ import numpy as np
 from .multilevel_data import Split
 from .robustness import ALPHAS, CS, fit_baseline
 
-#: Bump when a baseline's computation changes: cached results of other versions are ignored.
-BASELINE_VERSION = "2"
+#: Bump when a baseline's computation or what is cached of it changes: cached results of other
+#: versions are ignored.
+BASELINE_VERSION = "3"
 BASELINES = ("per_task", "pooled", "mixed")
 MIXED_MAXITER = 3000
 
 
 def error_of(kind: str, y_tests: list[np.ndarray], scores: list[np.ndarray]) -> dict[str, Any]:
-    """The suite's error from per-task test targets and scores (see the module docstring)."""
+    """The suite's error from per-task test targets and scores (see the module docstring), and
+    each task's part of it (``per_task``, what :func:`benchmarks.multilevel.bootstrap_ratios`
+    resamples): regression ``[squared error summed over the task's test rows, rows]``,
+    classification the task's AUC (``None`` where its test half holds one class)."""
     from core.metrics import auc
 
     if kind == "regression":
+        parts = [[float(np.sum((y - s) ** 2)), len(y)] for y, s in zip(y_tests, scores)]
         y, s = np.concatenate(y_tests), np.concatenate(scores)
-        return {"error": float(np.sqrt(np.mean((y - s) ** 2))), "n_scored": len(y_tests)}
+        return {"error": float(np.sqrt(np.mean((y - s) ** 2))), "n_scored": len(y_tests), "per_task": parts}
     aucs = np.array([auc(y, s) for y, s in zip(y_tests, scores)], dtype=float)
     ok = np.isfinite(aucs)
+    per = [float(a) if np.isfinite(a) else None for a in aucs]
     if not ok.any():
-        return {"error": float("nan"), "mean_auc": float("nan"), "n_scored": 0}
+        return {"error": float("nan"), "mean_auc": float("nan"), "n_scored": 0, "per_task": per}
     mean_auc = float(aucs[ok].mean())
-    return {"error": 1.0 - mean_auc, "mean_auc": mean_auc, "n_scored": int(ok.sum())}
+    return {"error": 1.0 - mean_auc, "mean_auc": mean_auc, "n_scored": int(ok.sum()), "per_task": per}
 
 
 def _tests(split: Split) -> tuple[list[np.ndarray], list[np.ndarray]]:

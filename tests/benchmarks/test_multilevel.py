@@ -135,6 +135,61 @@ def test_error_of_matches_sklearn_and_skips_one_class_tasks():
     assert reg["error"] == pytest.approx(np.sqrt(5 / 3))
 
 
+def test_error_of_keeps_each_tasks_part_of_the_error():
+    ys = [np.array([0.0, 1, 1, 0]), np.array([1.0, 1]), np.array([1.0, 0, 0])]
+    ss = [np.array([0.1, 0.9, 0.2, 0.3]), np.array([0.5, 0.4]), np.array([0.2, 0.6, 0.1])]
+    out = mb.error_of("classification", ys, ss)
+    assert out["per_task"] == [pytest.approx(0.75), None, pytest.approx(0.5)]
+    ys = [np.array([1.0, 2]), np.array([3.0])]
+    reg = mb.error_of("regression", ys, [np.array([1.0, 1]), np.array([5.0])])
+    assert reg["per_task"] == [[1.0, 2], [4.0, 1]]
+    sse, rows = np.sum(reg["per_task"], axis=0)
+    assert np.sqrt(sse / rows) == pytest.approx(reg["error"])
+
+
+def _seed_entry(learner_parts, baseline_parts):
+    return {"learner": {"per_task": learner_parts}, "baselines": {b: {"per_task": p} for b, p in zip(mb.BASELINES, baseline_parts)}}
+
+
+def test_bootstrap_resamples_the_tasks_paired_and_combines_seeds_geometrically():
+    rng = np.random.default_rng(1)
+    sse = rng.gamma(1.0, size=40)
+    rows = rng.integers(1, 6, size=40)
+    base = [[float(e), int(n)] for e, n in zip(sse, rows)]
+    half = [[0.25 * e, n] for e, n in base]  # the learner's RMSE half the baseline's on any set of tasks
+    twice = [[4.0 * e, n] for e, n in base]
+    ci = ml.bootstrap_ratios("regression", [_seed_entry(half, [base, base, base])], 500)
+    for k in (*mb.BASELINES, "best"):  # paired: every resample gives exactly 0.5 (unpaired: a wide interval)
+        assert ci[k] == [pytest.approx(0.5), pytest.approx(0.5)]
+    ci = ml.bootstrap_ratios("regression", [_seed_entry(half, [base] * 3), _seed_entry(twice, [base] * 3)], 500)
+    assert ci["pooled"] == [pytest.approx(1.0), pytest.approx(1.0)]  # sqrt(0.5 * 2)
+    # "best" divides by the smallest of the three resampled baseline errors, resample by resample
+    ci = ml.bootstrap_ratios("regression", [_seed_entry(half, [base, twice, half])], 500)
+    assert ci["per_task"][0] == pytest.approx(0.5) and ci["pooled"][1] == pytest.approx(0.25)
+    assert ci["mixed"] == ci["best"] == [pytest.approx(1.0), pytest.approx(1.0)]
+    # a resample on which a baseline makes no error has no ratio: left out, and counted
+    perfect = [[0.0, n] if i < 20 else p for i, (p, (_, n)) in enumerate(zip(base, base))]
+    ci = ml.bootstrap_ratios("regression", [_seed_entry(half, [base, base, perfect])], 500)
+    assert ci["resamples"] == 500
+    ci = ml.bootstrap_ratios("regression", [_seed_entry(half[:1], [base[:1], base[:1], [[0.0, 1]]])], 50)
+    assert ci["resamples"] == 0 and ci["pooled"] is None
+
+
+def test_bootstrap_interval_matches_the_enumerated_resampling_distribution():
+    """Three scored tasks (one unscored, left out): all 27 equally likely resamples enumerated by
+    hand give the ratio's exact distribution; the bootstrap's percentiles fall inside it."""
+    import itertools
+
+    learner, baseline = [0.9, None, 0.4, 0.7], [0.6, None, 0.5, 0.8]
+    ratios = sorted((1 - np.mean([learner[i] for i in idx])) / (1 - np.mean([baseline[i] for i in idx]))
+                    for idx in itertools.product([0, 2, 3], repeat=3))
+    ci = ml.bootstrap_ratios("classification", [_seed_entry(learner, [baseline] * 3)], 20000, seed=3)
+    lo_q = np.quantile(ratios, [0.01, 0.05], method="inverted_cdf")
+    hi_q = np.quantile(ratios, [0.95, 0.99], method="inverted_cdf")
+    assert lo_q[0] - 1e-12 <= ci["pooled"][0] <= lo_q[1] + 1e-12
+    assert hi_q[0] - 1e-12 <= ci["pooled"][1] <= hi_q[1] + 1e-12
+
+
 def test_mixed_regression_recovers_fixed_effects_and_beats_per_task_and_pooled():
     ds = _hierarchical("regression", 60, 10, beta=[2.0, -1.0, 0.5], sd_intercept=2.0, sd_slope=0.7, noise=1.0)
     sp = md.make_split(ds, 0)
@@ -239,10 +294,11 @@ def test_cli_quick_writes_table_json_and_figure(tmp_path, capsys):
     out_json, fig = tmp_path / "r.json", tmp_path / "f.png"
     rc = ml.main(["--datasets", "bacteria,Gcsemv", "--quick", "--quiet", "--first-batch", "--learner", "STL",
                   "--params", '{"mu": 0.5}', "--json", str(out_json), "--figure", str(fig),
-                  "--cache-dir", str(tmp_path / "cache")])
+                  "--cache-dir", str(tmp_path / "cache"), "--bootstrap", "200"])
     assert rc == 0
     text = capsys.readouterr().out
     assert "bacteria" in text and "median" in text and "/best" in text
+    assert "95 % intervals of the ratios (200 paired resamples" in text
     assert fig.stat().st_size > 10_000
     r = json.loads(out_json.read_text())
     assert r["suite"] == "multilevel" and r["learner"] == "STL" and r["params"] == {"mu": 0.5}
@@ -260,6 +316,11 @@ def test_cli_quick_writes_table_json_and_figure(tmp_path, capsys):
             s["first_batch"]["first_row_only"]["error"] / s["learner"]["error"])
         if e["kind"] == "classification":
             assert 0 <= e["mean_auc"]["learner"] <= 1
+        ci = e["ratio_ci95"]
+        assert set(ci) == {"per_task", "pooled", "mixed", "best", "resamples"} and 0 < ci["resamples"] <= 200
+        assert all(0 < ci[k][0] <= ci[k][1] for k in (*mb.BASELINES, "best"))
+        assert "per_task" not in s["learner"] and "per_task" not in s["baselines"]["mixed"]  # resampled, not kept
+    assert r["bootstrap"] == 200
     assert len(list((tmp_path / "cache").iterdir())) == 2
 
 
@@ -269,6 +330,7 @@ def test_cli_quick_writes_table_json_and_figure(tmp_path, capsys):
     (["--params", "[1]"], "JSON object"),
     (["--params", '{"no_such_arg": 1}'], "--params"),
     (["--seeds", "0"], "--seeds"),
+    (["--bootstrap", "-1"], "--bootstrap"),
 ])
 def test_cli_rejects_bad_arguments(argv, message, capsys):
     assert ml.main(argv + ["--quiet"]) == 2
