@@ -274,7 +274,8 @@ def format_table(result: dict[str, Any]) -> str:
 
 def plot_ratios(result: dict[str, Any], path: str) -> str:
     """One figure: per data set the learner's ratio to each baseline (markers: geometric mean
-    over seeds; dots: single seeds), log axis, lines at 1.0 and 1.02."""
+    over seeds; dots: single seeds; bars: the bootstrap's 95 % intervals, with ``--bootstrap``),
+    log axis, lines at 1.0 and 1.02."""
     plt = matplotlib_pyplot()
     names = list(result["datasets"])
     fig, ax = plt.subplots(figsize=(max(8.0, 0.8 * len(names) + 3), 5.2))
@@ -292,6 +293,11 @@ def plot_ratios(result: dict[str, Any], path: str) -> str:
                     vals_all.append(r)
         v = np.array([result["datasets"][n]["ratio"][key] for n in names], dtype=float)
         ok = np.isfinite(v) & (v > 0)
+        for j, n in enumerate(names):  # the bootstrap's 95 % interval (--bootstrap), as a bar
+            ci = (result["datasets"][n].get("ratio_ci95") or {}).get(key)
+            if ci and ok[j]:
+                ax.vlines(x[j] + off, ci[0], ci[1], color=colors[i], lw=1.5, alpha=0.6)
+                vals_all += list(ci)
         ax.plot(x[ok] + off, v[ok], markers[key], color=colors[i], ms=9 if key == "best" else 7, mec="black",
                 mew=0.5, ls="none", label=labels[key])
         vals_all += list(v[ok])
@@ -311,8 +317,9 @@ def plot_ratios(result: dict[str, Any], path: str) -> str:
                         f"{result['datasets'][n]['n_tasks']} tasks)" for n, k in zip(names, kinds)], fontsize=8)
     ax.set_ylabel("learner error / baseline error (log)")
     p = result.get("params") or {}
+    bars = f"; bars: 95 % bootstrap intervals ({result['bootstrap']} resamples)" if result.get("bootstrap") else ""
     ax.set_title(f"Multilevel suite: {result['learner']}{' ' + json.dumps(p) if p else ' (defaults)'}, "
-                 f"{len(result['seeds'])} seed(s); below 1 = learner better", fontsize=10)
+                 f"{len(result['seeds'])} seed(s); below 1 = learner better{bars}", fontsize=10)
     ax.grid(axis="y", alpha=0.25)
     ax.legend(fontsize=8, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
     fig.tight_layout()
