@@ -450,11 +450,10 @@ def omega_priors(log_evidence: np.ndarray, smoothing: float = OMEGA_PRIOR_SMOOTH
     lik = np.exp(E - top)  # (F, T, J), every row's largest entry is 1
     F, _, J = lik.shape
     pi = np.full((F, J), 1.0 / J)
-    for f, start in enumerate(starts or ()):
-        if smoothing > 0 and start is not None:
-            begin = np.exp(np.asarray(start, dtype=float))
-            if begin.shape == (J,) and np.all(np.isfinite(begin)) and np.all(begin > 0):
-                pi[f] = begin / begin.sum()
+    for f, start in enumerate(starts if smoothing > 0 and starts else ()):
+        begin = None if start is None else np.exp(np.asarray(start, dtype=float))
+        if begin is not None and begin.shape == (J,) and np.all(np.isfinite(begin)) and np.all(begin > 0):
+            pi[f] = begin / begin.sum()
     if smoothing > 0:  # the prior's own log-barrier: one Newton centring at tau = smoothing
         tau = final = float(smoothing)
     else:  # plain maximum likelihood: a barrier path down to a duality gap of tol

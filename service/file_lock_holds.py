@@ -1,8 +1,9 @@
 """One process's ``flock`` holds on the update-lock files (:class:`service.locks.FileLocks`)
 and their TTL: each hold is released once, by its holder or at its TTL, whichever comes first,
 and the TTLs of every hold of the process are kept by one daemon thread (starting a timer
-thread for each hold cost about 1 ms per update). A hold that reaches its TTL is unlocked while its update still runs: the
-version check decides which commit applies (:mod:`service.locks`).
+thread for each hold costs about 1 ms per update). A hold that reaches its TTL is unlocked
+while its update still runs: the version check decides which commit applies
+(:mod:`service.locks`).
 """
 from __future__ import annotations
 
