@@ -4,16 +4,23 @@ together, so that concurrent writers of one model pay for one update lock and on
 The batch joins its model's queue in this process
 (:class:`service.write_queue.WriteQueue`); one waiting request at a time leads: it takes the
 model's update lock, takes every batch queued by then (at most :data:`MAX_GROUP`; a label
-request alone), and under the lock refreshes to the stored version, learns them in arrival
-order, each on the learner the previous one left (a private copy each), scored before it is
-learned, and commits them in one transaction with one version compare-and-set
-(:meth:`service.writes.ModelWriter.commit_group`): batch ``i`` is model version
-``base + i``, with its own batch row, answer, evaluation and ``Idempotency-Key`` answer, as
-if committed alone. A batch refused while it is learned (bad input, its key replayed or in
-flight, labels refused) is left out of the group, nothing of it applied; a claim taken over
-at the commit makes the group commit again batch by batch. Each request is answered only
-after the commit of its group. Across processes the update lock orders the groups, and
-the version sequence in the database is the order every replica agrees on.
+request alone), and under the lock refreshes to the stored version and learns them in arrival
+order, each on the learner the previous one left (a private copy each) and scored before it is
+learned; then commits them in one transaction with one version compare-and-set
+(:meth:`service.writes.ModelWriter.commit_group`): batch ``i`` is model version ``base + i``,
+with its own batch row, answer, prequential score (against version ``base + i - 1``),
+evaluation and ``Idempotency-Key`` answer, as if committed alone. Every batch of a group but
+its last is learned with the stream-level refits deferred (the population and the family
+choice: :meth:`core.LifelongLearner.learn`'s ``defer_refits``), so the group pays for one
+refit instead of one per batch; the flag is stored with the batch, and a replay (a fork, a
+take-back) learns it the same way, so every version stays the replay of its batches. (A group
+forms only under concurrent writers, whose arrival order is the clock's anyway; a lone
+writer's batches are each a group of one.) A batch refused while it is learned (bad input,
+its key replayed or in flight, labels refused) is left out of the group, nothing of it
+applied (when it is the last, the group's state keeps its refits deferred to the next batch);
+a claim taken over at the commit makes the group commit again batch by batch. Each request is
+answered only after the commit of its group. Across processes the update lock orders the
+groups, and the version sequence in the database is the order every replica agrees on.
 
 What a request does around it (its answer, its log line, the evaluation after the commit) is
 :func:`service.usecases.learn_batch`'s.
@@ -100,7 +107,7 @@ def _learn_group(model: HostedModel, group: list[Queued], outcome: dict) -> None
     stale version) is raised."""
     snap = current_for_write(model)
     ready: list[tuple[Queued, Prepared, list]] = []
-    for item in group:
+    for i, item in enumerate(group):
         try:
             if item.claim is not None:
                 model.keys.verify(item.claim)  # Replayed / KeyInFlight: another request has the key
@@ -111,7 +118,8 @@ def _learn_group(model: HostedModel, group: list[Queued], outcome: dict) -> None
                 parts.append(item.labels)
             if item.claim is not None:
                 parts.append(item.claim)
-            prepared = model.writer.prepare(snap, task_id, X, y, served)  # InputError: this batch only
+            prepared = model.writer.prepare(snap, task_id, X, y, served,  # InputError: this batch only
+                                            defer_refits=i < len(group) - 1)
             if item.labels is not None:
                 prepared.source = "labels"
         except Exception as exc:  # noqa: BLE001 - refused: this batch only, nothing of it applied

@@ -6,12 +6,14 @@ Every model version ``1..v`` is written by exactly one of: a batch (a row of ``b
 take-back (a row of ``take_backs``, which marks the batch it removed with its own version,
 ``batches.taken_back``). The model at version ``v`` is then, bit for bit, an unfitted learner of
 the model's stored settings that learned, in version order, every batch of version ``<= v`` not
-taken back by a take-back of version ``<= v``: that is how forks are rebuilt, and how a take-back
+taken back by a take-back of version ``<= v``, each with its stream-level refits deferred if
+they were (``batches.refits_deferred``): that is how forks are rebuilt, and how a take-back
 is defined (docs/design.md, "Taking a batch back"). A model whose history has a hole (an
 imported model keeps none of the batches it learned before its export) cannot be rebuilt.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +34,8 @@ take_backs_t = TakeBackRow.__table__
 @dataclass(frozen=True)
 class StoredBatch:
     """One row of ``batches``: the version it produced, its task and rows, the take-back that
-    removed it (None: learned) and where it came from (``labels``: labels that arrived later)."""
+    removed it (None: learned), where it came from (``labels``: labels that arrived later) and
+    whether it was learned with the stream-level refits deferred (a group commit's)."""
 
     version: int
     task_id: str
@@ -40,10 +43,11 @@ class StoredBatch:
     y: np.ndarray
     taken_back: int | None = None
     source: str | None = None
+    refits_deferred: bool = False
 
     def row(self) -> dict[str, Any]:
         return {"task_id": self.task_id, "version": self.version, "X": self.X, "y": self.y,
-                "taken_back": self.taken_back, "source": self.source}
+                "taken_back": self.taken_back, "source": self.source, "refits_deferred": self.refits_deferred}
 
 
 @dataclass(frozen=True)
@@ -69,8 +73,8 @@ class History:
 
     def upto(self, version: int) -> "History":
         """The history as it stood at ``version`` (what a fork at ``version`` copies)."""
-        batches = [StoredBatch(b.version, b.task_id, b.X, b.y,
-                               b.taken_back if b.taken_back is not None and b.taken_back <= version else None, b.source)
+        batches = [dataclasses.replace(b, taken_back=b.taken_back if b.taken_back is not None
+                                       and b.taken_back <= version else None)
                    for b in self.batches if b.version <= version]
         return History(batches, {v: t for v, t in self.take_backs.items() if v <= version})
 
@@ -78,7 +82,7 @@ class History:
 def read_history(engine: Engine, name: str) -> History:
     """The stored history of the model ``name`` (one read of its batches and take-backs)."""
     with engine.connect() as conn:
-        batches = [StoredBatch(int(r.version), r.task_id, r.X, r.y, r.taken_back, r.source)
+        batches = [StoredBatch(int(r.version), r.task_id, r.X, r.y, r.taken_back, r.source, bool(r.refits_deferred))
                    for r in conn.execute(select(batches_t).where(batches_t.c.model_name == name)
                                          .order_by(batches_t.c.version))]
         take_backs = {int(r.version): dict(r._mapping) for r in conn.execute(
@@ -109,7 +113,8 @@ class Rebuilt:
 
 
 def replay(settings: dict[str, Any], batches: list[StoredBatch], refused: str) -> Rebuilt:
-    """An unfitted learner of ``settings`` that learned ``batches`` in their order.
+    """An unfitted learner of ``settings`` that learned ``batches`` in their order, each as it
+    was learned (its refits deferred or not).
     :class:`core.InputError` (422), its message starting with ``refused``, when the settings or
     a batch are refused by the engine now."""
     try:
@@ -122,7 +127,7 @@ def replay(settings: dict[str, Any], batches: list[StoredBatch], refused: str) -
     tasks: dict[str, dict[str, Any]] = {}
     for b in batches:
         try:
-            r = learner.learn(b.task_id, b.X, b.y)
+            r = learner.learn(b.task_id, b.X, b.y, defer_refits=b.refits_deferred)
         except core.InputError as exc:
             raise core.InputError(f"{refused}replaying its batch {b.version} (task {b.task_id!r}) is refused "
                                   f"now: {exc}") from None

@@ -39,6 +39,7 @@ class Prepared:
     rescore_seconds: float = 0.0  # time rescoring evaluation sets after the commit, off the lock
     lock_held_seconds: float = 0.0  # from the update lock acquired to its release, once committed
     source: str | None = None  # the stored batch's source: "labels" (labels that arrived later); None: posted
+    refits_deferred: bool = False  # learned with the stream-level refits left to a later batch (group commit)
 
 
 @dataclass

@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String,
-                        UniqueConstraint)
+                        UniqueConstraint, false)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -183,6 +183,9 @@ class BatchRow(Base):
     taken_back: Mapped[int | None] = mapped_column(Integer, nullable=True)
     #: ``labels``: the rows of remembered predictions labelled later (:mod:`service.labels`); null: posted.
     source: Mapped[str | None] = mapped_column(String(8), nullable=True)
+    #: Learned with the stream-level refits left to a later batch (all but the last batch of a
+    #: group commit, :mod:`service.group_commit`); a replay learns it the same way.
+    refits_deferred: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False, server_default=false())
 
 
 class TakeBackRow(Base):

@@ -75,7 +75,7 @@ class NewModel:
     version: int = 0
     summary: dict[str, Any] | None = None
     tasks: dict[str, dict[str, Any]] | None = None  # task id -> {"version", "n_batches", "last_update"}
-    batches: list[dict[str, Any]] | None = None  # {"task_id", "version", "X", "y"[, "taken_back", "source"]}
+    batches: list[dict[str, Any]] | None = None  # {"task_id", "version", "X", "y"[, "taken_back", "source", "refits_deferred"]}
     take_backs: list[dict[str, Any]] | None = None  # rows of take_backs (service.history)
     origin: dict[str, Any] | None = None
 
@@ -187,7 +187,8 @@ class ModelWriter:
                         model_name=self.name, task_id=b["task_id"], version=int(b["version"]),
                         n_samples=int(np.shape(b["X"])[0]), X=np.asarray(b["X"], dtype=float),
                         y=np.asarray(b["y"], dtype=float), taken_back=b.get("taken_back"),
-                        source=b.get("source"), created_at=now))
+                        source=b.get("source"), refits_deferred=bool(b.get("refits_deferred", False)),
+                        created_at=now))
                 for tb in new.take_backs or ():
                     conn.execute(insert(take_backs_t).values(**{**tb, "model_name": self.name}))
                 notify(conn, self.name)
@@ -208,11 +209,12 @@ class ModelWriter:
                 notify(conn, self.name)
         return bool(gone)
 
-    def prepare(self, snap: Snapshot, task_id: str, X, y, served: tuple[np.ndarray, np.ndarray] | None = None
-                ) -> Prepared:
+    def prepare(self, snap: Snapshot, task_id: str, X, y, served: tuple[np.ndarray, np.ndarray] | None = None,
+                defer_refits: bool = False) -> Prepared:
         """Run the update on a private copy of the learner (nothing is stored). ``served``: the
         outputs the rows were served when they were predicted (labels that arrive later,
-        :mod:`service.labels`), which score the batch instead of the snapshot before it."""
+        :mod:`service.labels`), which score the batch instead of the snapshot before it.
+        ``defer_refits``: the engine's (:meth:`core.LifelongLearner.learn`); stored with the batch."""
         d = (snap.info.get("settings") or {}).get("d")
         if d is not None and not snap.learner.is_fitted:
             width = np.asarray(X, dtype=object).shape
@@ -220,7 +222,7 @@ class ModelWriter:
                 raise core.InputError(f"X has {width[1]} features per row but the model expects {d}")
         learner = snap.learner.copy()  # shares arrays, which learning replaces, never mutates
         t0 = time.perf_counter()
-        result = learner.learn(task_id, X, y)  # InputError (bad or numerically unusable): nothing happened
+        result = learner.learn(task_id, X, y, defer_refits=defer_refits)  # InputError (bad or numerically unusable): nothing happened
         engine_seconds = time.perf_counter() - t0
         # Test, then train: the served snapshot (not touched by learning its copy) scores the batch.
         t1 = time.perf_counter()
@@ -237,7 +239,7 @@ class ModelWriter:
         return Prepared(base_version=snap.version, task_id=task_id, result=result, learner=learner, state=None,
                         X=np.asarray(X, dtype=float), y=np.asarray(y, dtype=float), summary=summary,
                         info=snap.info, prequential=prequential, engine_seconds=engine_seconds,
-                        prequential_seconds=prequential_seconds)
+                        prequential_seconds=prequential_seconds, refits_deferred=defer_refits)
 
     def _set_model(self, conn: Connection, p: Prepared | PreparedTakeBack, new_version: int, now: datetime,
                    not_applied: str, last: Prepared | None = None) -> None:
@@ -320,7 +322,8 @@ class ModelWriter:
                         "arrays": task["arrays"], "meta": task["meta"], "updated_at": now})
             conn.execute(_INSERT_BATCH, [
                 {"model_name": self.name, "task_id": p.task_id, "version": v, "n_samples": int(p.X.shape[0]),
-                 "X": p.X, "y": p.y, "source": p.source, "created_at": now} for p, v in zip(group, versions)])
+                 "X": p.X, "y": p.y, "source": p.source, "refits_deferred": p.refits_deferred, "created_at": now}
+                for p, v in zip(group, versions)])
             # each participant once, with the commits of its batches, in the order they first appear
             its: dict[int, tuple[CommitParticipant, list[Commit]]] = {}
             for p, v, answer, parts in zip(group, versions, answers, participants):

@@ -1,6 +1,8 @@
 """Group commit: batches of one model that queue while an update runs are learned in order in
 one pass and committed in one transaction, each with its own version, answer, prequential
-score and Idempotency-Key answer, exactly as if committed one by one."""
+score and Idempotency-Key answer, as if committed one by one; every batch of a group but its
+last with the stream-level refits deferred, which its stored row records, so that every
+version is the replay of its stored batches, bit for bit."""
 from __future__ import annotations
 
 import threading
@@ -70,22 +72,25 @@ def _grouped(model, calls, n_wait=None):
     return out, sizes
 
 
-def _replay(model, settings):
-    """The stored batches learned one by one in version order by a fresh learner: the
-    reference learner and each batch's prequential scores and result."""
+def _replay(model, settings, upto=None):
+    """The stored batches (up to version ``upto``) learned one by one in version order by a
+    fresh learner, each with its refits deferred as stored: the reference learner and each
+    batch's prequential scores and result."""
     learner = make_learner(settings)
     per_version = {}
     for b in model.reader.batches():
+        if upto is not None and b["version"] > upto:
+            break
         pre = prequential(learner, b["task_id"], b["X"], b["y"])
         nxt = learner.copy()
-        res = nxt.learn(b["task_id"], b["X"], b["y"])
+        res = nxt.learn(b["task_id"], b["X"], b["y"], defer_refits=b["refits_deferred"])
         per_version[b["version"]] = (scores(pre), result_json(res))
         learner = nxt
     return learner, per_version
 
 
 @pytest.mark.parametrize("n_tasks", [3, 12])
-def test_a_group_equals_the_same_batches_learned_one_by_one(backend_app, n_tasks):
+def test_a_group_equals_its_batches_learned_one_by_one_as_stored(backend_app, n_tasks):
     c = backend_app(LOCK_WAIT=20)
     model = c.app.state.model
     rng = np.random.default_rng(7)
@@ -100,14 +105,21 @@ def test_a_group_equals_the_same_batches_learned_one_by_one(backend_app, n_tasks
     versions = sorted(a["version"] for a in answers)
     assert versions == list(range(4, 16))  # one version per batch, none lost or doubled
 
+    # every batch of a group but its last deferred the refits; a batch alone did not
+    stored = model.reader.batches()
+    expected = [False] * 3
+    for size in sizes:
+        expected += [True] * (size - 1) + [False]
+    assert [b["refits_deferred"] for b in stored] == expected
     settings = c.app.state.settings.model_settings()
     reference, per_version = _replay(model, settings)
-    # each answer is the one the batch gets alone: same result, same prequential scores
+    # each answer is the one the batch gets learned alone as stored: same result, same
+    # prequential scores (against the version before it)
     for a in answers:
         pre, res = per_version[a["version"]]
         assert {k: a[k] for k in res} == res
         assert a["prequential"] == pre
-    # the served model and the stored one (read afresh) equal the sequential learner, bit for bit
+    # the served model and the stored one (read afresh) equal the replay, bit for bit
     _arrays_equal(model.reader.snapshot().learner.get_state(), reference.get_state())
     fresh = ModelReader(model.reader.engine, model.name).snapshot()
     assert fresh.version == 15
@@ -123,19 +135,22 @@ def test_a_group_equals_the_same_batches_learned_one_by_one(backend_app, n_tasks
         counts[task] = counts.get(task, 0) + 1
     for tid, n in counts.items():
         assert c.get(f"/tasks/{tid}").json()["n_batches"] == n
-    # the evaluation: the same batches posted one by one to another model give the same
-    # per-version scores (the batch's and the model-wide), task figures and answers
-    seq = backend_app(LOCK_WAIT=20)
-    for b in model.reader.batches():
-        r = seq.post(f"/tasks/{b['task_id']}/data", json={"X": b["X"].tolist(), "y": b["y"].tolist()})
-        assert r.status_code == 200 and r.json()["version"] == b["version"]
-    grouped, alone = c.get("/evaluation").json(), seq.get("/evaluation").json()
-    assert len(grouped["prequential"]) == 15
-    assert grouped["prequential"] == alone["prequential"]
-    assert grouped["tasks"] == alone["tasks"]
-    for tid in counts:
-        g, s = c.get(f"/tasks/{tid}").json(), seq.get(f"/tasks/{tid}").json()
-        assert {k: v for k, v in g.items() if not k.endswith("_at")} == {k: v for k, v in s.items() if not k.endswith("_at")}
+    # the evaluation: one prequential entry per version, each the batch's own scores
+    assert len(c.get("/evaluation").json()["prequential"]) == 15
+    # a fork at a version inside a group is the replay up to it (its last batch's refits
+    # still deferred), bit for bit
+    mid = next(v for v, b in zip(range(1, 16), stored) if b["refits_deferred"])
+    r = c.post("/models", json={"name": f"{model.name}-fork", "fork": {"model": model.name, "version": mid}})
+    assert r.status_code == 201, r.text
+    forked = ModelReader(model.reader.engine, f"{model.name}-fork").snapshot()
+    assert forked.version == mid
+    _arrays_equal(forked.learner.get_state(), _replay(model, settings, upto=mid)[0].get_state())
+    assert [b["refits_deferred"] for b in ModelReader(model.reader.engine, f"{model.name}-fork").batches()] == expected[:mid]
+    # without the deferral the same batches give another model: the flag is what the replay needs
+    plain = make_learner(settings)
+    for b in stored:
+        plain.learn(b["task_id"], b["X"], b["y"])
+    assert plain.predict("t0", stored[0]["X"]).tolist() != reference.predict("t0", stored[0]["X"]).tolist()
 
 
 def test_bad_input_fails_only_its_batch(backend_app):
@@ -193,8 +208,8 @@ def test_a_key_taken_over_in_a_group_commits_the_others_alone(backend_app):
     real_prepare = model.writer.prepare
     stolen = []
 
-    def prepare(snap, task_id, X, y, served=None):
-        out = real_prepare(snap, task_id, X, y, served)
+    def prepare(snap, task_id, X, y, served=None, defer_refits=False):
+        out = real_prepare(snap, task_id, X, y, served, defer_refits)
         if X == batches[1][1] and not stolen:  # another request takes key k-1 over meanwhile
             from sqlalchemy import text
             with model.reader.engine.begin() as conn:
@@ -266,8 +281,8 @@ def test_a_group_whose_model_moved_is_refused_whole_and_applies_nothing(backend_
     real_prepare = model.writer.prepare
     moved = []
 
-    def prepare(snap, task_id, X, y, served=None):
-        out = real_prepare(snap, task_id, X, y, served)
+    def prepare(snap, task_id, X, y, served=None, defer_refits=False):
+        out = real_prepare(snap, task_id, X, y, served, defer_refits)
         if not moved:  # another writer commits version 2 meanwhile, without the lock
             snap_b = other.reader.snapshot(check=True)
             other.writer.commit(other.writer.prepare(snap_b, "t9", *regression_batch(rng, task=9)), [other.evaluation])
@@ -292,7 +307,9 @@ def test_a_group_led_by_a_new_task_with_evaluation_sets_writes_what_one_by_one_w
     """The group's evaluation is written once (``ModelEvaluation.in_commits``): a group whose
     first batch is a new task (not scored) and whose later ones are known tasks, new tasks (two
     accuracy-matrix rows due) and a task new at the group's start, with evaluation sets, stores
-    the same log, task figures and matrix rows as the same batches posted one by one."""
+    the same log, task figures and matrix rows as the same batches posted one by one (the
+    group's deferred refits turned off here, so that the learners are equal: what the deferral
+    does is the first test's)."""
     rng = np.random.default_rng(11)
     warm = [(f"t{i}", *regression_batch(rng, task=i)) for i in (0, 1, 0)]  # t0 with stored prequential sums
     rows = {t: regression_batch(rng, n=6, task=i) for i, t in enumerate(["t0", "t1", "n0"])}
@@ -310,7 +327,12 @@ def test_a_group_led_by_a_new_task_with_evaluation_sets_writes_what_one_by_one_w
         for task, (X, y) in rows.items():
             assert c.post(f"/tasks/{task}/evaluation", json={"X": X, "y": y}).status_code == 200
         if grouped:
-            answers, sizes = _grouped(model, [lambda b=b: usecases.learn_answer(model, *b) for b in group])
+            real_prepare = model.writer.prepare
+            model.writer.prepare = lambda *a, defer_refits=False: real_prepare(*a)
+            try:
+                answers, sizes = _grouped(model, [lambda b=b: usecases.learn_answer(model, *b) for b in group])
+            finally:
+                model.writer.prepare = real_prepare
             assert sizes == [len(group)] and not [a for a in answers if isinstance(a, Exception)], answers
         else:
             answers = [usecases.learn_answer(model, *b) for b in group]
