@@ -192,7 +192,7 @@ def replay_predictions(db_url: str, model: str, task: str, X) -> list[float]:
     try:
         learner = make_learner(reader.model_info()["settings"])
         for b in reader.batches():
-            learner.learn(b["task_id"], b["X"], b["y"])
+            learner.learn(b["task_id"], b["X"], b["y"], defer_refits=b["refits_deferred"])
     finally:
         reader.engine.dispose()
     return learner.predict(task, np.asarray(X)).tolist()

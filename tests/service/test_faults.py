@@ -38,7 +38,7 @@ def replay(url: str, model: str, settings_json: dict, probe=PROBE) -> list[float
 
     learner = make_learner(settings_json)
     for b in stored_batches(url, model):
-        learner.learn(b["task_id"], b["X"], b["y"])
+        learner.learn(b["task_id"], b["X"], b["y"], defer_refits=b["refits_deferred"])
     return learner.predict(probe["task_id"], np.array(probe["X"])).tolist()
 
 

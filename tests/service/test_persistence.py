@@ -129,7 +129,7 @@ def test_reload_is_exact_and_raw_batches_replay_to_the_same_model(backend_client
 
     learner = make_learner(reader.snapshot().info["settings"])
     for b in reader.batches():
-        learner.learn(b["task_id"], b["X"], b["y"])
+        learner.learn(b["task_id"], b["X"], b["y"], defer_refits=b["refits_deferred"])
     for t in "abcd":
         assert learner.predict(t, np.array(probe)).tolist() == before[t]["predictions"]
     assert core.load_state(reader.snapshot().learner.get_state()).get_params() == learner.get_params()
@@ -194,7 +194,7 @@ def test_a_database_of_format_1_task_rows_is_read_and_upgraded_one_task_at_a_tim
 
     replay = make_learner(fresh.app.state.model.reader.snapshot().info["settings"])
     for b in fresh.app.state.model.reader.batches():
-        replay.learn(b["task_id"], b["X"], b["y"])
+        replay.learn(b["task_id"], b["X"], b["y"], defer_refits=b["refits_deferred"])
     for t in "abc":
         got = fresh.post("/predict", json={"task_id": t, "X": probe}).json()["predictions"]
         np.testing.assert_allclose(got, replay.predict(t, np.array(probe)), rtol=1e-9)

@@ -23,7 +23,7 @@ def replay_predictions(env: dict, probe: dict) -> list[float]:
     reader = ModelReader(make_engine(settings), settings.MODEL_NAME)
     learner = make_learner(reader.model_info()["settings"])
     for b in reader.batches():
-        learner.learn(b["task_id"], b["X"], b["y"])
+        learner.learn(b["task_id"], b["X"], b["y"], defer_refits=b["refits_deferred"])
     reader.engine.dispose()
     return learner.predict(probe["task_id"], np.array(probe["X"])).tolist()
 
