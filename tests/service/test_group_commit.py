@@ -146,6 +146,14 @@ def test_a_group_equals_its_batches_learned_one_by_one_as_stored(backend_app, n_
     assert forked.version == mid
     _arrays_equal(forked.learner.get_state(), _replay(model, settings, upto=mid)[0].get_state())
     assert [b["refits_deferred"] for b in ModelReader(model.reader.engine, f"{model.name}-fork").batches()] == expected[:mid]
+    # a take-back of a deferred batch rebuilds the model from the others, each as stored
+    r = c.delete(f"/batches/{mid}")
+    assert r.status_code == 200, r.text
+    rebuilt = make_learner(settings)
+    for b in stored:
+        if b["version"] != mid:
+            rebuilt.learn(b["task_id"], b["X"], b["y"], defer_refits=b["refits_deferred"])
+    _arrays_equal(ModelReader(model.reader.engine, model.name).snapshot().learner.get_state(), rebuilt.get_state())
     # without the deferral the same batches give another model: the flag is what the replay needs
     plain = make_learner(settings)
     for b in stored:
