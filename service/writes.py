@@ -75,7 +75,8 @@ class NewModel:
     version: int = 0
     summary: dict[str, Any] | None = None
     tasks: dict[str, dict[str, Any]] | None = None  # task id -> {"version", "n_batches", "last_update"}
-    batches: list[dict[str, Any]] | None = None  # {"task_id", "version", "X", "y"[, "taken_back", "source", "refits_deferred"]}
+    #: {"task_id", "version", "X", "y"[, "taken_back", "source", "refits_deferred"]}
+    batches: list[dict[str, Any]] | None = None
     take_backs: list[dict[str, Any]] | None = None  # rows of take_backs (service.history)
     origin: dict[str, Any] | None = None
 
@@ -222,7 +223,8 @@ class ModelWriter:
                 raise core.InputError(f"X has {width[1]} features per row but the model expects {d}")
         learner = snap.learner.copy()  # shares arrays, which learning replaces, never mutates
         t0 = time.perf_counter()
-        result = learner.learn(task_id, X, y, defer_refits=defer_refits)  # InputError (bad or numerically unusable): nothing happened
+        # InputError (bad or numerically unusable): nothing happened
+        result = learner.learn(task_id, X, y, defer_refits=defer_refits)
         engine_seconds = time.perf_counter() - t0
         # Test, then train: the served snapshot (not touched by learning its copy) scores the batch.
         t1 = time.perf_counter()

@@ -145,7 +145,8 @@ def test_a_group_equals_its_batches_learned_one_by_one_as_stored(backend_app, n_
     forked = ModelReader(model.reader.engine, f"{model.name}-fork").snapshot()
     assert forked.version == mid
     _arrays_equal(forked.learner.get_state(), _replay(model, settings, upto=mid)[0].get_state())
-    assert [b["refits_deferred"] for b in ModelReader(model.reader.engine, f"{model.name}-fork").batches()] == expected[:mid]
+    fork_batches = ModelReader(model.reader.engine, f"{model.name}-fork").batches()
+    assert [b["refits_deferred"] for b in fork_batches] == expected[:mid]
     # a take-back of a deferred batch rebuilds the model from the others, each as stored
     r = c.delete(f"/batches/{mid}")
     assert r.status_code == 200, r.text
