@@ -10,8 +10,9 @@ from ... import evaluation_usecases, features, idempotent_writes, usecases
 from ...idempotency import check_key
 from fcl3.schemas import Batch, EvaluationRows, EvaluationRowsOut, UpdateOut
 from ..deps import ModelDep, SettingsDep, TaskIdPath, check_size
+from ..json_body import JsonRoute
 
-router = APIRouter(tags=["learning"])
+router = APIRouter(route_class=JsonRoute, tags=["learning"])
 
 ERRORS = {
     400: {"description": "A body that cannot be decoded at all (not UTF-8 JSON)."},

@@ -10,9 +10,10 @@ from ... import label_usecases
 from ...idempotency import check_key
 from ...labels import LabelRefused
 from ..deps import ModelDep, SettingsDep, check_size
+from ..json_body import JsonRoute
 from .data import IdempotencyKey
 
-router = APIRouter(tags=["learning"])
+router = APIRouter(route_class=JsonRoute, tags=["learning"])
 #: ``GET .../labels``: included behind the read key.
 read_router = APIRouter(tags=["evaluation"])
 

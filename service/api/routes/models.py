@@ -25,10 +25,11 @@ from ...reads import list_models
 from ...responses import model_out
 from fcl3.schemas import ModelCreate, ModelList, ModelOut
 from ..deps import ModelName, RegistryDep, hosted
+from ..json_body import JsonRoute
 from .default_model import with_prequential
 from .tasks import MAX_OFFSET
 
-write_router = APIRouter(tags=["models"])
+write_router = APIRouter(route_class=JsonRoute, tags=["models"])
 read_router = APIRouter(tags=["models"])
 #: ``POST /models/{name}/state`` alone: included with the body limit ``MAX_IMPORT_BYTES``.
 import_router = APIRouter(tags=["models"])
