@@ -510,7 +510,7 @@ class LifelongLearner:
         if data is not None:
             try:
                 curves = family_curves(self.kind, data, self._with_task_noise(library, record), self._families,
-                                       self._intercept_prior(), self.grow_features)
+                                       self._intercept_prior(), self.grow_features, posterior_means=False)
             except (np.linalg.LinAlgError, ArithmeticError):  # values of extreme magnitude
                 curves = {}
             evidence = {name: [float(v) for v in c.log_evidence] for name, c in curves.items()

@@ -119,10 +119,11 @@ class Library:
 @dataclass(frozen=True)
 class Curve:
     """A task's posterior under one family at every ``omega`` of the grid: log evidence
-    ``(n_omega,)`` and posterior means ``(n_omega, d + 1)`` (scaled space, bias last)."""
+    ``(n_omega,)`` and posterior means ``(n_omega, d + 1)`` (scaled space, bias last; ``None``
+    when only the evidence was asked for)."""
 
     log_evidence: np.ndarray
-    theta: np.ndarray
+    theta: np.ndarray | None
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ def own_scale_factor(G: np.ndarray, n: int, xbar: np.ndarray, weight: float = 1.
 
 def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centres: np.ndarray,
                   basis: np.ndarray | None, rho: float, factor: np.ndarray | None = None,
-                  slopes: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  slopes: int | None = None, posterior_means: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
     """Log evidence and posterior mean of a squared-loss task for every centre and every
     ``omega`` of :data:`GAUSSIAN_OMEGAS`: arrays ``(k, n_omega)`` and ``(k, n_omega, d + 1)``.
 
@@ -165,6 +166,7 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
     ``factor``: a given ``R`` (prior covariance ``omega R R'`` in units of ``sigma^2``,
     ``omega`` not rescaled by the task's design) instead of the family's. ``slopes``: the
     number of slopes the per-slope scales divide by (default ``d``; see :func:`family_curves`).
+    ``posterior_means=False``: the evidence alone (the same numbers), ``None`` for the means.
     """
     d = gram.shape[0] - 1
     xbar = gram[-1, :-1] / n
@@ -185,7 +187,7 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
     logdet = np.sum(np.log1p(omegas[None, :] * lam[:, None]), axis=0)
     k = centres.shape[0]
     E = np.empty((k, omegas.size))
-    TH = np.empty((k, omegas.size, d + 1))
+    TH = np.empty((k, omegas.size, d + 1)) if posterior_means else None
     for i, m in enumerate(centres):
         qs = q - G @ m
         Ss = S - 2.0 * (m @ q) + m @ G @ m
@@ -193,6 +195,8 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
         quad = Ss - (c * c) @ shrink
         quad = np.maximum(quad, 1e-15 * max(abs(Ss), _TINY))  # an exact fit: Q is rounding
         E[i] = -0.5 * dof * np.log(quad / dof) - 0.5 * logdet
+        if TH is None:
+            continue
         slopes = m[:, None] + RU @ (c[:, None] * shrink)  # (d, n_omega)
         TH[i, :, :-1] = slopes.T
         TH[i, :, -1] = ybar - xbar @ slopes
@@ -280,14 +284,14 @@ def best_fit(E: np.ndarray, TH: np.ndarray, log_weights: np.ndarray | None = Non
     return Fit(float(total[j]), np.tensordot(post, TH[:, j], axes=1))
 
 
-def mixed_curve(E: np.ndarray, TH: np.ndarray, log_weights: np.ndarray | None = None) -> Curve:
+def mixed_curve(E: np.ndarray, TH: np.ndarray | None, log_weights: np.ndarray | None = None) -> Curve:
     """One family's :class:`Curve` from per-centre arrays ``E`` ``(k, n_omega)`` and ``TH``
     ``(k, n_omega, d + 1)``: row 0 alone (``log_weights=None``), or the mixture of every row
     with prior weights ``exp(log_weights)``, whose evidence at each ``omega`` is
     ``log sum_k w_k exp(E_k)`` and whose posterior mean weighs each centre's mode by its
-    posterior probability at that ``omega``."""
+    posterior probability at that ``omega``. ``TH=None``: the evidence alone."""
     if log_weights is None:
-        return Curve(E[0].copy(), TH[0].copy())
+        return Curve(E[0].copy(), None if TH is None else TH[0].copy())
     W = E + log_weights[:, None]
     top = W.max(axis=0)
     top = np.where(np.isfinite(top), top, 0.0)
@@ -295,13 +299,15 @@ def mixed_curve(E: np.ndarray, TH: np.ndarray, log_weights: np.ndarray | None = 
     norm = post.sum(axis=0)
     with np.errstate(divide="ignore"):
         total = top + np.log(norm)  # logsumexp over the centres (scipy's is slower at this size)
+    if TH is None:
+        return Curve(total, None)
     post /= np.where(norm > 0, norm, 1.0)[None, :]
     return Curve(total, np.einsum("ko,kod->od", post, TH))
 
 
 def family_curves(kind: str, data, library: Library | None, families: tuple[Family, ...],
-                  prior_population: Population | None = None, skip_zero_columns: bool = False
-                  ) -> dict[str, Curve]:
+                  prior_population: Population | None = None, skip_zero_columns: bool = False,
+                  posterior_means: bool = True) -> dict[str, Curve]:
     """Every family's :class:`Curve` for one task. ``data`` is the task's sufficient statistics
     ``(n, gram, moment, yy)`` (squared loss) or its rows ``(X, y)`` (logistic loss). A family
     the library cannot define (no basis for ``rho > 0``, no representatives for a mixture)
@@ -314,7 +320,8 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
     not zero in every row of the task, so a column of zeros appended to a task (a learner's
     new feature, :meth:`core.LifelongLearner.add_features`) changes neither its evidence nor
     its posterior (off by default: the learners' results without new columns stay as they
-    were)."""
+    were). ``posterior_means=False``: each curve's evidence alone (the same numbers; its
+    ``theta`` ``None`` for squared loss, whose means cost a third of the curves)."""
     intercept = None
     if prior_population is not None and kind != "regression":
         intercept = (float(prior_population.mean[-1]), float(prior_population.cov[-1, -1]))
@@ -333,7 +340,8 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
                 n, gram, moment, yy = data
                 xbar = gram[-1, :-1] / n
                 factor = own_scale_factor(gram[:-1, :-1] - n * np.outer(xbar, xbar), n, xbar)
-                E, TH = gaussian_fits(n, gram, moment, yy, np.zeros((1, d)), None, 0.0, factor)
+                E, TH = gaussian_fits(n, gram, moment, yy, np.zeros((1, d)), None, 0.0, factor,
+                                      posterior_means=posterior_means)
                 curves[fam.name] = mixed_curve(E, TH)
             else:
                 X = data[0][:, :-1]
@@ -353,7 +361,8 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
             if kind == "regression":
                 n, gram, moment, yy = data
                 factor = np.linalg.cholesky(pop.cov / pop.noise)
-                E, TH = gaussian_fits(n, gram, moment, yy, library.centres, None, 0.0, factor)
+                E, TH = gaussian_fits(n, gram, moment, yy, library.centres, None, 0.0, factor,
+                                      posterior_means=posterior_means)
             else:
                 E, TH = logistic_fits(data[0], data[1], library.centres, None, 0.0, np.linalg.cholesky(pop.cov),
                                       intercept)
@@ -363,7 +372,8 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
             if kind == "regression":
                 n, gram, moment, yy = data
                 factor = np.linalg.cholesky(pop.cov / pop.noise)
-                E, TH = gaussian_fits(n, gram, moment, yy, pop.mean[None, :], None, 0.0, factor)
+                E, TH = gaussian_fits(n, gram, moment, yy, pop.mean[None, :], None, 0.0, factor,
+                                      posterior_means=posterior_means)
             else:
                 E, TH = logistic_fits(data[0], data[1], pop.mean[None, :], None, 0.0, np.linalg.cholesky(pop.cov),
                                       intercept)
@@ -380,12 +390,13 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
         if kind == "regression":
             n, gram, moment, yy = data
             E, TH = gaussian_fits(n, gram, moment, yy, np.vstack([np.zeros((1, d)), centres]), basis, rho,
-                                  slopes=slopes)
+                                  slopes=slopes, posterior_means=posterior_means)
         else:
             E, TH = logistic_fits(data[0], data[1], centres, basis, rho, None, intercept, slopes)
         for fam in fams:
-            curves[fam.name] = (mixed_curve(E[1:], TH[1:], library.log_weights) if fam.centred_on_representatives
-                                else mixed_curve(E[:1], TH[:1]))
+            rows = slice(1, None) if fam.centred_on_representatives else slice(0, 1)
+            curves[fam.name] = mixed_curve(E[rows], None if TH is None else TH[rows],
+                                           library.log_weights if fam.centred_on_representatives else None)
     return curves
 
 

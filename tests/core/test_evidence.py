@@ -509,3 +509,27 @@ def test_family_choice_puts_the_burden_of_proof_on_whatever_is_not_the_reference
     assert ev.choose_family(tasks, fams, 5)[0] == "mixture"
     # a reference the learner does not have is skipped
     assert ev.choose_family(tasks, fams[::2], 5, refs)[0] == "mixture"
+
+
+@pytest.mark.parametrize("kind", ["regression", "classification"])
+def test_the_evidence_alone_is_the_evidence_of_the_full_curves(kind):
+    """``posterior_means=False`` (what a learner records for every batch) gives every family's
+    evidence equal, bit for bit, to the curves with their posterior means, on a learned library
+    with representatives, a basis and a population."""
+    from core.fcl3 import FCL3
+
+    from .helpers import basis_tasks
+
+    m = FCL3(kind=kind, random_state=0, n_components=3)
+    for tid, X, y in basis_tasks(n_tasks=8, d=4, n=20, seed=4, kind=kind):
+        m.learn(tid, X, y)
+    for tid in m.task_ids[:3]:
+        record = m.tasks_[tid]
+        library = m._with_task_noise(m._safe_library(tid, record), record)
+        args = (kind, m._evidence_data(record), library, m._families, m._intercept_prior(), m.grow_features)
+        full, alone = ev.family_curves(*args), ev.family_curves(*args, posterior_means=False)
+        assert set(full) == set(alone) and len(full) >= 4
+        for name, curve in full.items():
+            np.testing.assert_array_equal(alone[name].log_evidence, curve.log_evidence, err_msg=name)
+            if kind == "regression":
+                assert alone[name].theta is None
