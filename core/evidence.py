@@ -321,7 +321,7 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
     new feature, :meth:`core.LifelongLearner.add_features`) changes neither its evidence nor
     its posterior (off by default: the learners' results without new columns stay as they
     were). ``posterior_means=False``: each curve's evidence alone (the same numbers; its
-    ``theta`` ``None`` for squared loss, whose means cost a third of the curves)."""
+    ``theta`` ``None`` for squared loss, whose means take about a fifth of the curves' time)."""
     intercept = None
     if prior_population is not None and kind != "regression":
         intercept = (float(prior_population.mean[-1]), float(prior_population.cov[-1, -1]))
