@@ -1,6 +1,7 @@
 """Migrations, the array column type, what an update rewrites, and exact reloads."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -54,6 +55,51 @@ def test_migrations_upgrade_and_downgrade_on_an_empty_database(backend, tmp_path
     finally:
         if backend == "postgres":
             drop_pg_database(name)
+
+
+def column_compression(url: str) -> dict[tuple[str, str], str]:
+    """PostgreSQL's compression method of each column of packed arrays ('' : the default)."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return {(t, c): m for t, c, m in conn.exec_driver_sql(
+                "SELECT c.relname, a.attname, a.attcompression FROM pg_attribute a "
+                "JOIN pg_class c ON c.oid = a.attrelid WHERE c.relnamespace = 'public'::regnamespace "
+                "AND a.attnum > 0 AND NOT a.attisdropped AND a.atttypid = 'bytea'::regtype")}
+    finally:
+        engine.dispose()
+
+
+def test_packed_arrays_are_compressed_with_lz4_on_postgres(postgres_server):
+    """Revision 0011: every column of packed arrays compresses with LZ4 (pglz spends
+    milliseconds on float64 arrays it then stores uncompressed), a value written afterwards is
+    stored with it, and the downgrade restores pglz."""
+    spec = importlib.util.spec_from_file_location("revision_0011", ROOT / "migrations/versions/0011_arrays_lz4.py")
+    revision = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(revision)
+    name = create_pg_database("fcl3_lz4")
+    url = pg_url(name)
+    try:
+        assert alembic("upgrade", "0010", url=url).returncode == 0
+        assert set(column_compression(url).values()) == {""}
+        assert alembic("upgrade", "head", url=url).returncode == 0
+        methods = column_compression(url)
+        assert set(methods) == set(revision.ARRAY_COLUMNS)  # every bytea column is one of the arrays
+        assert set(methods.values()) == {"l"}
+        engine = create_engine(url)
+        try:
+            with engine.begin() as conn:
+                conn.exec_driver_sql("INSERT INTO models (name, version, estimator, kind, settings, params, meta, "
+                                     "arrays, format_version, summary, created_at, updated_at) VALUES ('m', 0, 'FCL3', "
+                                     "'regression', '{}', '{}', '{}', %(a)s, 1, '{}', now(), now())",
+                                     {"a": np.zeros(4096).tobytes()})
+                assert conn.exec_driver_sql("SELECT pg_column_compression(arrays) FROM models").scalar() == "lz4"
+        finally:
+            engine.dispose()
+        assert alembic("downgrade", "0010", url=url).returncode == 0
+        assert set(column_compression(url).values()) == {"p"}
+    finally:
+        drop_pg_database(name)
 
 
 @pytest.mark.parametrize("a", [
