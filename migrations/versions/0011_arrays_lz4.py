@@ -7,10 +7,10 @@ Create Date: 2026-11-28
 Every column of packed arrays (a model's and a task's arrays, a batch's rows and labels, an
 evaluation set's, a remembered row) is compressed with LZ4 instead of PostgreSQL's default
 pglz when its value is stored out of line (over about 2 KB). pglz spends milliseconds on a
-model's arrays of float64 (a School model's 208 KB: an UPDATE 4.5-6.2 ms, of which the commit
-about 1.3, and the value stored uncompressed anyway); LZ4 writes the same row in about 2.1 ms
-and keeps what compresses (a batch of dummy-coded rows 8.3 KB -> 1 KB, as pglz's 0.4 KB)
-(``docs/operations.md``, *Compression of the arrays*). Values stored before keep their
+model's arrays of float64 and then stores them uncompressed (a School model's 208 KB: an UPDATE
+and its commit 4.5-6.2 ms); LZ4 writes the same row in about 2.1 ms and keeps what compresses
+(a batch of dummy-coded rows 8.3 KB -> 1 KB; pglz 0.4 KB) (``docs/operations.md``,
+*Compression of the arrays*). Values stored before keep their
 compression; every new value takes the column's. SQLite, and a PostgreSQL built without LZ4
 (``default_toast_compression`` does not offer it), are left as they are.
 """
