@@ -218,10 +218,11 @@ async def predict(request: Request) -> Response:
         query, body, content_type, req = _validated(_predict_query, "query", _query(request)), None, None, None
         small = sum(t.count(",") + 1 for t in query.x) <= INLINE_VALUES
     else:
-        query = _validated(_version_query, "query", _query(request)) if request.scope["query_string"] else _NO_QUERY
         body, content_type = await request.body(), request.headers.get("content-type")
         if _is_csv(content_type):  # records of the task named in the query
             query = _validated(_csv_query, "query", _query(request))
+        else:
+            query = _validated(_version_query, "query", _query(request)) if request.scope["query_string"] else _NO_QUERY
         req = parse_body(body, content_type, _csv_task(query)) if len(body) <= INLINE_BYTES else None
         # remembering writes, and records may read the vocabulary: the thread pool
         small = req is not None and not req.remember and req.records is None
