@@ -19,14 +19,11 @@ docs/operations.md.
 
 Arrays are stored in a ``LargeBinary`` column (BYTEA on PostgreSQL, BLOB on SQLite), dtype and
 shape kept, never pickled: one array as ``np.save(..., allow_pickle=False)`` bytes (batches),
-named arrays (a model's or a task's) as :func:`pack_arrays` bytes, or, in rows written before,
-an ``np.savez`` zip, which is read as well.
+named arrays (a model's or a task's) as :func:`service.packed_arrays.pack_arrays` bytes, or, in
+rows written before, an ``np.savez`` zip, which is read as well.
 """
 from __future__ import annotations
 
-import io
-import json
-import zipfile
 from datetime import datetime, timezone
 
 import numpy as np
@@ -35,19 +32,11 @@ from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, 
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from .packed_arrays import array_from_bytes, array_to_bytes, pack_arrays, unpack_arrays
+
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def array_to_bytes(a: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, np.asarray(a), allow_pickle=False)
-    return buf.getvalue()
-
-
-def array_from_bytes(b: bytes) -> np.ndarray:
-    return np.load(io.BytesIO(b), allow_pickle=False)
 
 
 class NDArray(TypeDecorator):
@@ -61,57 +50,6 @@ class NDArray(TypeDecorator):
 
     def process_result_value(self, value, dialect):
         return None if value is None else array_from_bytes(bytes(value))
-
-
-#: The first bytes of a packed ``dict[str, ndarray]`` (:func:`pack_arrays`); an ``np.savez``
-#: zip, the format written before, starts with ``PK``.
-PACKED = b"\x93FCL3ARRAYS1"
-
-
-def pack_arrays(arrays: dict[str, np.ndarray]) -> bytes:
-    """Named arrays as one buffer: :data:`PACKED`, a 4-byte little-endian length, a JSON list
-    of ``[name, dtype, shape]``, then each array's bytes in C order, in that list's order.
-    Arrays of other dtypes than plain ones (structured, sub-arrays) are written as an
-    ``np.savez`` zip; object arrays are refused (``ValueError``), as ``np.save`` refuses them."""
-    head, parts = [], []
-    for name, a in arrays.items():
-        a = np.asarray(a)
-        if a.dtype.hasobject:
-            raise ValueError("Object arrays cannot be saved when allow_pickle=False")
-        if np.dtype(a.dtype.str) != a.dtype:
-            return _zip_arrays(arrays)
-        head.append([name, a.dtype.str, list(a.shape)])
-        parts.append(a.tobytes())
-    text = json.dumps(head, separators=(",", ":")).encode()
-    return b"".join([PACKED, len(text).to_bytes(4, "little"), text, *parts])
-
-
-def unpack_arrays(data: bytes) -> dict[str, np.ndarray]:
-    """The named arrays of :func:`pack_arrays` bytes, or of an ``np.savez`` zip (no pickle)."""
-    if not data.startswith(PACKED):
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            return {name: npz[name] for name in npz.files}
-    start = len(PACKED) + 4
-    end = start + int.from_bytes(data[len(PACKED):start], "little")
-    out, at = {}, end
-    for name, descr, shape in json.loads(data[start:end]):
-        dtype = np.dtype(descr)
-        if dtype.hasobject:
-            raise ValueError("Object arrays cannot be loaded when allow_pickle=False")
-        count = int(np.prod(shape, dtype=np.int64))
-        out[name] = np.frombuffer(data, dtype=dtype, count=count, offset=at).reshape(shape).copy()
-        at += count * dtype.itemsize
-    if at != len(data):
-        raise ValueError(f"packed arrays: {len(data) - at} bytes left over")
-    return out
-
-
-def _zip_arrays(arrays: dict[str, np.ndarray]) -> bytes:
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
-        for name, arr in arrays.items():
-            zf.writestr(f"{name}.npy", array_to_bytes(arr))
-    return buf.getvalue()
 
 
 class NDArrayDict(TypeDecorator):

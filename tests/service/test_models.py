@@ -601,7 +601,8 @@ def _write_release_0001_database(url: str, rng) -> dict:
     from sqlalchemy import MetaData, create_engine
 
     from service.db import alembic_config
-    from service.tables import NDArrayDict, array_to_bytes
+    from service.packed_arrays import array_to_bytes
+    from service.tables import NDArrayDict
     from service.responses import result_json
 
     command.upgrade(alembic_config(url), "0001")

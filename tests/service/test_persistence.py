@@ -13,7 +13,8 @@ from hypothesis.extra import numpy as hnp
 from sqlalchemy import create_engine, inspect, select, update
 
 import core
-from service.tables import BatchRow, ModelRow, TaskRow, array_from_bytes, array_to_bytes
+from service.packed_arrays import array_from_bytes, array_to_bytes
+from service.tables import BatchRow, ModelRow, TaskRow
 
 from .conftest import ROOT, create_pg_database, drop_pg_database, pg_url, regression_batch
 
