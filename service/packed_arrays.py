@@ -3,7 +3,8 @@
 One array is ``np.save`` bytes (:func:`array_to_bytes`: a batch's rows). Named arrays (a
 model's or a task's) are one packed buffer (:func:`pack_arrays`): a header listing each
 array's name, dtype and shape, then the arrays' bytes. An array that is symmetric in its last
-two axes, bit for bit (a model's ``A``, ``C``, covariances; a task's ``omega`` and ``X'X``), is
+two axes, bit for bit (a model's ``A``, ``C`` and environment weights; a task's ``omega`` and
+``X'X``), is
 stored as the upper triangles of those axes, about half its bytes, and given back exactly.
 Rows written as an ``np.savez`` zip, the format before the packed one, are read as well.
 """
@@ -106,7 +107,8 @@ def _from_upper(values: np.ndarray, shape: list[int], dtype: np.dtype) -> np.nda
     out = np.empty((int(np.prod(shape[:-2], dtype=np.int64)), n * n), dtype=dtype)
     out[:, upper] = values.reshape(out.shape[0], upper.size)
     out = out.reshape(shape)
-    return np.where(mask, out, np.swapaxes(out, -1, -2)).astype(dtype, copy=False)  # where: native byte order
+    # np.where gives native byte order: astype restores the stored dtype's
+    return np.where(mask, out, np.swapaxes(out, -1, -2)).astype(dtype, copy=False)
 
 
 @functools.lru_cache(maxsize=8)
