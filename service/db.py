@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import make_url
 
 from .config import Settings
 
@@ -33,6 +34,16 @@ def migrations_dir() -> Path:
     if (CHECKOUT_MIGRATIONS / "env.py").exists():
         return CHECKOUT_MIGRATIONS
     raise RuntimeError("the service's migrations are not installed (package fcl3_migrations): reinstall fcl3")
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The database file of an SQLite URL (``None``: not SQLite, or in memory)."""
+    if not url.startswith("sqlite"):
+        return None
+    database = make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database).resolve()
 
 
 def make_engine(settings: Settings, pool_size: int | None = None) -> Engine:
@@ -134,8 +145,6 @@ class StoreFile:
         """The guard of ``engine`` (made on the first call); None: not an SQLite file."""
         guard = cls._of.get(engine)
         if guard is None and engine.dialect.name == "sqlite":
-            from .locks import sqlite_file
-
             path = sqlite_file(engine.url.render_as_string(hide_password=False))
             if path is not None:
                 guard = cls._of.setdefault(engine, cls(path))
@@ -262,8 +271,6 @@ def upgrade_schema(engine: Engine, wait: float = 120.0) -> None:
     On an SQLite file, under an exclusive file lock next to it (``<db>.migrate.lock``, the
     ``filelock`` library): the workers of ``uvicorn --workers N`` start together, and the
     first migrates (and switches the file to WAL) while the others wait, then find it done."""
-    from .locks import sqlite_file
-
     path = sqlite_file(engine.url.render_as_string(hide_password=False)) if engine.dialect.name == "sqlite" else None
     if path is None:
         _upgrade_schema(engine)

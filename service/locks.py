@@ -42,6 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from .db import sqlite_file
 from .file_lock_holds import FileHold, HoldExpiries
 from .lock_holders import Holders
 
@@ -283,15 +284,3 @@ def make_locks(settings) -> LocalLocks | FileLocks | RedisLocks:
     if path is not None:
         return FileLocks(path.with_name(path.name + ".locks"), settings.LOCK_TTL, settings.LOCK_WAIT)
     return LocalLocks(settings.LOCK_TTL, settings.LOCK_WAIT)
-
-
-def sqlite_file(url: str) -> Path | None:
-    """The database file of an SQLite URL (``None``: not SQLite, or in memory)."""
-    if not url.startswith("sqlite"):
-        return None
-    from sqlalchemy.engine import make_url
-
-    database = make_url(url).database
-    if not database or database == ":memory:" or database.startswith("file:"):
-        return None
-    return Path(database).resolve()

@@ -36,6 +36,8 @@ from collections import defaultdict
 from typing import Hashable
 
 from sqlalchemy import Connection, Engine, text
+
+from .db import sqlite_file
 from typing import Callable
 
 #: A subscriber: called with a model's name (it may have changed), or None (the watch closed).
@@ -174,8 +176,6 @@ def make_watch(engine: Engine, poll: float = 1.0, connect_timeout: int = 3):
     if poll <= 0:
         return NoWatch()
     if engine.dialect.name == "sqlite":
-        from .locks import sqlite_file
-
         path = sqlite_file(engine.url.render_as_string(hide_password=False))
         return SqliteWatch(str(path), poll) if path is not None else NoWatch()
     if engine.dialect.name == "postgresql" and engine.dialect.driver == "psycopg":
