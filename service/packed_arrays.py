@@ -5,8 +5,7 @@ model's or a task's) are one packed buffer (:func:`pack_arrays`): a header listi
 array's name, dtype and shape, then the arrays' bytes. An array that is symmetric in its last
 two axes, bit for bit (a model's ``A``, ``C`` and environment weights; a task's ``omega`` and
 ``X'X``), is stored as the upper triangles of those axes, about half its bytes, and given back
-exactly.
-Rows written as an ``np.savez`` zip, the format before the packed one, are read as well.
+exactly. Rows stored as an ``np.savez`` zip are read as well.
 """
 from __future__ import annotations
 

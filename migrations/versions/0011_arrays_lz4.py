@@ -10,9 +10,9 @@ pglz when its value is stored out of line (over about 2 KB). pglz spends millise
 model's arrays of float64 and then stores them uncompressed (a School model's 208 KB: an UPDATE
 and its commit 4.5-6.2 ms); LZ4 writes the same row in about 2.1 ms and keeps what compresses
 (a batch of dummy-coded rows 8.3 KB -> 1 KB; pglz 0.4 KB) (``docs/operations.md``,
-*Compression of the arrays*). Values stored before keep their
-compression; every new value takes the column's. SQLite, and a PostgreSQL built without LZ4
-(``default_toast_compression`` does not offer it), are left as they are.
+*Compression of the arrays*). Values stored before keep their compression; every new value
+takes the column's. SQLite, and a PostgreSQL built without LZ4 (``default_toast_compression``
+does not offer it), are left as they are.
 """
 from typing import Sequence, Union
 
