@@ -3,24 +3,28 @@ together, so that concurrent writers of one model pay for one update lock and on
 
 The batch joins its model's queue in this process
 (:class:`service.write_queue.WriteQueue`); one waiting request at a time leads: it takes the
-model's update lock, takes every batch queued by then (at most :data:`MAX_GROUP`; a label
-request alone), and under the lock refreshes to the stored version and learns them in arrival
-order, each on the learner the previous one left (a private copy each) and scored before it is
-learned; then commits them in one transaction with one version compare-and-set
+model's update lock, takes every batch queued by then, and under the lock refreshes to the
+stored version and learns them in arrival order, each on the learner the previous one left (a
+private copy each) and scored before it is learned. A batch that joins the queue while the
+group is being learned joins the group (at most :data:`MAX_GROUP` in all; a label request is a
+group of its own), so that under a steady stream of concurrent writers the groups grow to the
+number of writers instead of splitting them into cohorts. Then the group is committed in one
+transaction with one version compare-and-set
 (:meth:`service.writes.ModelWriter.commit_group`): batch ``i`` is model version ``base + i``,
 with its own batch row, answer, prequential score (against version ``base + i - 1``),
-evaluation and ``Idempotency-Key`` answer, as if committed alone. Every batch of a group but
-its last is learned with the stream-level refits deferred (the population and the family
-choice: :meth:`core.LifelongLearner.learn`'s ``defer_refits``), so the group pays for one
-refit instead of one per batch; the flag is stored with the batch, and a replay (a fork, a
-take-back) learns it the same way, so every version stays the replay of its batches. (A group
-forms only under concurrent writers, whose arrival order is the clock's anyway; a lone
-writer's batches are each a group of one.) A batch refused while it is learned (bad input,
-its key replayed or in flight, labels refused) is left out of the group, nothing of it
-applied (when it is the last, the group's state keeps its refits deferred to the next batch);
-a claim taken over at the commit makes the group commit again batch by batch. Each request is
-answered only after the commit of its group. Across processes the update lock orders the
-groups, and the version sequence in the database is the order every replica agrees on.
+evaluation and ``Idempotency-Key`` answer, as if committed alone. A batch learned while another
+is already waiting in the group is learned with the stream-level refits deferred (the
+population and the family choice: :meth:`core.LifelongLearner.learn`'s ``defer_refits``), so
+the group pays for one refit instead of one per batch: its last batch, learned when no other
+waited, refits. The flag is stored with the batch, and a replay (a fork, a take-back) learns it
+the same way, so every version stays the replay of its batches. (A group forms only under
+concurrent writers, whose arrival order is the clock's anyway; a lone writer's batches are each
+a group of one.) A batch refused while it is learned (bad input, its key replayed or in flight,
+labels refused) is left out of the group, nothing of it applied (when it is the last, the
+group's state keeps its refits deferred to the next batch); a claim taken over at the commit
+makes the group commit again batch by batch. Each request is answered only after the commit of
+its group. Across processes the update lock orders the groups, and the version sequence in the
+database is the order every replica agrees on.
 
 What a request does around it (its answer, its log line, the evaluation after the commit) is
 :func:`service.usecases.learn_batch`'s.
@@ -40,8 +44,9 @@ if TYPE_CHECKING:
     from .prepared import Prepared
     from .registry import HostedModel
 
-#: The most batches one group commits (one transaction): its time under the update lock stays
-#: far below ``LOCK_TTL`` and its first batch is not answered much later than alone.
+#: The most batches one group commits (one transaction), those that join it while it is learned
+#: included: its time under the update lock stays far below ``LOCK_TTL`` and its first batch is
+#: not answered much later than alone.
 MAX_GROUP = 64
 
 
@@ -77,7 +82,8 @@ def submit(model: HostedModel, item: Queued) -> None:
 
 def _lead(model: HostedModel, q: WriteQueue, me: Queued) -> None:
     """One group: the update lock (waiting at most what is left of ``me``'s lock wait), the
-    batches queued by then, learned and committed; each batch's outcome, after the release."""
+    batches queued by then and those that join while they are learned, learned and committed;
+    each batch's outcome, after the release."""
     group: list[Queued] = []
     outcome: dict[Queued, tuple[Prepared | None, int | None, BaseException | None]] = {}
     error: BaseException | None = None
@@ -87,8 +93,12 @@ def _lead(model: HostedModel, q: WriteQueue, me: Queued) -> None:
             with q.cond:
                 group = q.take(MAX_GROUP)
             for item in group:
-                item.acquired, item.group_size = acquired, len(group)
-            _learn_group(model, group, outcome)
+                item.acquired = acquired
+            try:
+                _learn_group(model, group, outcome, q)
+            finally:
+                for item in group:
+                    item.group_size = len(group)
     except BaseException as exc:  # noqa: BLE001 - each batch without an outcome is answered with it
         error = exc
     released = time.perf_counter()
@@ -100,14 +110,26 @@ def _lead(model: HostedModel, q: WriteQueue, me: Queued) -> None:
         q.finish(item, prepared, version, err)
 
 
-def _learn_group(model: HostedModel, group: list[Queued], outcome: dict) -> None:
+def _learn_group(model: HostedModel, group: list[Queued], outcome: dict, joins: WriteQueue | None = None) -> None:
     """Under the update lock: learn ``group`` in order on the stored version and commit the
     batches that were learned in one transaction; ``outcome[item]`` = (prepared, version, None)
-    or (None, None, the error that refused it). An error of the whole group (the database, a
-    stale version) is raised."""
+    or (None, None, the error that refused it). ``joins``: the queue whose batches that arrive
+    meanwhile join ``group`` (appended to it) before its last batch is learned. An error of the
+    whole group (the database, a stale version) is raised."""
     snap = current_for_write(model)
     ready: list[tuple[Queued, Prepared, list]] = []
-    for i, item in enumerate(group):
+    i = 0
+    while i < len(group):
+        item = group[i]
+        if joins is not None and i == len(group) - 1 and len(group) < MAX_GROUP and group[0].labels is None:
+            with joins.cond:
+                joined = joins.take(MAX_GROUP - len(group), joining=True)
+            now = time.perf_counter()
+            for late in joined:
+                late.acquired = now
+            group += joined
+        last = i == len(group) - 1
+        i += 1
         try:
             if item.claim is not None:
                 model.keys.verify(item.claim)  # Replayed / KeyInFlight: another request has the key
@@ -119,7 +141,7 @@ def _learn_group(model: HostedModel, group: list[Queued], outcome: dict) -> None
             if item.claim is not None:
                 parts.append(item.claim)
             prepared = model.writer.prepare(snap, task_id, X, y, served,  # InputError: this batch only
-                                            defer_refits=i < len(group) - 1)
+                                            defer_refits=not last)
             if item.labels is not None:
                 prepared.source = "labels"
         except Exception as exc:  # noqa: BLE001 - refused: this batch only, nothing of it applied

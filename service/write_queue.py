@@ -44,13 +44,14 @@ class WriteQueue:
         self.items: list[Queued] = []
         self.leading = False  # a request of this process is leading a group of this model
 
-    def take(self, limit: int) -> list[Queued]:
-        """The first queued batches, at most ``limit``, marked taken (call with ``cond`` held).
-        A label request is a group of its own: its rows are loaded under the lock and marked
-        labelled by its commit, so two of them must not see the same rows pending."""
+    def take(self, limit: int, joining: bool = False) -> list[Queued]:
+        """The first queued batches, at most ``limit``, marked taken (call with ``cond`` held);
+        ``joining``: they join a group that already holds batches. A label request is a group
+        of its own: its rows are loaded under the lock and marked labelled by its commit, so
+        two of them must not see the same rows pending."""
         group: list[Queued] = []
         for item in self.items:
-            if len(group) >= limit or (item.labels is not None and group):
+            if len(group) >= limit or (item.labels is not None and (group or joining)):
                 break
             group.append(item)
             if item.labels is not None:

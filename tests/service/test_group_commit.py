@@ -162,6 +162,49 @@ def test_a_group_equals_its_batches_learned_one_by_one_as_stored(backend_app, n_
     assert plain.predict("t0", stored[0]["X"]).tolist() != reference.predict("t0", stored[0]["X"]).tolist()
 
 
+def test_a_batch_that_queues_while_its_group_is_learned_joins_it(backend_app):
+    """Two batches queued, a third arrives while the first is learned: it joins the group
+    before its last batch is learned, so the group commits three, the first two with the
+    refits deferred and the one learned last without, as the replay of the stored batches."""
+    c = backend_app(LOCK_WAIT=20)
+    model = c.app.state.model
+    rng = np.random.default_rng(11)
+    usecases.learn_answer(model, "t0", *regression_batch(rng))
+    batches = [(f"t{i % 2}", *regression_batch(rng, task=i)) for i in range(3)]
+    q = model.writer.queue
+    late_answer = []
+    late = threading.Thread(target=lambda: late_answer.append(usecases.learn_answer(model, *batches[2])))
+    real_prepare = model.writer.prepare
+
+    def prepare(*args, **kwargs):
+        if not late.is_alive() and not late_answer:  # the group's first batch: the late one queues
+            late.start()
+            deadline = time.monotonic() + 10
+            while True:
+                with q.cond:
+                    if q.items:
+                        break
+                assert time.monotonic() < deadline, "the late batch never queued"
+                time.sleep(0.005)
+        return real_prepare(*args, **kwargs)
+
+    model.writer.prepare = prepare
+    try:
+        answers, sizes = _grouped(model, [lambda b=b: usecases.learn_answer(model, *b) for b in batches[:2]])
+        late.join(30)
+    finally:
+        model.writer.prepare = real_prepare
+    assert not [a for a in answers if isinstance(a, Exception)], answers
+    assert sizes == [3]
+    assert [a["version"] for a in answers] + [late_answer[0]["version"]] == [2, 3, 4]
+    assert [b["refits_deferred"] for b in model.reader.batches()] == [False, True, True, False]
+    reference, per_version = _replay(model, c.app.state.settings.model_settings())
+    for a in answers + late_answer:
+        pre, res = per_version[a["version"]]
+        assert {k: a[k] for k in res} == res and a["prequential"] == pre
+    _arrays_equal(ModelReader(model.reader.engine, model.name).snapshot().learner.get_state(), reference.get_state())
+
+
 def test_bad_input_fails_only_its_batch(backend_app):
     c = backend_app(LOCK_WAIT=20)
     model = c.app.state.model
