@@ -303,6 +303,10 @@ def update_rate(port: int, models: list[str], bodies: dict[str, list[tuple[str, 
             "machine_busy_share": round(use["machine_busy_share"], 2)}
 
 
+#: ``/metrics`` series of the group commits: groups (transactions) and the batches they committed.
+GROUPS, GROUPED = "fcl3_update_group_batches_count", "fcl3_update_group_batches_sum"
+
+
 def group_commit_matrix(port: int, pids: list[int], clients: tuple[int, ...], models: tuple[int, ...],
                         seconds: float, n_tasks: int, d: int, say=lambda *a: None, estimator: str = "FCL3",
                         params: dict | None = None) -> dict:
@@ -330,11 +334,16 @@ def group_commit_matrix(port: int, pids: list[int], clients: tuple[int, ...], mo
             say(f"  group commit: {c} clients, {m} model(s) ...")
             client_bodies = [bodies[names[i % m]][i * per_client:(i + 1) * per_client] for i in range(c)]
             writers = [Writer(port, b, None, pids) for b in client_bodies]
+            before = scrape(f"http://127.0.0.1:{port}")
             use = run_writers(writers, pids, seconds)
+            after = scrape(f"http://127.0.0.1:{port}")
+            groups = after.get(GROUPS, 0.0) - before.get(GROUPS, 0.0)
             lat = [v for w in writers for v in w.latency_ms]
             committed = sum(w.committed for w in writers)
             out[f"{c}x{m}"] = {"clients": c, "models": m, "committed": committed,
                                "not_committed": sum(w.other for w in writers),
+                               "mean_group": round((after.get(GROUPED, 0.0) - before.get(GROUPED, 0.0)) / groups, 2)
+                               if groups else None,
                                "committed_per_s": round(committed / use["wall_s"], 1),
                                "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99),
                                "server_cpu_ms_per_update": round(use["server_cpu_s"] * 1e3 / committed, 2)
@@ -791,11 +800,12 @@ def table(results: dict) -> str:
     for case in cases:
         c, m = case.split("x")
         add(f"group commit {c} client{'s' if c != '1' else ''} x {m} model{'s' if m != '1' else ''}: "
-            "updates/s, p50 / p99, server CPU/update",
+            "updates/s, p50 / p99, server CPU/update, batches/group",
             lambda r, case=case: "-" if case not in r.get("group_commit", {}) else
             f"{r['group_commit'][case]['committed_per_s']:.0f}/s, {r['group_commit'][case]['p50_ms']:.1f} / "
             f"{r['group_commit'][case]['p99_ms']:.1f} ms, "
-            f"{r['group_commit'][case].get('server_cpu_ms_per_update') or float('nan'):.2f} ms"
+            f"{r['group_commit'][case].get('server_cpu_ms_per_update') or float('nan'):.2f} ms, "
+            f"{r['group_commit'][case].get('mean_group') or float('nan'):.1f}"
             + (f" ({r['group_commit'][case]['not_committed']} not 200)"
                if r['group_commit'][case]['not_committed'] else ""))
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from . import metrics
 from .idempotency import KeyTakenOver
 from .lifecycle import current_for_write
 from .locks import LockBusy
@@ -157,6 +158,7 @@ def _learn_group(model: HostedModel, group: list[Queued], outcome: dict, joins: 
             versions = [model.writer.commit(ready[0][1], ready[0][2])]
         else:
             versions = model.writer.commit_group([p for _, p, _ in ready], [parts for _, _, parts in ready])
+        metrics.UPDATE_GROUP_BATCHES.observe(len(versions))
     except KeyTakenOver:  # one batch's key was taken over: rolled back; each batch alone, own outcome
         if len(ready) == 1:
             raise

@@ -30,6 +30,9 @@ UPDATE_ENGINE_SECONDS = Histogram(
     "fcl3_update_duration_seconds is outside it: load, scoring, evaluation, commit.", buckets=_FAST)
 LOCK_WAIT_SECONDS = Histogram(
     "fcl3_lock_wait_seconds", "Time an update waited for the model's lock.", ["outcome"], buckets=_FAST)
+UPDATE_GROUP_BATCHES = Histogram(
+    "fcl3_update_group_batches", "Batches committed by one group commit (one transaction): its count is the "
+    "groups, its sum the batches.", buckets=(1, 2, 4, 8, 16, 32, 64))
 UPDATES = Counter("fcl3_updates_total", "Model updates by outcome.", ["outcome"])
 PREDICTIONS = Counter("fcl3_predictions_total", "Rows predicted (predictions served).")
 PREDICTION_REQUESTS = Counter("fcl3_prediction_requests_total", "Prediction requests answered.")

@@ -52,6 +52,7 @@ def test_embedded_short_run(tmp_path, capsys):
     assert set(run["group_commit"]) == {"1x1", "2x1", "1x2", "2x2"}
     for case in run["group_commit"].values():
         assert case["committed"] > 0 and case["not_committed"] == 0 and case["p99_ms"] >= case["p50_ms"] > 0
+        assert 1 <= case["mean_group"] <= case["clients"]  # batches per group commit, from /metrics
     assert run["engine_one_row_ceiling"]["updates_per_s"] > 0
     school = run["school_sequential"]
     assert school["batches"] == 6 and school["ratio_http_vs_engine_p50"] > 0

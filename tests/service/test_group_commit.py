@@ -72,6 +72,16 @@ def _grouped(model, calls, n_wait=None):
     return out, sizes
 
 
+def _group_metric(c) -> tuple[float, float]:
+    """(groups, batches) of ``fcl3_update_group_batches`` on /metrics."""
+    values = {}
+    for line in c.get("/metrics").text.splitlines():
+        if line.startswith(("fcl3_update_group_batches_count ", "fcl3_update_group_batches_sum ")):
+            name, _, value = line.partition(" ")
+            values[name] = float(value)
+    return values.get("fcl3_update_group_batches_count", 0.0), values.get("fcl3_update_group_batches_sum", 0.0)
+
+
 def _replay(model, settings, upto=None):
     """The stored batches (up to version ``upto``) learned one by one in version order by a
     fresh learner, each with its refits deferred as stored: the reference learner and each
@@ -189,6 +199,7 @@ def test_a_batch_that_queues_while_its_group_is_learned_joins_it(backend_app):
         return real_prepare(*args, **kwargs)
 
     model.writer.prepare = prepare
+    before = _group_metric(c)
     try:
         answers, sizes = _grouped(model, [lambda b=b: usecases.learn_answer(model, *b) for b in batches[:2]])
         late.join(30)
@@ -196,6 +207,8 @@ def test_a_batch_that_queues_while_its_group_is_learned_joins_it(backend_app):
         model.writer.prepare = real_prepare
     assert not [a for a in answers if isinstance(a, Exception)], answers
     assert sizes == [3]
+    after = _group_metric(c)  # /metrics: one more group, of three batches
+    assert (after[0] - before[0], after[1] - before[1]) == (1, 3)
     assert [a["version"] for a in answers] + [late_answer[0]["version"]] == [2, 3, 4]
     assert [b["refits_deferred"] for b in model.reader.batches()] == [False, True, True, False]
     reference, per_version = _replay(model, c.app.state.settings.model_settings())
