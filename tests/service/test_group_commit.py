@@ -13,6 +13,7 @@ import pytest
 
 import core
 from service import idempotent_writes, usecases
+from service.write_queue import Queued, WriteQueue
 from service.learners import make_learner
 from service.reads import ModelReader
 from service.responses import result_json
@@ -410,3 +411,18 @@ def test_a_group_led_by_a_new_task_with_evaluation_sets_writes_what_one_by_one_w
     for task in {t for t, _, _ in warm + group}:
         a, b = (c.get(f"/tasks/{task}").json() for c in apps)
         assert {k: v for k, v in a.items() if not k.endswith("_at")} == {k: v for k, v in b.items() if not k.endswith("_at")}
+
+
+def test_a_label_request_never_joins_a_group_under_way():
+    """``WriteQueue.take``: a label request leads a group of its own, and batches queued behind
+    it wait for the next group; a group under way takes the batches before it, never it."""
+    q = WriteQueue()
+    plain, after = Queued("t", [[1.0]], [1.0]), Queued("t", [[2.0]], [2.0])
+    labels = Queued("t", None, None, labels=object())
+    q.items = [plain, labels, after]
+    with q.cond:
+        assert q.take(64, joining=True) == [plain]
+        assert q.take(64, joining=True) == []  # the label request heads the queue: nothing joins
+        assert q.take(64) == [labels]  # the next group: the label request alone
+        assert q.take(64) == [after]
+    assert plain.taken and labels.taken and after.taken and not q.items
