@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import core
-from service import idempotent_writes, usecases
+from service import group_commit, idempotent_writes, usecases
 from service.write_queue import Queued, WriteQueue
 from service.learners import make_learner
 from service.reads import ModelReader
@@ -216,6 +216,56 @@ def test_a_batch_that_queues_while_its_group_is_learned_joins_it(backend_app):
     for a in answers + late_answer:
         pre, res = per_version[a["version"]]
         assert {k: a[k] for k in res} == res and a["prequential"] == pre
+    _arrays_equal(ModelReader(model.reader.engine, model.name).snapshot().learner.get_state(), reference.get_state())
+
+
+def test_batches_join_a_group_up_to_max_group(backend_app, monkeypatch):
+    """With ``MAX_GROUP`` = 3, two batches queued and three more arriving while the first is
+    learned: the group takes one of them (three in all), the other two wait for the next group;
+    every batch committed once, in consecutive versions."""
+    monkeypatch.setattr(group_commit, "MAX_GROUP", 3)
+    c = backend_app(LOCK_WAIT=20)
+    model = c.app.state.model
+    rng = np.random.default_rng(12)
+    usecases.learn_answer(model, "t0", *regression_batch(rng))
+    batches = [(f"t{i % 2}", *regression_batch(rng, task=i)) for i in range(5)]
+    q = model.writer.queue
+    late_answers = []
+    lates = [threading.Thread(target=lambda b=b: late_answers.append(usecases.learn_answer(model, *b)))
+             for b in batches[2:]]
+    real_prepare = model.writer.prepare
+
+    def prepare(*args, **kwargs):
+        if not lates[0].is_alive() and not late_answers:  # the group's first batch: three more queue
+            for t in lates:
+                t.start()
+            deadline = time.monotonic() + 10
+            while True:
+                with q.cond:
+                    if len(q.items) >= 3:
+                        break
+                assert time.monotonic() < deadline, "the late batches never queued"
+                time.sleep(0.005)
+        return real_prepare(*args, **kwargs)
+
+    sizes = []  # every group committed, the late ones' included
+    real_commit = model.writer.commit_group
+
+    def commit_group(group, parts):
+        sizes.append(len(group))
+        return real_commit(group, parts)
+
+    model.writer.prepare, model.writer.commit_group = prepare, commit_group
+    try:
+        answers, _ = _grouped(model, [lambda b=b: usecases.learn_answer(model, *b) for b in batches[:2]])
+        for t in lates:
+            t.join(30)
+    finally:
+        model.writer.prepare, model.writer.commit_group = real_prepare, real_commit
+    assert not [a for a in answers if isinstance(a, Exception)], answers
+    assert sizes[0] == 3 and sum(sizes) == 5 and max(sizes) <= 3
+    assert sorted(a["version"] for a in answers + late_answers) == [2, 3, 4, 5, 6]
+    reference, _ = _replay(model, c.app.state.settings.model_settings())
     _arrays_equal(ModelReader(model.reader.engine, model.name).snapshot().learner.get_state(), reference.get_state())
 
 
