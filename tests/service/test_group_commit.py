@@ -173,6 +173,46 @@ def test_a_group_equals_its_batches_learned_one_by_one_as_stored(backend_app, n_
     assert plain.predict("t0", stored[0]["X"]).tolist() != reference.predict("t0", stored[0]["X"]).tolist()
 
 
+def _with_late_batches(model, first, late):
+    """Learn the batches ``first`` queued together (:func:`_grouped`) while the batches ``late``
+    arrive during the first one's learning (each from a thread of its own, all queued before it
+    is learned). Returns (answers to ``first``, answers to ``late``, the size of every group
+    committed meanwhile, in order)."""
+    q = model.writer.queue
+    late_answers = []
+    threads = [threading.Thread(target=lambda b=b: late_answers.append(usecases.learn_answer(model, *b)))
+               for b in late]
+    real_prepare, real_commit = model.writer.prepare, model.writer.commit_group
+    sizes = []
+
+    def prepare(*args, **kwargs):
+        if not threads[0].is_alive() and not late_answers:  # the group's first batch: the late ones queue
+            for t in threads:
+                t.start()
+            deadline = time.monotonic() + 10
+            while True:
+                with q.cond:
+                    if len(q.items) >= len(late):
+                        break
+                assert time.monotonic() < deadline, "the late batches never queued"
+                time.sleep(0.005)
+        return real_prepare(*args, **kwargs)
+
+    def commit_group(group, parts):
+        sizes.append(len(group))
+        return real_commit(group, parts)
+
+    model.writer.prepare, model.writer.commit_group = prepare, commit_group
+    try:
+        answers, _ = _grouped(model, [lambda b=b: usecases.learn_answer(model, *b) for b in first])
+        for t in threads:
+            t.join(30)
+    finally:
+        model.writer.prepare, model.writer.commit_group = real_prepare, real_commit
+    assert not [a for a in answers if isinstance(a, Exception)], answers
+    return answers, late_answers, sizes
+
+
 def test_a_batch_that_queues_while_its_group_is_learned_joins_it(backend_app):
     """Two batches queued, a third arrives while the first is learned: it joins the group
     before its last batch is learned, so the group commits three, the first two with the
@@ -182,31 +222,8 @@ def test_a_batch_that_queues_while_its_group_is_learned_joins_it(backend_app):
     rng = np.random.default_rng(11)
     usecases.learn_answer(model, "t0", *regression_batch(rng))
     batches = [(f"t{i % 2}", *regression_batch(rng, task=i)) for i in range(3)]
-    q = model.writer.queue
-    late_answer = []
-    late = threading.Thread(target=lambda: late_answer.append(usecases.learn_answer(model, *batches[2])))
-    real_prepare = model.writer.prepare
-
-    def prepare(*args, **kwargs):
-        if not late.is_alive() and not late_answer:  # the group's first batch: the late one queues
-            late.start()
-            deadline = time.monotonic() + 10
-            while True:
-                with q.cond:
-                    if q.items:
-                        break
-                assert time.monotonic() < deadline, "the late batch never queued"
-                time.sleep(0.005)
-        return real_prepare(*args, **kwargs)
-
-    model.writer.prepare = prepare
     before = _group_metric(c)
-    try:
-        answers, sizes = _grouped(model, [lambda b=b: usecases.learn_answer(model, *b) for b in batches[:2]])
-        late.join(30)
-    finally:
-        model.writer.prepare = real_prepare
-    assert not [a for a in answers if isinstance(a, Exception)], answers
+    answers, late_answer, sizes = _with_late_batches(model, batches[:2], batches[2:])
     assert sizes == [3]
     after = _group_metric(c)  # /metrics: one more group, of three batches
     assert (after[0] - before[0], after[1] - before[1]) == (1, 3)
@@ -229,40 +246,7 @@ def test_batches_join_a_group_up_to_max_group(backend_app, monkeypatch):
     rng = np.random.default_rng(12)
     usecases.learn_answer(model, "t0", *regression_batch(rng))
     batches = [(f"t{i % 2}", *regression_batch(rng, task=i)) for i in range(5)]
-    q = model.writer.queue
-    late_answers = []
-    lates = [threading.Thread(target=lambda b=b: late_answers.append(usecases.learn_answer(model, *b)))
-             for b in batches[2:]]
-    real_prepare = model.writer.prepare
-
-    def prepare(*args, **kwargs):
-        if not lates[0].is_alive() and not late_answers:  # the group's first batch: three more queue
-            for t in lates:
-                t.start()
-            deadline = time.monotonic() + 10
-            while True:
-                with q.cond:
-                    if len(q.items) >= 3:
-                        break
-                assert time.monotonic() < deadline, "the late batches never queued"
-                time.sleep(0.005)
-        return real_prepare(*args, **kwargs)
-
-    sizes = []  # every group committed, the late ones' included
-    real_commit = model.writer.commit_group
-
-    def commit_group(group, parts):
-        sizes.append(len(group))
-        return real_commit(group, parts)
-
-    model.writer.prepare, model.writer.commit_group = prepare, commit_group
-    try:
-        answers, _ = _grouped(model, [lambda b=b: usecases.learn_answer(model, *b) for b in batches[:2]])
-        for t in lates:
-            t.join(30)
-    finally:
-        model.writer.prepare, model.writer.commit_group = real_prepare, real_commit
-    assert not [a for a in answers if isinstance(a, Exception)], answers
+    answers, late_answers, sizes = _with_late_batches(model, batches[:2], batches[2:])
     assert sizes[0] == 3 and sum(sizes) == 5 and max(sizes) <= 3
     assert sorted(a["version"] for a in answers + late_answers) == [2, 3, 4, 5, 6]
     reference, _ = _replay(model, c.app.state.settings.model_settings())
