@@ -33,12 +33,11 @@ import logging
 import sqlite3
 import threading
 from collections import defaultdict
-from typing import Hashable
+from typing import Callable, Hashable
 
 from sqlalchemy import Connection, Engine, text
 
 from .db import sqlite_file
-from typing import Callable
 
 #: A subscriber: called with a model's name (it may have changed), or None (the watch closed).
 Subscriber = Callable[[str | None], None]
