@@ -187,15 +187,24 @@ return 0
 
 class RedisLocks:
     """A Redis key per model, set if absent with the TTL as its expiry (never renewed); its
-    value is ``<holder>.<random>`` (:class:`Holders`). A waiter tries every 10 ms for at most
-    ``wait`` seconds; every ``Holders.CHECK_EVERY`` seconds it also asks whether the lock's
-    holder is gone, and if so deletes the lock (compare-and-delete of the value it read, in
-    Lua: a lock taken meanwhile by another is left alone) and tries again at once.
+    value is ``<holder>.<random>`` (:class:`Holders`). A waiter tries again whenever a release
+    wakes it, and at least every :attr:`POLL` seconds, for at most ``wait`` seconds: between
+    tries it blocks on the model's wake list (``BLPOP``), to which every release pushes one
+    entry, so a lock freed by another process is taken within a round trip instead of up to a
+    poll later (the list holds at most that one entry and expires after :attr:`WAKE_TTL`, so
+    an entry no one waited for wakes at most one later waiter once, which then simply tries).
+    Every ``Holders.CHECK_EVERY`` seconds a waiter also asks whether the lock's holder is
+    gone, and if so deletes the lock (compare-and-delete of the value it read, in Lua: a lock
+    taken meanwhile by another is left alone) and tries again at once.
 
     Acquire and release happen in one ``with`` in one thread (redis-py ``Lock``,
     ``thread_local`` tokens); the release is redis-py's compare-and-delete of our value."""
 
     backend = "redis"
+    #: The longest a waiter sleeps between two tries when no release wakes it (seconds).
+    POLL = 0.01
+    #: How long a wake entry that no waiter took stays in the list (milliseconds).
+    WAKE_TTL = 100
 
     def __init__(self, url: str, prefix: str, ttl: float, wait: float, database_url: str | None = None):
         import redis
@@ -208,6 +217,10 @@ class RedisLocks:
 
     def key(self, name: str) -> str:
         return f"{self.prefix}lock:{name}"
+
+    def wake_key(self, name: str) -> str:
+        """The list a release of ``name``'s lock pushes to, on which its waiters block."""
+        return f"{self.prefix}lock-wake:{name}"
 
     def _acquire(self, lock, name: str, wait: float) -> None:
         """Take ``lock`` within ``wait`` seconds (taking over a gone holder's), else :class:`LockBusy`."""
@@ -223,9 +236,10 @@ class RedisLocks:
                 next_check = now + Holders.CHECK_EVERY
                 if self._take_over_if_gone(lock.name, name):
                     continue
-            if time.monotonic() >= deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise LockBusy(name, wait)
-            time.sleep(0.01)
+            self.client.blpop([self.wake_key(name)], timeout=min(self.POLL, left))
 
     def _take_over_if_gone(self, key: str, name: str) -> bool:
         """Delete the lock ``key`` if its holder is gone; whether it was deleted."""
@@ -255,11 +269,23 @@ class RedisLocks:
         finally:
             try:
                 lock.release()
+                self._wake(name)
             except errors.LockNotOwnedError:
                 # It expired while we worked; the version check already decided the commit.
                 log.warning("update lock %s expired before release", self.key(name))
             except (errors.ConnectionError, errors.TimeoutError) as exc:
                 log.warning("could not release update lock %s: %s (it expires by itself)", self.key(name), exc)
+
+    def _wake(self, name: str) -> None:
+        """One entry in ``name``'s wake list (one round trip): a waiter blocked on it tries now.
+        Lost if Redis is unreachable: waiters then try at their next poll."""
+        errors = self._redis_mod.exceptions
+        key = self.wake_key(name)
+        try:
+            with self.client.pipeline(transaction=True) as pipe:
+                pipe.delete(key).rpush(key, 1).pexpire(key, self.WAKE_TTL).execute()
+        except (errors.ConnectionError, errors.TimeoutError):
+            pass
 
     def ping(self) -> None:
         errors = self._redis_mod.exceptions

@@ -178,3 +178,40 @@ def test_version_guard_also_holds_on_sqlite(make_client, tmp_path):
         model_a.writer.commit(prepared)
     assert a.get("/model").json()["version"] == 2 and a.get("/tasks/t").json()["n_samples"] == 12
     model_b.reader.engine.dispose()
+
+
+def test_a_redis_release_wakes_a_waiter_of_another_process_at_once(redis_server):
+    """A release pushes to the model's wake list, on which a waiter of another process blocks:
+    with a poll of 30 s the waiter still takes the lock as soon as it is released, and a
+    release no one waited for leaves one entry that expires."""
+    from service.locks import RedisLocks
+
+    client, prefix = redis_server
+    holder, waiter = RedisLocks(REDIS_URL, prefix, 30, 60), RedisLocks(REDIS_URL, prefix, 30, 60)
+    waiter.POLL = 30.0  # only a wake can let it try again within the test
+    held, release, taken = threading.Event(), threading.Event(), threading.Event()
+
+    def hold():
+        with holder.hold("m"):
+            held.set()
+            release.wait(10)
+
+    def wait():
+        with waiter.hold("m"):
+            taken.set()
+
+    threading.Thread(target=hold, daemon=True).start()
+    assert held.wait(5)
+    threading.Thread(target=wait, daemon=True).start()
+    time.sleep(0.3)  # the waiter has tried once and blocks on the wake list
+    assert not taken.is_set()
+    release.set()
+    assert taken.wait(10), "the waiter was not woken by the release (its poll is 30 s)"
+
+    for _ in range(3):  # nobody waits: one entry, which expires
+        with holder.hold("m"):
+            pass
+    assert client.llen(holder.wake_key("m")) == 1
+    assert 0 < client.pttl(holder.wake_key("m")) <= RedisLocks.WAKE_TTL
+    time.sleep(RedisLocks.WAKE_TTL / 1000 + 0.1)
+    assert client.exists(holder.wake_key("m")) == 0
