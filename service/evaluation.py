@@ -175,13 +175,14 @@ class ModelEvaluation:
             conn.execute(store.UPDATE_STATE, {"w_model": self.name, **values})
         else:
             conn.execute(store.INSERT_STATE, {"model_name": self.name, "revision": 0, "scores": {}, **values})
-        for task_id, (sums, exists, n) in tasks.items():
-            if exists:
-                conn.execute(store.UPDATE_TASK_SUMS, {"w_model": self.name, "w_task": task_id, "w_n": n,
-                                                      "updated_at": last.at, "sums": sums})
-            else:
-                conn.execute(store.INSERT_TASK_SUMS, {"model_name": self.name, "task_id": task_id, "n_batches": n,
-                                                      "sums": sums, "updated_at": last.at})
+        updates = [{"w_model": self.name, "w_task": task_id, "w_n": n, "updated_at": last.at, "sums": sums}
+                   for task_id, (sums, exists, n) in tasks.items() if exists]
+        inserts = [{"model_name": self.name, "task_id": task_id, "n_batches": n, "sums": sums, "updated_at": last.at}
+                   for task_id, (sums, exists, n) in tasks.items() if not exists]
+        if updates:  # each kind in one statement
+            conn.execute(store.UPDATE_TASK_SUMS, updates)
+        if inserts:
+            conn.execute(store.INSERT_TASK_SUMS, inserts)
         conn.execute(store.INSERT_LOG, logs)
         share = (time.perf_counter() - t0) / len(commits)
         for commit in commits:

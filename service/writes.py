@@ -301,27 +301,32 @@ class ModelWriter:
         state = last.learner.get_state(tasks=list(touched))
         last.state = state
         positions = task_positions(state, last.learner) if any(t["new"] for t in touched.values()) else {}
+        inserts, updates, rewrites = [], [], []  # each kind of task row in one statement
+        for tid, t in touched.items():
+            task = state.tasks[tid]
+            if t["new"]:
+                inserts.append({
+                    "model_name": self.name, "task_id": tid, "version": t["version"],
+                    "n_samples": t["n_samples"], "n_batches": t["n"], "position": positions[tid],
+                    "arrays": task["arrays"], "meta": task["meta"], "last_update": t["last"],
+                    "created_at": now, "updated_at": now})
+            elif t["n"]:
+                updates.append({
+                    "w_name": self.name, "w_task": tid, "w_n": t["n"], "version": t["version"],
+                    "n_samples": t["n_samples"], "arrays": task["arrays"], "meta": task["meta"],
+                    "last_update": t["last"], "updated_at": now})
+            else:
+                rewrites.append({
+                    "w_name": self.name, "w_task": tid, "version": t["version"],
+                    "arrays": task["arrays"], "meta": task["meta"], "updated_at": now})
         with self.reader.bulk.begin() as conn:
             self._set_model(conn, group[0], versions[-1], now, "this batch was NOT applied", last)
-            for tid, t in touched.items():
-                task = state.tasks[tid]
-                if t["new"]:
-                    conn.execute(_INSERT_TASK, {
-                        "model_name": self.name, "task_id": tid, "version": t["version"],
-                        "n_samples": t["n_samples"], "n_batches": t["n"], "position": positions[tid],
-                        "arrays": task["arrays"], "meta": task["meta"], "last_update": t["last"],
-                        "created_at": now, "updated_at": now})
-                elif t["n"]:
-                    res = conn.execute(_UPDATE_TASK, {
-                        "w_name": self.name, "w_task": tid, "w_n": t["n"], "version": t["version"],
-                        "n_samples": t["n_samples"], "arrays": task["arrays"], "meta": task["meta"],
-                        "last_update": t["last"], "updated_at": now})
-                    if res.rowcount != 1:
-                        raise StaleWrite(f"task {tid!r} row missing; this batch was NOT applied — retry")
-                else:
-                    conn.execute(_REWRITE_TASK, {
-                        "w_name": self.name, "w_task": tid, "version": t["version"],
-                        "arrays": task["arrays"], "meta": task["meta"], "updated_at": now})
+            if inserts:
+                conn.execute(_INSERT_TASK, inserts)
+            if updates and conn.execute(_UPDATE_TASK, updates).rowcount != len(updates):
+                raise StaleWrite("a task row is missing; this batch was NOT applied — retry")
+            if rewrites:
+                conn.execute(_REWRITE_TASK, rewrites)
             conn.execute(_INSERT_BATCH, [
                 {"model_name": self.name, "task_id": p.task_id, "version": v, "n_samples": int(p.X.shape[0]),
                  "X": p.X, "y": p.y, "source": p.source, "refits_deferred": p.refits_deferred, "created_at": now}

@@ -460,3 +460,48 @@ def test_a_label_request_never_joins_a_group_under_way():
         assert q.take(64) == [labels]  # the next group: the label request alone
         assert q.take(64) == [after]
     assert plain.taken and labels.taken and after.taken and not q.items
+
+
+def test_a_group_writes_its_task_rows_in_one_statement_and_a_missing_row_refuses_it(backend_app):
+    """A group over three known tasks updates the three task rows in one statement (and writes
+    their prequential sums in one); when one of those rows is gone from the database (deleted behind
+    the service's back) the whole group is refused (409), nothing of it applied."""
+    from sqlalchemy import delete, event
+
+    from service.tables import TaskRow
+    from service.writes import StaleWrite
+
+    c = backend_app(LOCK_WAIT=20)
+    model = c.app.state.model
+    rng = np.random.default_rng(21)
+    for i in range(3):
+        usecases.learn_answer(model, f"t{i}", *regression_batch(rng, task=i))
+    statements = []
+
+    def seen(conn, cursor, statement, parameters, context, executemany):
+        words = statement.split()
+        table = {"UPDATE": words[1], "INSERT": words[2]}.get(words[0].upper())
+        if table is not None:
+            statements.append((words[0].upper(), table, len(parameters) if executemany else 1))
+
+    event.listen(model.reader.bulk, "before_cursor_execute", seen)
+    try:
+        for sums in ("INSERT", "UPDATE"):  # the tasks' first scored batches insert their prequential sums
+            statements.clear()
+            batches = [(f"t{i % 3}", *regression_batch(rng, task=i)) for i in range(6)]
+            answers, sizes = _grouped(model, [lambda b=b: usecases.learn_answer(model, *b) for b in batches])
+            assert sizes == [6] and not any(isinstance(a, Exception) for a in answers), answers
+            assert [(k, n) for k, table, n in statements if table == "tasks"] == [("UPDATE", 3)], statements
+            assert [(k, n) for k, table, n in statements if table == "prequential_tasks"] == [(sums, 3)], statements
+    finally:
+        event.remove(model.reader.bulk, "before_cursor_execute", seen)
+
+    version = c.get("/model").json()["version"]
+    with model.reader.bulk.begin() as conn:
+        conn.execute(delete(TaskRow.__table__).where(TaskRow.__table__.c.task_id == "t1"))
+    batches = [(f"t{i % 3}", *regression_batch(rng, task=i)) for i in range(3)]
+    answers, sizes = _grouped(model, [lambda b=b: usecases.learn_answer(model, *b) for b in batches])
+    assert sizes == [3]
+    assert all(isinstance(a, StaleWrite) for a in answers), answers
+    assert c.get("/model").json()["version"] == version
+    assert max(b["version"] for b in model.reader.batches()) == version
