@@ -215,3 +215,5 @@ def test_a_redis_release_wakes_a_waiter_of_another_process_at_once(redis_server)
     assert 0 < client.pttl(holder.wake_key("m")) <= RedisLocks.WAKE_TTL
     time.sleep(RedisLocks.WAKE_TTL / 1000 + 0.1)
     assert client.exists(holder.wake_key("m")) == 0
+    holder.close()
+    waiter.close()
