@@ -53,7 +53,7 @@ def test_kill_9_of_one_api_host_mid_stream_loses_nothing_and_replicas_agree(topo
     t0 = time.monotonic()
     victim = topology.hosts[1]  # the host with two workers: its whole process group goes
     survivors = [h for h in topology.hosts if h is not victim]
-    spread = Spread(topology.urls, cooldown=0.5)
+    spread = Spread(topology.urls, cooldown=0.05)  # the dead host is tried again, and refused, before the stream ends
     busy, cut = batches_per_host(spread)
     with Client(spread.url, transport=spread, timeout=30, trust_env=False) as client:
         writers = Writers(client, MODEL, WRITERS, seed=26, total=N_BATCHES).start()
