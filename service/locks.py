@@ -116,14 +116,21 @@ class FileLocks:
     """Cross-process locks of one machine: one lock file per model in ``directory`` (next to
     the SQLite database), held with ``flock``.
 
-    Writers of every process queue on it (polling every 10 ms) for at most ``wait`` seconds,
-    then :class:`LockBusy` (503 + Retry-After). The kernel releases a lock when its process
+    Writers of every process queue on it for at most ``wait`` seconds, then :class:`LockBusy`
+    (503 + Retry-After): a waiter tries again whenever a release wakes it, and at least every
+    :attr:`POLL` seconds. Between tries it waits on the model's wake FIFO (``<model>.wake``
+    beside the lock file, opened for reading and writing so that it never reads an end of
+    file); a release writes one byte to it when a waiter has it open (none: the open fails at
+    once and nothing is written), so a lock freed by another process is taken at once instead
+    of up to a poll later. The kernel releases a lock when its process
     dies; a holder that lives on past ``ttl`` seconds has its lock unlocked by its own process
     (one thread per process keeps every hold's TTL, :mod:`service.file_lock_holds`; the module
     notes say what follows). Threads of one process first queue on an in-process lock (with
-    the same TTL), so at most one of them polls the file."""
+    the same TTL), so at most one of them waits on the file."""
 
     backend = "file"
+    #: The longest a waiter sleeps between two tries when no release wakes it (seconds).
+    POLL = 0.01
 
     def __init__(self, directory: str | Path, ttl: float, wait: float):
         self.directory = Path(directory)
@@ -136,23 +143,74 @@ class FileLocks:
         stem = name if _SAFE_NAME.match(name) else "h-" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
         return self.directory / f"{stem}.lock"
 
+    def wake_path(self, name: str) -> Path:
+        """The FIFO a release of ``name``'s lock writes to, on which its waiters wait."""
+        return self.path(name).with_suffix(".wake")
+
     def _acquire(self, name: str, deadline: float, wait: float) -> int:
         """A descriptor of ``name``'s lock file holding its ``flock``; :class:`LockBusy` after ``deadline``."""
         import fcntl
 
         fd = os.open(self.path(name), os.O_RDWR | os.O_CREAT, 0o644)
+        wake = None
         try:
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     return fd
                 except BlockingIOError:
-                    if time.monotonic() >= deadline:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
                         raise LockBusy(name, wait) from None
-                    time.sleep(0.01)
+                    if wake is None:
+                        wake = self._open_wake(name)
+                    self._sleep(wake, min(self.POLL, left))
         except BaseException:
             os.close(fd)
             raise
+        finally:
+            if wake is not None and wake >= 0:
+                os.close(wake)
+
+    def _open_wake(self, name: str) -> int:
+        """This waiter's end of ``name``'s wake FIFO (made if missing), or -1 where FIFOs are
+        not available (the waiter then polls)."""
+        path = self.wake_path(name)
+        try:
+            try:
+                os.mkfifo(path, 0o600)
+            except FileExistsError:
+                pass
+            return os.open(path, os.O_RDWR | os.O_NONBLOCK)
+        except OSError:
+            return -1
+
+    @staticmethod
+    def _sleep(wake: int, seconds: float) -> None:
+        """Until a release writes to ``wake`` (then its bytes are read) or ``seconds`` pass."""
+        if wake < 0:
+            time.sleep(seconds)
+            return
+        import select
+
+        if select.select([wake], [], [], seconds)[0]:
+            try:
+                os.read(wake, 4096)
+            except BlockingIOError:  # another waiter read it first
+                pass
+
+    def _wake(self, name: str) -> None:
+        """One byte to ``name``'s wake FIFO if a waiter has it open: the waiters try now."""
+        try:
+            fd = os.open(self.wake_path(name), os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:  # ENXIO: no waiter; ENOENT: none ever waited
+            return
+        try:
+            os.write(fd, b"\0")
+        except OSError:  # full: the waiters have bytes to read already
+            pass
+        finally:
+            os.close(fd)
 
     @contextmanager
     def hold(self, name: str, ttl: float | None = None, wait: float | None = None) -> Iterator[None]:
@@ -167,6 +225,7 @@ class FileLocks:
             finally:
                 self._expiries.discard(held)
                 held.release()
+                self._wake(name)
 
     def ping(self) -> None:
         if not self.directory.is_dir():

@@ -217,3 +217,45 @@ def test_a_redis_release_wakes_a_waiter_of_another_process_at_once(redis_server)
     assert client.exists(holder.wake_key("m")) == 0
     holder.close()
     waiter.close()
+
+
+def test_a_file_lock_release_wakes_a_waiter_of_another_process_at_once(tmp_path):
+    """The same for the file locks of the embedded default: a release writes to the model's
+    wake FIFO, on which a waiter of another process waits; with a poll of 30 s the waiter
+    still takes the lock as soon as it is released. A release with no waiter writes nothing."""
+    from service.locks import FileLocks
+
+    holder, waiter = FileLocks(tmp_path, 30, 60), FileLocks(tmp_path, 30, 60)  # two processes' views
+    waiter.POLL = 30.0  # only a wake can let it try again within the test
+    held, release, taken = threading.Event(), threading.Event(), threading.Event()
+
+    def hold():
+        with holder.hold("m"):
+            held.set()
+            release.wait(10)
+
+    def wait():
+        with waiter.hold("m"):
+            taken.set()
+
+    threading.Thread(target=hold, daemon=True).start()
+    assert held.wait(5)
+    threading.Thread(target=wait, daemon=True).start()
+    time.sleep(0.3)  # the waiter has tried once and waits on the FIFO
+    assert not taken.is_set()
+    release.set()
+    assert taken.wait(10), "the waiter was not woken by the release (its poll is 30 s)"
+
+    import os
+    import stat
+
+    assert stat.S_ISFIFO(os.stat(holder.wake_path("m")).st_mode)
+    for _ in range(3):  # nobody waits: the open for writing fails, nothing is queued in the FIFO
+        with holder.hold("m"):
+            pass
+    fd = os.open(holder.wake_path("m"), os.O_RDWR | os.O_NONBLOCK)
+    try:
+        with pytest.raises(BlockingIOError):
+            os.read(fd, 1)
+    finally:
+        os.close(fd)
