@@ -35,6 +35,7 @@ import hashlib
 import logging
 import os
 import re
+import stat
 import threading
 import time
 import uuid
@@ -181,9 +182,13 @@ class FileLocks:
                 os.mkfifo(path, 0o600)
             except FileExistsError:
                 pass
-            return os.open(path, os.O_RDWR | os.O_NONBLOCK)
+            fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
         except OSError:
             return -1
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):  # something else by that name: poll
+            os.close(fd)
+            return -1
+        return fd
 
     @staticmethod
     def _sleep(wake: int, seconds: float) -> None:
@@ -206,7 +211,8 @@ class FileLocks:
         except OSError:  # ENXIO: no waiter; ENOENT: none ever waited
             return
         try:
-            os.write(fd, b"\0")
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, b"\0")
         except OSError:  # full: the waiters have bytes to read already
             pass
         finally:

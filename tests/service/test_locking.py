@@ -259,3 +259,32 @@ def test_a_file_lock_release_wakes_a_waiter_of_another_process_at_once(tmp_path)
             os.read(fd, 1)
     finally:
         os.close(fd)
+
+
+def test_a_file_lock_whose_wake_path_is_not_a_fifo_polls_and_writes_nothing_there(tmp_path):
+    """Something else at the wake FIFO's path (a regular file): waiters poll, as without a
+    FIFO, and a release leaves that file alone."""
+    from service.locks import FileLocks
+
+    holder, waiter = FileLocks(tmp_path, 30, 10), FileLocks(tmp_path, 30, 10)
+    waiter.POLL = 0.05
+    holder.wake_path("m").write_bytes(b"")
+    held, release, taken = threading.Event(), threading.Event(), threading.Event()
+
+    def hold():
+        with holder.hold("m"):
+            held.set()
+            release.wait(10)
+
+    def wait():
+        with waiter.hold("m"):
+            taken.set()
+
+    threading.Thread(target=hold, daemon=True).start()
+    assert held.wait(5)
+    threading.Thread(target=wait, daemon=True).start()
+    time.sleep(0.2)
+    assert not taken.is_set()
+    release.set()
+    assert taken.wait(5)
+    assert holder.wake_path("m").read_bytes() == b""
