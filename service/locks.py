@@ -163,8 +163,9 @@ class FileLocks:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise LockBusy(name, wait) from None
-                    if wake is None:
+                    if wake is None:  # then try again at once: a release before the FIFO was open woke no one
                         wake = self._open_wake(name)
+                        continue
                     self._sleep(wake, min(self.POLL, left))
         except BaseException:
             os.close(fd)
@@ -198,7 +199,9 @@ class FileLocks:
             return
         import select
 
-        if select.select([wake], [], [], seconds)[0]:
+        poll = select.poll()  # not select.select: a descriptor may be above FD_SETSIZE in a busy server
+        poll.register(wake, select.POLLIN)
+        if poll.poll(seconds * 1000):
             try:
                 os.read(wake, 4096)
             except BlockingIOError:  # another waiter read it first
