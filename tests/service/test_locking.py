@@ -180,6 +180,30 @@ def test_version_guard_also_holds_on_sqlite(make_client, tmp_path):
     model_b.reader.engine.dispose()
 
 
+def handed_over(holder, waiter, name: str = "m") -> bool:
+    """``holder`` (one process's locks) holds ``name`` while ``waiter`` (another's) waits for
+    it; whether the waiter takes it within 10 s of the release. Called with a waiter's ``POLL``
+    of 30 s, only a wake lets it in that soon."""
+    held, release, taken = threading.Event(), threading.Event(), threading.Event()
+
+    def hold():
+        with holder.hold(name):
+            held.set()
+            release.wait(10)
+
+    def wait():
+        with waiter.hold(name):
+            taken.set()
+
+    threading.Thread(target=hold, daemon=True).start()
+    assert held.wait(5)
+    threading.Thread(target=wait, daemon=True).start()
+    time.sleep(0.3)  # the waiter has tried once and waits between tries
+    assert not taken.is_set()
+    release.set()
+    return taken.wait(10)
+
+
 def test_a_redis_release_wakes_a_waiter_of_another_process_at_once(redis_server):
     """A release pushes to the model's wake list, on which a waiter of another process blocks:
     with a poll of 30 s the waiter still takes the lock as soon as it is released, and a
@@ -188,25 +212,8 @@ def test_a_redis_release_wakes_a_waiter_of_another_process_at_once(redis_server)
 
     client, prefix = redis_server
     holder, waiter = RedisLocks(REDIS_URL, prefix, 30, 60), RedisLocks(REDIS_URL, prefix, 30, 60)
-    waiter.POLL = 30.0  # only a wake can let it try again within the test
-    held, release, taken = threading.Event(), threading.Event(), threading.Event()
-
-    def hold():
-        with holder.hold("m"):
-            held.set()
-            release.wait(10)
-
-    def wait():
-        with waiter.hold("m"):
-            taken.set()
-
-    threading.Thread(target=hold, daemon=True).start()
-    assert held.wait(5)
-    threading.Thread(target=wait, daemon=True).start()
-    time.sleep(0.3)  # the waiter has tried once and blocks on the wake list
-    assert not taken.is_set()
-    release.set()
-    assert taken.wait(10), "the waiter was not woken by the release (its poll is 30 s)"
+    waiter.POLL = 30.0
+    assert handed_over(holder, waiter), "the waiter was not woken by the release (its poll is 30 s)"
 
     for _ in range(3):  # nobody waits: one entry, which expires
         with holder.hold("m"):
@@ -223,31 +230,14 @@ def test_a_file_lock_release_wakes_a_waiter_of_another_process_at_once(tmp_path)
     """The same for the file locks of the embedded default: a release writes to the model's
     wake FIFO, on which a waiter of another process waits; with a poll of 30 s the waiter
     still takes the lock as soon as it is released. A release with no waiter writes nothing."""
+    import os
+    import stat
+
     from service.locks import FileLocks
 
     holder, waiter = FileLocks(tmp_path, 30, 60), FileLocks(tmp_path, 30, 60)  # two processes' views
-    waiter.POLL = 30.0  # only a wake can let it try again within the test
-    held, release, taken = threading.Event(), threading.Event(), threading.Event()
-
-    def hold():
-        with holder.hold("m"):
-            held.set()
-            release.wait(10)
-
-    def wait():
-        with waiter.hold("m"):
-            taken.set()
-
-    threading.Thread(target=hold, daemon=True).start()
-    assert held.wait(5)
-    threading.Thread(target=wait, daemon=True).start()
-    time.sleep(0.3)  # the waiter has tried once and waits on the FIFO
-    assert not taken.is_set()
-    release.set()
-    assert taken.wait(10), "the waiter was not woken by the release (its poll is 30 s)"
-
-    import os
-    import stat
+    waiter.POLL = 30.0
+    assert handed_over(holder, waiter), "the waiter was not woken by the release (its poll is 30 s)"
 
     assert stat.S_ISFIFO(os.stat(holder.wake_path("m")).st_mode)
     for _ in range(3):  # nobody waits: the open for writing fails, nothing is queued in the FIFO
@@ -267,24 +257,7 @@ def test_a_file_lock_whose_wake_path_is_not_a_fifo_polls_and_writes_nothing_ther
     from service.locks import FileLocks
 
     holder, waiter = FileLocks(tmp_path, 30, 10), FileLocks(tmp_path, 30, 10)
-    waiter.POLL = 0.05
+    waiter.POLL = 0.05  # polled: within the 10 s
     holder.wake_path("m").write_bytes(b"")
-    held, release, taken = threading.Event(), threading.Event(), threading.Event()
-
-    def hold():
-        with holder.hold("m"):
-            held.set()
-            release.wait(10)
-
-    def wait():
-        with waiter.hold("m"):
-            taken.set()
-
-    threading.Thread(target=hold, daemon=True).start()
-    assert held.wait(5)
-    threading.Thread(target=wait, daemon=True).start()
-    time.sleep(0.2)
-    assert not taken.is_set()
-    release.set()
-    assert taken.wait(5)
+    assert handed_over(holder, waiter)
     assert holder.wake_path("m").read_bytes() == b""
