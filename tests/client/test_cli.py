@@ -19,7 +19,9 @@ from click.testing import CliRunner
 
 from benchmarks.launcher import Server
 from fcl3 import Client, NotFound
-from fcl3.cli import main, plan_batches, read_dataset
+from fcl3.cli import main
+from fcl3.cli.files import read_dataset
+from fcl3.cli.replay import plan_batches
 from tests.service.conftest import PARAMS
 
 from .conftest import STREAM, WRITE_KEY

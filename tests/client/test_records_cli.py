@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from fcl3 import Client
-from fcl3.cli import main, read_records_csv
+from fcl3.cli import main
+from fcl3.cli.files import read_records_csv
 from fcl3.records import infer_schema
 from tests.service.conftest import PARAMS
 

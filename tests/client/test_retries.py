@@ -198,10 +198,13 @@ def test_results_are_the_service_schemas_never_redefined():
     import fcl3._async.client
     import fcl3._calls
     import fcl3._sync.client
-    import fcl3.cli
+    import fcl3.cli.commands
+    import fcl3.cli.files
+    import fcl3.cli.replay
     import fcl3.events
 
-    for module in (fc, fcl3.cli, fcl3._calls, fcl3.events, fcl3._async.client, fcl3._sync.client):
+    for module in (fc, fcl3.cli.commands, fcl3.cli.files, fcl3.cli.replay, fcl3._calls, fcl3.events,
+                   fcl3._async.client, fcl3._sync.client):
         own = [n for n, v in vars(module).items()
                if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == module.__name__]
         assert own == [], own

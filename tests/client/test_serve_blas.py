@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.launcher import Server
-from fcl3.cli import BLAS_THREADS, one_blas_thread
+from fcl3.cli.commands import BLAS_THREADS, one_blas_thread
 
 from .conftest import WRITE_KEY
 
