@@ -282,8 +282,6 @@ def metrics() -> Call[str]:
 
 # ----------------------------------------------------------------------------- options
 def _headers(api_key: str | None, extra: dict[str, str] | None) -> dict[str, str]:
-    from . import __version__
-
     h = {"User-Agent": f"fcl3-client/{__version__}", "Accept": "application/json"}
     if api_key:
         h["Authorization"] = f"Bearer {api_key}"

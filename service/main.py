@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 from fastapi_offline import FastAPIOffline
+from fcl3._version import __version__
 from sqlalchemy import exc as sa_exc
 
 from . import logs, usecases
@@ -85,7 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPIOffline(
         title="FCL3 service",
         summary="Online lifelong learning (Flexible Clustered Lifelong Learning) over HTTP.",
-        version="0.1.0",
+        version=__version__,  # the package's (fcl3/_version.py)
         lifespan=lifespan,
         redoc_url=None,  # /redoc is served by the ui router: Redoc's one remote image replaced (offline)
         # The service's metrics are Prometheus's (/metrics) and its logs its own (service.logs):

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from .. import __version__
+from .._version import __version__
 from ..client import APIError, Client, DEFAULT_URL, FCL3Error, NotFound
 from ..records import RecordError, infer_schema, parse_schema, schema_json
 from .errors import command_error
