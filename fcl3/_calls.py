@@ -15,6 +15,7 @@ import httpx
 from pydantic import BaseModel
 
 from . import schemas
+from ._version import __version__
 from .errors import error_from
 from .records import infer_schema, parse_schema, records_of, schema_json
 from .retries import Retries
