@@ -5,6 +5,7 @@ CSV files of labels. A bad file is :class:`~fcl3.cli.errors.BadFile`, naming its
 and column."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import math
@@ -63,6 +64,21 @@ def _open_text(path: Path):
         raise BadFile(path, f"cannot be read: {exc.strerror or exc}") from None
 
 
+@contextlib.contextmanager
+def csv_reader(path: Path):
+    """A :func:`csv.reader` over the file at ``path`` (UTF-8, a byte-order mark skipped): a
+    malformed CSV or text that is not UTF-8, met while the block reads it, is :class:`BadFile`
+    at the line reached."""
+    with _open_text(path) as f:
+        reader = csv.reader(f)
+        try:
+            yield reader
+        except csv.Error as exc:
+            raise BadFile(path, f"not a valid CSV file: {exc}", reader.line_num) from None
+        except UnicodeDecodeError as exc:
+            raise BadFile(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
 def _find(header: list[str], names: Iterable[str]) -> int | None:
     lowered = [h.strip().lower() for h in header]
     for n in names:
@@ -76,55 +92,49 @@ def read_csv(path: str | os.PathLike, *, task: str = "required", target: str = "
     (used when present) or ``ignored`` (dropped when present); every other column is a feature.
     Raises :class:`BadFile` naming the file, line and column of the first problem."""
     path = Path(path)
-    with _open_text(path) as f:
-        reader = csv.reader(f)
-        try:
+    with csv_reader(path) as reader:
+        header = next(reader, None)
+        while header is not None and not any(h.strip() for h in header):
             header = next(reader, None)
-            while header is not None and not any(h.strip() for h in header):
-                header = next(reader, None)
-            if header is None:
-                raise BadFile(path, "empty file: expected a header line naming the columns", 1)
-            header_line = reader.line_num
-            header = [h.strip() for h in header]
-            t_col = _find(header, TASK_COLUMNS)
-            y_col = _find(header, TARGET_COLUMNS)
-            for col, mode, names in ((t_col, task, TASK_COLUMNS), (y_col, target, TARGET_COLUMNS)):
-                if col is None and mode == "required":
-                    raise BadFile(path, f"no {names[0]!r} column in the header (columns: {', '.join(header)}); "
-                                  f"expected {' or '.join(repr(n) for n in names)} and the features", header_line)
-            if task == "ignored":
-                t_col_use = None
-            else:
-                t_col_use = t_col
-            y_col_use = None if target == "ignored" else y_col
-            skip = {c for c in (t_col, y_col) if c is not None}
-            features = [i for i in range(len(header)) if i not in skip]
-            if not features:
-                raise BadFile(path, "no feature columns in the header", header_line)
+        if header is None:
+            raise BadFile(path, "empty file: expected a header line naming the columns", 1)
+        header_line = reader.line_num
+        header = [h.strip() for h in header]
+        t_col = _find(header, TASK_COLUMNS)
+        y_col = _find(header, TARGET_COLUMNS)
+        for col, mode, names in ((t_col, task, TASK_COLUMNS), (y_col, target, TARGET_COLUMNS)):
+            if col is None and mode == "required":
+                raise BadFile(path, f"no {names[0]!r} column in the header (columns: {', '.join(header)}); "
+                              f"expected {' or '.join(repr(n) for n in names)} and the features", header_line)
+        if task == "ignored":
+            t_col_use = None
+        else:
+            t_col_use = t_col
+        y_col_use = None if target == "ignored" else y_col
+        skip = {c for c in (t_col, y_col) if c is not None}
+        features = [i for i in range(len(header)) if i not in skip]
+        if not features:
+            raise BadFile(path, "no feature columns in the header", header_line)
+        for i in features:
+            if not header[i]:
+                raise BadFile(path, "empty column name in the header", header_line, i + 1)
+        rows = Rows(path, [header[i] for i in features], y=[] if y_col_use is not None else None,
+                    tasks=[] if t_col_use is not None else None)
+        for line, record in data_lines(reader, header, path):
+            x = []
             for i in features:
-                if not header[i]:
-                    raise BadFile(path, "empty column name in the header", header_line, i + 1)
-            rows = Rows(path, [header[i] for i in features], y=[] if y_col_use is not None else None,
-                        tasks=[] if t_col_use is not None else None)
-            for line, record in data_lines(reader, header, path):
-                x = []
-                for i in features:
-                    x.append(_number(record[i], path, line, i + 1, header[i]))
-                rows.X.append(x)
-                rows.lines.append(line)
-                if y_col_use is not None:
-                    rows.y.append(_number(record[y_col_use], path, line, y_col_use + 1, header[y_col_use]))
-                if t_col_use is not None:
-                    tid = record[t_col_use].strip()
-                    if not tid:
-                        raise BadFile(path, "empty task id", line, t_col_use + 1, header[t_col_use])
-                    if len(tid) > 200:
-                        raise BadFile(path, "task id longer than 200 characters", line, t_col_use + 1, header[t_col_use])
-                    rows.tasks.append(tid)
-        except csv.Error as exc:
-            raise BadFile(path, f"not a valid CSV file: {exc}", reader.line_num) from None
-        except UnicodeDecodeError as exc:
-            raise BadFile(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+                x.append(_number(record[i], path, line, i + 1, header[i]))
+            rows.X.append(x)
+            rows.lines.append(line)
+            if y_col_use is not None:
+                rows.y.append(_number(record[y_col_use], path, line, y_col_use + 1, header[y_col_use]))
+            if t_col_use is not None:
+                tid = record[t_col_use].strip()
+                if not tid:
+                    raise BadFile(path, "empty task id", line, t_col_use + 1, header[t_col_use])
+                if len(tid) > 200:
+                    raise BadFile(path, "task id longer than 200 characters", line, t_col_use + 1, header[t_col_use])
+                rows.tasks.append(tid)
     if not rows.X:
         raise BadFile(path, "no data rows after the header", header_line)
     return rows
@@ -135,41 +145,35 @@ def read_records_csv(path: str | os.PathLike, task_column: str, target_column: s
     a dict of its cells, as text) and each feature column's cells (for a schema to infer).
     :class:`BadFile` naming the line and column of the first problem."""
     path = Path(path)
-    with _open_text(path) as f:
-        reader = csv.reader(f)
-        try:
-            header = next(reader, None)
-            if header is None:
-                raise BadFile(path, "empty file: expected a header line naming the columns", 1)
-            header_line = reader.line_num
-            header = [h.strip() for h in header]
-            for name, what in ((task_column, "--task-column"), (target_column, "--target-column")):
-                if name not in header:
-                    raise BadFile(path, f"no column {name!r} ({what}) in the header (columns: {', '.join(header)})",
-                                  header_line)
-            if len(set(header)) != len(header) or not all(header):
-                raise BadFile(path, "the header must name every column once", header_line)
-            t, yc = header.index(task_column), header.index(target_column)
-            features = [i for i in range(len(header)) if i not in (t, yc)]
-            if not features:
-                raise BadFile(path, "no feature columns in the header", header_line)
-            rows = Rows(path, [header[i] for i in features], y=[], tasks=[], header=header)
-            cells: dict[str, list[str]] = {header[i]: [] for i in features}
-            for line, record in data_lines(reader, header, path):
-                tid = record[t].strip()
-                if not tid or len(tid) > 200:
-                    raise BadFile(path, "empty task id" if not tid else "task id longer than 200 characters", line,
-                                  t + 1, task_column)
-                rows.tasks.append(tid)
-                rows.y.append(_number(record[yc], path, line, yc + 1, target_column))
-                rows.X.append({header[i]: record[i] for i in features})
-                rows.lines.append(line)
-                for i in features:
-                    cells[header[i]].append(record[i])
-        except csv.Error as exc:
-            raise BadFile(path, f"not a valid CSV file: {exc}", reader.line_num) from None
-        except UnicodeDecodeError as exc:
-            raise BadFile(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    with csv_reader(path) as reader:
+        header = next(reader, None)
+        if header is None:
+            raise BadFile(path, "empty file: expected a header line naming the columns", 1)
+        header_line = reader.line_num
+        header = [h.strip() for h in header]
+        for name, what in ((task_column, "--task-column"), (target_column, "--target-column")):
+            if name not in header:
+                raise BadFile(path, f"no column {name!r} ({what}) in the header (columns: {', '.join(header)})",
+                              header_line)
+        if len(set(header)) != len(header) or not all(header):
+            raise BadFile(path, "the header must name every column once", header_line)
+        t, yc = header.index(task_column), header.index(target_column)
+        features = [i for i in range(len(header)) if i not in (t, yc)]
+        if not features:
+            raise BadFile(path, "no feature columns in the header", header_line)
+        rows = Rows(path, [header[i] for i in features], y=[], tasks=[], header=header)
+        cells: dict[str, list[str]] = {header[i]: [] for i in features}
+        for line, record in data_lines(reader, header, path):
+            tid = record[t].strip()
+            if not tid or len(tid) > 200:
+                raise BadFile(path, "empty task id" if not tid else "task id longer than 200 characters", line,
+                              t + 1, task_column)
+            rows.tasks.append(tid)
+            rows.y.append(_number(record[yc], path, line, yc + 1, target_column))
+            rows.X.append({header[i]: record[i] for i in features})
+            rows.lines.append(line)
+            for i in features:
+                cells[header[i]].append(record[i])
     if not rows.X:
         raise BadFile(path, "no data rows after the header", header_line)
     return rows, cells
@@ -312,35 +316,29 @@ def read_labels(path: str | os.PathLike) -> tuple[list[str], list[float], list[s
     ys: list[float] = []
     tasks: list[str] = []
     lines: list[int] = []
-    with _open_text(path) as f:
-        reader = csv.reader(f)
-        try:
-            header = next(reader, None)
-            if header is None:
-                raise BadFile(path, "empty file: expected a header line (prediction_id, y)", 1)
-            header = [h.strip() for h in header]
-            i_col, y_col, t_col = _find(header, ID_COLUMNS), _find(header, TARGET_COLUMNS), _find(header, TASK_COLUMNS)
-            if i_col is None or y_col is None:
-                raise BadFile(path, f"expected a 'prediction_id' and a 'y' column (columns: {', '.join(header)})",
-                              reader.line_num)
-            seen: dict[str, int] = {}
-            for line, record in data_lines(reader, header, path):
-                pid = record[i_col].strip()
-                if not pid:
-                    raise BadFile(path, "empty prediction id", line, i_col + 1, header[i_col])
-                if pid in seen:
-                    raise BadFile(path, f"prediction id {pid!r} again (first at line {seen[pid]}): each row is "
-                                  "labelled once", line, i_col + 1, header[i_col])
-                seen[pid] = line
-                ids.append(pid)
-                ys.append(_number(record[y_col], path, line, y_col + 1, header[y_col]))
-                if t_col is not None:
-                    tasks.append(record[t_col].strip())
-                lines.append(line)
-        except csv.Error as exc:
-            raise BadFile(path, f"not a valid CSV file: {exc}", reader.line_num) from None
-        except UnicodeDecodeError as exc:
-            raise BadFile(path, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    with csv_reader(path) as reader:
+        header = next(reader, None)
+        if header is None:
+            raise BadFile(path, "empty file: expected a header line (prediction_id, y)", 1)
+        header = [h.strip() for h in header]
+        i_col, y_col, t_col = _find(header, ID_COLUMNS), _find(header, TARGET_COLUMNS), _find(header, TASK_COLUMNS)
+        if i_col is None or y_col is None:
+            raise BadFile(path, f"expected a 'prediction_id' and a 'y' column (columns: {', '.join(header)})",
+                          reader.line_num)
+        seen: dict[str, int] = {}
+        for line, record in data_lines(reader, header, path):
+            pid = record[i_col].strip()
+            if not pid:
+                raise BadFile(path, "empty prediction id", line, i_col + 1, header[i_col])
+            if pid in seen:
+                raise BadFile(path, f"prediction id {pid!r} again (first at line {seen[pid]}): each row is "
+                              "labelled once", line, i_col + 1, header[i_col])
+            seen[pid] = line
+            ids.append(pid)
+            ys.append(_number(record[y_col], path, line, y_col + 1, header[y_col]))
+            if t_col is not None:
+                tasks.append(record[t_col].strip())
+            lines.append(line)
     if not ids:
         raise BadFile(path, "no labels after the header")
     return ids, ys, (tasks if t_col is not None else None), lines
