@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 from fastapi_offline import FastAPIOffline
-from fcl3._version import __version__
+from fcl3 import __version__
 from sqlalchemy import exc as sa_exc
 
 from . import logs, usecases
