@@ -24,7 +24,15 @@ and, with the same uvicorn command and worker count, the bare route
   over ``--update-rounds``; each client's connection is placed on its own uvicorn worker
   (its socket's owner is looked up in /proc), so that the two cases differ only in the
   number of models (the update locks are per model). Committed updates/s, the ratio, the
-  CPU of each worker, of the client and of the whole machine.
+  CPU of each worker, of the client and of the whole machine;
+* **group commit**, ``--group-clients`` concurrent clients sending one-row batches to one and
+  to two models, ``--group-seconds`` each: committed updates/s, p50/p99, batches per group,
+  server CPU per update, each model first taught ``--group-warm`` batches (so that every case
+  measures it past the start of its stream), beside the engine alone on the same kind of
+  stream, before and after the table;
+* **a sequential client at School size** (``--school-batches``): median HTTP update ÷
+  median engine update on the same batches, alternated;
+* **bytes per commit** at each of ``--bytes-tasks`` tasks.
 
 The load generator is a minimal asyncio HTTP/1.1 client (keep-alive), so that it costs as
 little CPU as possible: it shares the machine with the servers, and its share is reported.
@@ -305,16 +313,23 @@ def update_rate(port: int, models: list[str], bodies: dict[str, list[tuple[str, 
 
 #: ``/metrics`` series of the group commits: groups (transactions) and the batches they committed.
 GROUPS, GROUPED = "fcl3_update_group_batches_count", "fcl3_update_group_batches_sum"
+#: One-row batches each model of the group-commit table (and the engine alone beside it) learns
+#: before any clock starts, so that every case measures a model at the same place in its
+#: stream: early on, FCL3's update costs more (the population's warm-started refit takes 36-66
+#: EM steps over the first 75 updates of 4 tasks and 6 after 250, docs/speed.md), and a case
+#: run on a fresh model (1 client x 1 model, 2 clients x 2 models) would measure that, not
+#: the service.
+WARM_BATCHES = 250
 
 
 def group_commit_matrix(port: int, pids: list[int], clients: tuple[int, ...], models: tuple[int, ...],
                         seconds: float, n_tasks: int, d: int, say=lambda *a: None, estimator: str = "FCL3",
-                        params: dict | None = None) -> dict:
+                        params: dict | None = None, warm_batches: int = WARM_BATCHES) -> dict:
     """Committed updates/s and latency with ``c`` concurrent clients sending ONE-ROW batches,
     spread over ``m`` models (client ``i`` to model ``i % m``), for each ``c`` of ``clients``
     and ``m`` of ``models``, ``seconds`` each; keep-alive connections placed by the kernel
-    on the workers. The models are ``gc-1``, ``gc-2``, ... (created here, every task learned
-    once before the clock starts)."""
+    on the workers. The models are ``gc-1``, ``gc-2``, ... (created here, each taught
+    ``warm_batches`` batches over its tasks, one client, before the clock starts)."""
     names = [f"gc-{k + 1}" for k in range(max(models))]
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
         for name in names:
@@ -322,25 +337,29 @@ def group_commit_matrix(port: int, pids: list[int], clients: tuple[int, ...], mo
                                              "params": params or {}})
             assert r.status_code in (201, 409), r.text
     per_client = max(64, int(seconds * 400))
-    bodies = {name: batch_bodies(name, n_tasks, 1, d, per_client * max(clients), 10 + k)
+    warm = max(warm_batches, n_tasks)
+    bodies = {name: batch_bodies(name, n_tasks, 1, d, warm + per_client * max(clients), 10 + k)
               for k, name in enumerate(names)}
-    for name in names:  # every task once (a new task's first batch is not scored)
+    for name in names:  # every task learned, and the model past the start of its stream
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
-            for path, body in bodies[name][:n_tasks]:
+            for path, body in bodies[name][:warm]:
                 client.post(path, content=body, headers={"Content-Type": "application/json"}).raise_for_status()
+        bodies[name] = bodies[name][warm:]
     out = {}
     for m in models:
         for c in clients:
             say(f"  group commit: {c} clients, {m} model(s) ...")
             client_bodies = [bodies[names[i % m]][i * per_client:(i + 1) * per_client] for i in range(c)]
             writers = [Writer(port, b, None, pids) for b in client_bodies]
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+                at_start = {n: client.get(f"/models/{n}").json()["version"] for n in names[:m]}
             before = scrape(f"http://127.0.0.1:{port}")
             use = run_writers(writers, pids, seconds)
             after = scrape(f"http://127.0.0.1:{port}")
             groups = after.get(GROUPS, 0.0) - before.get(GROUPS, 0.0)
             lat = [v for w in writers for v in w.latency_ms]
             committed = sum(w.committed for w in writers)
-            out[f"{c}x{m}"] = {"clients": c, "models": m, "committed": committed,
+            out[f"{c}x{m}"] = {"clients": c, "models": m, "versions_at_start": at_start, "committed": committed,
                                "not_committed": sum(w.other for w in writers),
                                "mean_group": round((after.get(GROUPED, 0.0) - before.get(GROUPED, 0.0)) / groups, 2)
                                if groups else None,
@@ -423,17 +442,20 @@ def sequential_ratio(port: int, estimator: str, params: dict, max_batches: int |
             "outside_engine_p50_ms": round(med_h - med_e, 2)}
 
 
-def engine_rate(estimator: str, params: dict, n_tasks: int, d: int, seconds: float) -> dict:
+def engine_rate(estimator: str, params: dict, n_tasks: int, d: int, seconds: float,
+                warm_batches: int = WARM_BATCHES) -> dict:
     """The bare engine learning one-row batches over ``n_tasks`` tasks, one after the other, for
-    about ``seconds``: the ceiling of committed updates/s of ONE model (its batches are learned in
-    order, so a group commit saves everything but the learning)."""
-    stream = make_stream(max(64, int(seconds * 2000)), n_tasks, 1, d, seed=21)
+    about ``seconds``, after ``warm_batches`` untimed ones: the ceiling of committed
+    updates/s of ONE model at the place in its stream where the group-commit table measures it
+    (its batches are learned in order, so a group commit saves everything but the learning)."""
+    warm = max(warm_batches, n_tasks)
+    stream = make_stream(warm + max(64, int(seconds * 2000)), n_tasks, 1, d, seed=21)
     learner = core.LEARNERS[estimator](kind="regression", **params)
-    for t, X, y in stream[:n_tasks]:
+    for t, X, y in stream[:warm]:
         learner.learn(t, X, y)
     n, t0 = 0, time.perf_counter()
     times = []
-    for t, X, y in stream[n_tasks:]:
+    for t, X, y in stream[warm:]:
         t1 = time.perf_counter()
         learner.learn(t, X, y)
         times.append((time.perf_counter() - t1) * 1e3)
@@ -679,10 +701,13 @@ def run_setup(kind: str, workers: int, args, tmp: Path) -> dict:
             params = json.loads(args.params)
             clients = tuple(int(v) for v in args.group_clients.split(","))
             say(f"{kind}: group commit ...")
-            out["engine_one_row_ceiling"] = engine_rate(args.estimator, params, 4, args.d, args.group_seconds)
+            out["engine_one_row_ceiling"] = engine_rate(args.estimator, params, 4, args.d, args.group_seconds,
+                                                        args.group_warm)
             out["group_commit"] = group_commit_matrix(server.port, pids, clients, (1, 2), args.group_seconds, 4,
-                                                      args.d, say, args.estimator, params)
-            out["engine_one_row_ceiling_after"] = engine_rate(args.estimator, params, 4, args.d, args.group_seconds)
+                                                      args.d, say, args.estimator, params, args.group_warm)
+            out["engine_one_row_ceiling_after"] = engine_rate(args.estimator, params, 4, args.d, args.group_seconds,
+                                                              args.group_warm)
+            out["group_commit_warm_batches"] = max(args.group_warm, 4)
 
         # 4. a sequential client at School size: median HTTP update / median engine update
         if args.school_batches != 0:
@@ -850,6 +875,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--group-seconds", type=float, default=3.0, help="duration of each group-commit measurement "
                     "(clients x models, one-row batches; 0: none)")
     ap.add_argument("--group-clients", default="1,2,8", help="numbers of concurrent clients of the group-commit table")
+    ap.add_argument("--group-warm", type=int, default=WARM_BATCHES,
+                    help="one-row batches each model of the group-commit table (and the engine alone) learns "
+                         "before its clock starts")
     ap.add_argument("--school-batches", type=int, default=-1, help="batches of the sequential School stream "
                     "(-1: all 278, 0: none)")
     ap.add_argument("--bytes-tasks", default="100,10000", help="model sizes (tasks) of the bytes-per-commit "

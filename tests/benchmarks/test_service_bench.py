@@ -34,7 +34,7 @@ def test_embedded_short_run(tmp_path, capsys):
     out = tmp_path / "bench.json"
     res = service.main(["--embedded", "--updates", "8", "--tasks", "2", "--rows", "5", "--d", "3", "--seconds", "0.3",
                         "--rounds", "2", "--concurrency", "2", "--estimator", "STL", "--json", str(out), "--quiet",
-                        "--group-seconds", "0.3", "--group-clients", "1,2", "--school-batches", "6",
+                        "--group-seconds", "0.3", "--group-clients", "1,2", "--group-warm", "9", "--school-batches", "6",
                         "--bytes-tasks", "20,60"])
     assert json.loads(out.read_text()) == res
     (run,) = res["runs"].values()
@@ -50,6 +50,10 @@ def test_embedded_short_run(tmp_path, capsys):
     assert split["updates"] == 8 and split["engine_ms"] is not None and split["outside_engine_ms"] >= 0
     # group commit: every case committed something, latencies reported, beside the engine alone
     assert set(run["group_commit"]) == {"1x1", "2x1", "1x2", "2x2"}
+    # each model learned the 9 warm-up batches before its first case's clock started
+    assert run["group_commit_warm_batches"] == 9
+    assert run["group_commit"]["1x1"]["versions_at_start"] == {"gc-1": 9}
+    assert run["group_commit"]["2x2"]["versions_at_start"]["gc-2"] == 9
     for case in run["group_commit"].values():
         assert case["committed"] > 0 and case["not_committed"] == 0 and case["p99_ms"] >= case["p50_ms"] > 0
         assert 1 <= case["mean_group"] <= case["clients"]  # batches per group commit, from /metrics
