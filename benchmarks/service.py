@@ -320,6 +320,8 @@ GROUPS, GROUPED = "fcl3_update_group_batches_count", "fcl3_update_group_batches_
 #: run on a fresh model (1 client x 1 model, 2 clients x 2 models) would measure that, not
 #: the service.
 WARM_BATCHES = 250
+#: Tasks of each model of the group-commit table (and of the engine alone beside it).
+GROUP_TASKS = 4
 
 
 def group_commit_matrix(port: int, pids: list[int], clients: tuple[int, ...], models: tuple[int, ...],
@@ -701,13 +703,13 @@ def run_setup(kind: str, workers: int, args, tmp: Path) -> dict:
             params = json.loads(args.params)
             clients = tuple(int(v) for v in args.group_clients.split(","))
             say(f"{kind}: group commit ...")
-            out["engine_one_row_ceiling"] = engine_rate(args.estimator, params, 4, args.d, args.group_seconds,
-                                                        args.group_warm)
-            out["group_commit"] = group_commit_matrix(server.port, pids, clients, (1, 2), args.group_seconds, 4,
-                                                      args.d, say, args.estimator, params, args.group_warm)
-            out["engine_one_row_ceiling_after"] = engine_rate(args.estimator, params, 4, args.d, args.group_seconds,
-                                                              args.group_warm)
-            out["group_commit_warm_batches"] = max(args.group_warm, 4)
+            warm = out["group_commit_warm_batches"] = max(args.group_warm, GROUP_TASKS)  # every task learned
+            out["engine_one_row_ceiling"] = engine_rate(args.estimator, params, GROUP_TASKS, args.d,
+                                                        args.group_seconds, warm)
+            out["group_commit"] = group_commit_matrix(server.port, pids, clients, (1, 2), args.group_seconds,
+                                                      GROUP_TASKS, args.d, say, args.estimator, params, warm)
+            out["engine_one_row_ceiling_after"] = engine_rate(args.estimator, params, GROUP_TASKS, args.d,
+                                                              args.group_seconds, warm)
 
         # 4. a sequential client at School size: median HTTP update / median engine update
         if args.school_batches != 0:
