@@ -81,7 +81,8 @@ def test_a_server_that_exits_is_reported_with_its_log(tmp_path):
 
 def test_a_server_never_ready_is_stopped(tmp_path):
     server = Server(sqlite_env(tmp_path), ready_path="/no-such-route")
+    # "did not become ready", not "exited": the process was alive for the whole timeout
+    # (whether it got as far as opening its database in 3 s depends on the machine's load)
     with pytest.raises(RuntimeError, match="did not become ready"):
         server.start(timeout=3)
     assert not server.running()
-    assert os.path.exists(tmp_path / "fcl3.db")  # it did run
