@@ -395,32 +395,38 @@ def school_stream(max_batches: int | None = None) -> tuple[list[tuple[str, np.nd
             X = rng.normal(size=(110, 28))
             tasks.append((f"school-{t}", (X, X @ rng.normal(size=28) + rng.normal(size=110))))
         source = "synthetic (139 tasks x 110 rows x 28 features: School's shape)"
-    first = [(t, X[:len(X) // 2], y[:len(X) // 2]) for t, (X, y) in tasks]
-    second = [(t, X[len(X) // 2:], y[len(X) // 2:]) for t, (X, y) in tasks]
+    # C order, as the server holds rows parsed from JSON: School's file holds columns, and a
+    # product over columns rounds otherwise, so the engine alone would learn other numbers
+    half = lambda a, part: np.ascontiguousarray(part(a))  # noqa: E731
+    first = [(t, half(X, lambda a: a[:len(a) // 2]), half(y, lambda a: a[:len(a) // 2])) for t, (X, y) in tasks]
+    second = [(t, half(X, lambda a: a[len(a) // 2:]), half(y, lambda a: a[len(a) // 2:])) for t, (X, y) in tasks]
     stream = first + second
     return (stream if max_batches is None else stream[:max_batches]), source
 
 
-def engine_times(estimator: str, params: dict, stream) -> list[float]:
-    """The bare engine's ``learn`` time of each batch of ``stream`` (ms), in order."""
+def engine_times(estimator: str, params: dict, stream) -> tuple[list[float], core.LifelongLearner]:
+    """The bare engine's ``learn`` time of each batch of ``stream`` (ms), in order, and the
+    learner it leaves."""
     learner = core.LEARNERS[estimator](kind="regression", **params)
     out = []
     for task, X, y in stream:
         t0 = time.perf_counter()
         learner.learn(task, X, y)
         out.append((time.perf_counter() - t0) * 1e3)
-    return out
+    return out, learner
 
 
 def sequential_ratio(port: int, estimator: str, params: dict, max_batches: int | None, rounds: int = 2) -> dict:
     """One sequential client streaming School into a new model over HTTP beside the bare engine
     learning the same batches, alternated ``rounds`` times in one run: median HTTP update ÷
-    median engine update (each round on a model of its own)."""
+    median engine update (each round on a model of its own). Both learn the same numbers: the
+    served model's predictions of the first task equal the engine's exactly."""
     stream, source = school_stream(max_batches)
     bodies = [(t, json.dumps({"X": X.tolist(), "y": y.tolist()}).encode()) for t, X, y in stream]
     eng, web = [], []
     for k in range(rounds):
-        eng += engine_times(estimator, params, stream)
+        times, learner = engine_times(estimator, params, stream)
+        eng += times
         name = f"school-{k}-{os.getpid()}"
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
             r = client.post("/models", json={"name": name, "kind": "regression", "estimator": estimator,
@@ -437,6 +443,10 @@ def sequential_ratio(port: int, estimator: str, params: dict, max_batches: int |
                 assert resp.status == 200, resp.status
         finally:
             c.close()
+        task, X, _ = stream[0]
+        served = httpx.post(f"http://127.0.0.1:{port}/models/{name}/predict", timeout=120,
+                            json={"task_id": task, "X": X.tolist()}).json()["predictions"]
+        assert np.array_equal(served, learner.predict(task, X)), "the server learned other numbers than the engine"
     med_e, med_h = statistics.median(eng), statistics.median(web)
     return {"source": source, "batches": len(stream), "rounds": rounds, "engine_p50_ms": round(med_e, 2),
             "http_p50_ms": round(med_h, 2), "http_p99_ms": pct(web, 99), "engine_p99_ms": pct(eng, 99),
