@@ -31,7 +31,8 @@ and, with the same uvicorn command and worker count, the bare route
   measures it past the start of its stream), beside the engine alone on the same kind of
   stream, before and after the table;
 * **a sequential client at School size** (``--school-batches``): median HTTP update ÷
-  median engine update on the same batches, alternated;
+  median engine update on the same batches, each batch learned by the engine alone and
+  then posted;
 * **bytes per commit** at each of ``--bytes-tasks`` tasks.
 
 The load generator is a minimal asyncio HTTP/1.1 client (keep-alive), so that it costs as
@@ -404,42 +405,34 @@ def school_stream(max_batches: int | None = None) -> tuple[list[tuple[str, np.nd
     return (stream if max_batches is None else stream[:max_batches]), source
 
 
-def engine_times(estimator: str, params: dict, stream) -> tuple[list[float], core.LifelongLearner]:
-    """The bare engine's ``learn`` time of each batch of ``stream`` (ms), in order, and the
-    learner it leaves."""
-    learner = core.LEARNERS[estimator](kind="regression", **params)
-    out = []
-    for task, X, y in stream:
-        t0 = time.perf_counter()
-        learner.learn(task, X, y)
-        out.append((time.perf_counter() - t0) * 1e3)
-    return out, learner
-
-
 def sequential_ratio(port: int, estimator: str, params: dict, max_batches: int | None, rounds: int = 2) -> dict:
     """One sequential client streaming School into a new model over HTTP beside the bare engine
-    learning the same batches, alternated ``rounds`` times in one run: median HTTP update ÷
-    median engine update (each round on a model of its own). Both learn the same numbers: the
-    served model's predictions of the first task equal the engine's exactly."""
+    learning the same batches: median HTTP update ÷ median engine update. Each batch is learned
+    by the engine alone, then posted, so that both times of a batch are taken within
+    milliseconds of each other (this machine's speed drifts by tens of percent within minutes);
+    ``rounds`` streams, each into a model of its own. Both learn the same numbers: the served
+    model's predictions of the first task equal the engine's exactly."""
     stream, source = school_stream(max_batches)
-    bodies = [(t, json.dumps({"X": X.tolist(), "y": y.tolist()}).encode()) for t, X, y in stream]
+    bodies = [json.dumps({"X": X.tolist(), "y": y.tolist()}).encode() for _, X, y in stream]
     eng, web = [], []
     for k in range(rounds):
-        times, learner = engine_times(estimator, params, stream)
-        eng += times
         name = f"school-{k}-{os.getpid()}"
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
             r = client.post("/models", json={"name": name, "kind": "regression", "estimator": estimator,
                                              "params": params})
             assert r.status_code == 201, r.text
+        learner = core.LEARNERS[estimator](kind="regression", **params)
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         try:
-            for task, body in bodies:
+            for (task, X, y), body in zip(stream, bodies):
                 t0 = time.perf_counter()
+                learner.learn(task, X, y)
+                t1 = time.perf_counter()
                 c.request("POST", f"/models/{name}/tasks/{task}/data", body, {"Content-Type": "application/json"})
                 resp = c.getresponse()
                 resp.read()
-                web.append((time.perf_counter() - t0) * 1e3)
+                web.append((time.perf_counter() - t1) * 1e3)
+                eng.append((t1 - t0) * 1e3)
                 assert resp.status == 200, resp.status
         finally:
             c.close()
