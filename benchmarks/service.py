@@ -398,9 +398,9 @@ def school_stream(max_batches: int | None = None) -> tuple[list[tuple[str, np.nd
         source = "synthetic (139 tasks x 110 rows x 28 features: School's shape)"
     # C order, as the server holds rows parsed from JSON: School's file holds columns, and a
     # product over columns rounds otherwise, so the engine alone would learn other numbers
-    half = lambda a, part: np.ascontiguousarray(part(a))  # noqa: E731
-    first = [(t, half(X, lambda a: a[:len(a) // 2]), half(y, lambda a: a[:len(a) // 2])) for t, (X, y) in tasks]
-    second = [(t, half(X, lambda a: a[len(a) // 2:]), half(y, lambda a: a[len(a) // 2:])) for t, (X, y) in tasks]
+    rows = np.ascontiguousarray
+    first = [(t, rows(X[:len(X) // 2]), rows(y[:len(X) // 2])) for t, (X, y) in tasks]
+    second = [(t, rows(X[len(X) // 2:]), rows(y[len(X) // 2:])) for t, (X, y) in tasks]
     stream = first + second
     return (stream if max_batches is None else stream[:max_batches]), source
 
@@ -450,8 +450,9 @@ def sequential_ratio(port: int, estimator: str, params: dict, max_batches: int |
             c.close()
         task, X, _ = stream[0]
         served = httpx.post(f"http://127.0.0.1:{port}/models/{name}/predict", timeout=120,
-                            json={"task_id": task, "X": X.tolist()}).json()["predictions"]
-        assert np.array_equal(served, learner.predict(task, X)), "the server learned other numbers than the engine"
+                            json={"task_id": task, "X": X.tolist()}).json()
+        assert served["version"] == len(stream), served["version"]  # every batch committed, once
+        assert np.array_equal(served["predictions"], learner.predict(task, X)), "the server learned other numbers"
     med_e, med_h = statistics.median(eng), statistics.median(web)
     return {"source": source, "batches": len(stream), "rounds": rounds, "engine_p50_ms": round(med_e, 2),
             "http_p50_ms": round(med_h, 2), "http_p99_ms": pct(web, 99), "engine_p99_ms": pct(eng, 99),
