@@ -325,6 +325,12 @@ WARM_BATCHES = 250
 GROUP_TASKS = 4
 
 
+def warm_count(warm_batches: int, n_tasks: int) -> int:
+    """Batches learned before the clock starts: ``warm_batches``, and at least one per task (a
+    new task's first batch is not scored, and costs what a known task's does not)."""
+    return max(warm_batches, n_tasks)
+
+
 def group_commit_matrix(port: int, pids: list[int], clients: tuple[int, ...], models: tuple[int, ...],
                         seconds: float, n_tasks: int, d: int, say=lambda *a: None, estimator: str = "FCL3",
                         params: dict | None = None, warm_batches: int = WARM_BATCHES) -> dict:
@@ -340,7 +346,7 @@ def group_commit_matrix(port: int, pids: list[int], clients: tuple[int, ...], mo
                                              "params": params or {}})
             assert r.status_code in (201, 409), r.text
     per_client = max(64, int(seconds * 400))
-    warm = max(warm_batches, n_tasks)
+    warm = warm_count(warm_batches, n_tasks)
     bodies = {name: batch_bodies(name, n_tasks, 1, d, warm + per_client * max(clients), 10 + k)
               for k, name in enumerate(names)}
     for name in names:  # every task learned, and the model past the start of its stream
@@ -466,7 +472,7 @@ def engine_rate(estimator: str, params: dict, n_tasks: int, d: int, seconds: flo
     about ``seconds``, after ``warm_batches`` untimed ones: the ceiling of committed
     updates/s of ONE model at the place in its stream where the group-commit table measures it
     (its batches are learned in order, so a group commit saves everything but the learning)."""
-    warm = max(warm_batches, n_tasks)
+    warm = warm_count(warm_batches, n_tasks)
     stream = make_stream(warm + max(64, int(seconds * 2000)), n_tasks, 1, d, seed=21)
     learner = core.LEARNERS[estimator](kind="regression", **params)
     for t, X, y in stream[:warm]:
@@ -719,7 +725,7 @@ def run_setup(kind: str, workers: int, args, tmp: Path) -> dict:
             params = json.loads(args.params)
             clients = tuple(int(v) for v in args.group_clients.split(","))
             say(f"{kind}: group commit ...")
-            warm = out["group_commit_warm_batches"] = max(args.group_warm, GROUP_TASKS)  # every task learned
+            warm = out["group_commit_warm_batches"] = warm_count(args.group_warm, GROUP_TASKS)
             out["engine_one_row_ceiling"] = engine_rate(args.estimator, params, GROUP_TASKS, args.d,
                                                         args.group_seconds, warm)
             out["group_commit"] = group_commit_matrix(server.port, pids, clients, (1, 2), args.group_seconds,
