@@ -106,10 +106,7 @@ def read_csv(path: str | os.PathLike, *, task: str = "required", target: str = "
             if col is None and mode == "required":
                 raise BadFile(path, f"no {names[0]!r} column in the header (columns: {', '.join(header)}); "
                               f"expected {' or '.join(repr(n) for n in names)} and the features", header_line)
-        if task == "ignored":
-            t_col_use = None
-        else:
-            t_col_use = t_col
+        t_col_use = None if task == "ignored" else t_col
         y_col_use = None if target == "ignored" else y_col
         skip = {c for c in (t_col, y_col) if c is not None}
         features = [i for i in range(len(header)) if i not in skip]
