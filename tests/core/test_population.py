@@ -512,3 +512,65 @@ def test_diagonal_population_maximises_its_marginal_objective():
     v0 = np.array([*pop.mean, *np.log(np.diag(pop.cov))])
     res = optimize.minimize(negative, v0, method="Nelder-Mead", options={"xatol": 1e-6, "fatol": 1e-9, "maxiter": 4000})
     assert -res.fun <= best + 1e-6
+
+
+def test_population_without_a_task_is_the_others_gls_mean_and_one_em_step():
+    """Squared loss: the population without task t has exactly the generalised least-squares
+    mean of the other tasks given the fitted covariance, and that mean's covariance (computed
+    here from the others' ``(Sigma + J_s^-1)^-1``), and the covariance of one EM step over the
+    other tasks from the fit (core.population._em_step on them); and it is much nearer the
+    population refitted on the others to convergence than the fit with t is."""
+    from core.population import PRIOR_WEIGHT, _em_step, without_task
+    _, stats_ = _grouped(3, T=15)
+    tasks = [(g / 0.49, m / 0.49) for _, g, m, _ in stats_]
+    full = fit_population(tasks, tol=1e-13, max_iter=3000)
+    for t in (0, 6, 14):
+        others = tasks[:t] + tasks[t + 1:]
+        out = without_task(full, tasks[t], len(tasks))
+        J, h = np.array([a for a, _ in others]), np.array([b for _, b in others])
+        W = np.linalg.inv(full.cov + np.linalg.inv(J))
+        gls = np.linalg.solve(W.sum(0), np.einsum("tij,tjk,tk->i", W, np.linalg.inv(J), h))
+        np.testing.assert_allclose(out.mean, gls, rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(out.mean_cov, np.linalg.inv(W.sum(0)), rtol=1e-8, atol=1e-12)
+        step = _em_step(np.concatenate([full.mean, full.cov.ravel()]), J, h, PRIOR_WEIGHT)
+        np.testing.assert_allclose(out.cov, step[3:].reshape(3, 3), rtol=1e-8, atol=1e-12)
+        refit = fit_population(others, full, tol=1e-13, max_iter=3000)
+        assert np.abs(out.mean - refit.mean).max() < 0.5 * np.abs(full.mean - refit.mean).max()
+        assert np.abs(out.cov - refit.cov).max() < 0.8 * np.abs(full.cov - refit.cov).max()
+
+
+@pytest.mark.parametrize("structure", ["full", "diagonal", "shared_slopes"])
+def test_logistic_population_without_a_task_is_nearer_the_refit_without_it(structure):
+    """Logistic loss, each structure: the population without task t keeps its structure, and
+    its mean is several times nearer the population refitted on the other tasks from scratch
+    than the fit with t is (its covariance, one EM step, moves a little that way)."""
+    from core.population import (LOGISTIC_SPREAD_SCALE, fitted_logistic_population, marginal_objective,
+                                 population_structure, without_task)
+    tasks = _logistic_tasks(0, T=30, n=(4, 12), sd=(0.8, 1.0))
+    full = fitted_logistic_population(tasks, structure=structure, tol=1e-10, rounds=200)[0]
+    gains = []
+    for t in (0, 7, 19):
+        others = tasks[:t] + tasks[t + 1:]
+        refit = fitted_logistic_population(others, structure=structure, tol=1e-10, rounds=200)[0]
+        site = marginal_objective([tasks[t]], full)[2][0]
+        out = without_task(full, site, len(tasks), spread_scale=LOGISTIC_SPREAD_SCALE)
+        assert population_structure(out) == structure
+        gains.append(np.abs(full.mean - refit.mean).max() / np.abs(out.mean - refit.mean).max())
+    assert min(gains) > 1.5 and np.median(gains) > 5.0
+
+
+def test_logistic_random_slopes_need_more_rows_than_random_effects():
+    """Slopes that differ widely (the diagonal structure, with rows to show it) are shared when
+    the tasks have no more rows than a random-slopes model has random effects (lme4's check)."""
+    from core.population import choose_logistic_population, population_structure
+    rng = np.random.default_rng(11)
+
+    def tasks(rows):
+        out = []
+        for _ in range(150):
+            X = _design(rng.standard_normal((rows, 1)))
+            theta = np.array([0.5 + 2.0 * rng.standard_normal(), 0.3 + 1.5 * rng.standard_normal()])
+            out.append((X, (rng.random(rows) < 1 / (1 + np.exp(-(X @ theta)))).astype(float)))
+        return out
+    assert population_structure(choose_logistic_population(tasks(12))) == "diagonal"
+    assert population_structure(choose_logistic_population(tasks(2))) == "shared_slopes"
