@@ -205,23 +205,16 @@ def choose_logistic_population(tasks: list, start: Population | None = None) -> 
     the full structure then keeps the slopes' spread away from zero, and a task's own one or
     two rows decide the direction of its slopes. When the tasks do not show a spread worth
     its parameters, the slopes are shared, as the mixed model a statistician fits (a random
-    intercept) shares them. Random slopes are not tried at all unless the tasks have more rows
-    than a model with random slopes has random effects (``T (d + 1)``), the condition lme4's
-    ``glmer`` checks before it fits one: with fewer, each task's slopes are fitted to about as
-    many binary rows as they have entries, and their spread is the prior's more than the
-    data's. ``start`` warm-starts the fit of its own structure."""
+    intercept) shares them. ``start`` warm-starts the fit of its own structure."""
     D = tasks[0][0].shape[1]
     if D == 1:  # no slopes: one structure
         return fit_logistic_population(tasks, start)
     own = population_structure(start) if start is not None else None
-    # random slopes need more rows than random effects (lme4 refuses a model that has not)
-    rows = sum(X.shape[0] for X, _ in tasks)
-    structures = STRUCTURES if rows > D * len(tasks) else ("shared_slopes",)
     fits = {name: fitted_logistic_population(tasks, start if name == own else None, structure=name)
-            for name in structures}
+            for name in STRUCTURES}
     free = {"full": D * (D + 1) / 2.0, "diagonal": float(D), "shared_slopes": 1.0}
     aic = {name: value - _log_prior(pop) - free[name] for name, (pop, value) in fits.items()}
-    return fits[max(structures, key=aic.get)][0]
+    return fits[max(STRUCTURES, key=aic.get)][0]
 
 
 def population_structure(pop: Population) -> str:
@@ -329,60 +322,6 @@ def fit_shared_slopes(sites: list, spread_scale: float = LOGISTIC_SPREAD_SCALE,
                            options={"xatol": 1e-6})
     _, m, cov = profile(float(best.x))
     return Population(m, cov)
-
-
-def without_task(pop: Population, site: tuple[np.ndarray, np.ndarray], tasks: int,
-                 spread_scale: float | None = None, prior_weight: float = PRIOR_WEIGHT) -> Population:
-    """The population fitted on ``tasks`` tasks (with :func:`mean_covariance`'s ``mean_cov``)
-    refitted without one of them, whose Gaussian site is ``site = (J_t, h_t)``: the population
-    of the *other* tasks, against which that task's evidence is measured without counting its
-    own data twice (in-sample, a population that includes the task favours it).
-
-    The mean is exact given ``Sigma``: the generalised least-squares mean of the other tasks,
-    ``m' = m - (F - A_t)^-1 g_t`` with ``F`` the mean's information (``mean_cov^-1``), ``A_t =
-    (I + J_t Sigma)^-1 J_t`` the task's share of it and ``g_t = (I + J_t Sigma)^-1 (h_t - J_t m)``
-    (at EM's fixed point ``F m`` is the sum of the tasks' ``(I + J_s Sigma)^-1 h_s``), and
-    ``mean_cov' = (F - A_t)^-1``. The covariance takes one EM step from the fit over the other
-    tasks: the expected scatter ``S`` that gives ``Sigma`` in the M-step, less the task's term
-    ``C_t + d_t d_t'`` (its posterior covariance ``C_t = Sigma (I + J_t Sigma)^-1`` and mean
-    ``m + d_t``, ``d_t = Sigma g_t``) and less the shift of the mean, solved for ``tasks - 1``
-    tasks: the inverse-Wishart prior of ``prior_weight`` pseudo-tasks, or with
-    ``spread_scale`` the Wishart prior of :func:`_em_step`. The structure is kept: a diagonal
-    ``Sigma`` stays diagonal, shared slopes stay shared (:func:`population_structure`).
-    Everything costs ``O(d^3)``, however many tasks there are. Raises
-    :class:`numpy.linalg.LinAlgError` when the result is not a valid population."""
-    if pop.mean_cov is None or tasks < 2:
-        raise np.linalg.LinAlgError("the population without one task needs two tasks and the mean's covariance")
-    J, h = (np.asarray(a, dtype=float) for a in site)
-    m, cov = pop.mean, pop.cov
-    D = m.size
-    K = np.linalg.inv(np.eye(D) + J @ cov)  # (I + J Sigma)^-1
-    share = K @ J
-    g = K @ (h - J @ m)
-    info = np.linalg.inv(pop.mean_cov) - 0.5 * (share + share.T)
-    mean_cov = np.linalg.inv(info)
-    mean = m - mean_cov @ g
-    d = cov @ g
-    term = cov @ K + np.outer(d, d) * (tasks / (tasks - 1.0))  # C_t + d d' + (T - 1) delta delta'
-    structure = population_structure(pop) if spread_scale is not None else "full"
-    if spread_scale is None:
-        new = ((tasks + prior_weight) * cov - term) / (tasks - 1.0 + prior_weight)
-    else:
-        scatter = cov @ cov / spread_scale + (tasks - 1.0) * cov - term
-        if structure == "full":
-            vals, vecs = np.linalg.eigh(0.5 * (scatter + scatter.T))
-        else:
-            vals, vecs = np.diag(scatter).copy(), np.eye(D)
-        vals = np.maximum(vals, 0.0)
-        spread = 2.0 * vals / ((tasks - 2.0) + np.sqrt((tasks - 2.0) ** 2 + 4.0 * vals / spread_scale))
-        new = (vecs * np.maximum(spread, _TINY)) @ vecs.T
-        if structure == "shared_slopes":
-            new = np.diag(np.append(np.diag(cov)[:-1], new[-1, -1]))
-    new = 0.5 * (new + new.T)
-    out = Population(mean, new, pop.noise, 0.5 * (mean_cov + mean_cov.T))
-    if not (_valid(out.to_array()[:-1], D) and np.all(np.isfinite(out.mean_cov))):
-        raise np.linalg.LinAlgError("the population without the task is not a valid population")
-    return out
 
 
 def _log_prior(pop: Population) -> float:
