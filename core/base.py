@@ -26,9 +26,9 @@ from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, POPULATION, RIDGE, Fami
                        family_curves, posterior_fit)
 from .exceptions import InputError, UnknownTaskError
 from .losses import KINDS, curvature_scale, fit_single_task, fit_squared_from_moments, sigmoid
-from .population import (Population, choose_logistic_population, fit_population, logistic_mode, pooled_intercept,
-                         population_structure,
-                         posterior_mean, refit_due, task_noises)
+from .population import (LOGISTIC_SPREAD_SCALE, Population, choose_logistic_population, fit_population,
+                         logistic_mode, marginal_objective, pooled_intercept, population_structure, posterior_mean,
+                         refit_due, task_noises, without_task)
 from .preprocessing import SCALER_WARMUP_ROWS, Scaler, as_matrix, as_targets, label_convention
 from .state import ModelState, SquaredLossMoments, TaskData, TaskRecord, TaskRows, check_format
 from .task_map import TaskMap
@@ -77,9 +77,9 @@ class UpdateResult:
     outlier_probability: float | None = None
     new_representative: bool = False
     n_representatives: int = 0
-    #: Other tasks the update learned again (the scaling's warm-up): a store that keeps tasks
-    #: apart writes them too.
-    relearned: tuple[str, ...] = ()
+    #: Other tasks whose stored record the update changed (learned again in the scaling's
+    #: warm-up, or their evidence measured again): a store that keeps tasks apart writes them too.
+    changed_tasks: tuple[str, ...] = ()
 
 
 class LifelongLearner:
@@ -156,6 +156,7 @@ class LifelongLearner:
         self.n_features_in_ = n_features
         self.tasks_: TaskMap[TaskRecord] = TaskMap()
         self.stream_choice_: dict[str, Any] | None = None
+        self.evidence_cursor_ = 0
 
     @property
     def task_ids(self) -> list[str]:
@@ -317,11 +318,14 @@ class LifelongLearner:
         """Learn one summarised batch (in the current scaling) of task ``task_id``
         (``defer_refits``: :meth:`learn`)."""
         previous = self.tasks_.get(task_id)
-        # the prior this task's evidence is measured against: the library without it
-        library = self._safe_library(task_id, previous) if self.task_models == "empirical_bayes" else None
+        # the prior this task's evidence is measured against: the library and population without it
+        library = population = None
+        if self.task_models == "empirical_bayes":
+            population = self._population_without(previous)
+            library = self._safe_library(task_id, previous, population)
         data = self._merged(task_id, previous.data if previous else None, batch)
         if previous is None:
-            record = TaskRecord(data=data, labels=labels)
+            record = TaskRecord(data=data, labels=labels, meta={"position": len(self.tasks_)})
         else:
             record = TaskRecord(
                 data=data, labels=labels, w=previous.w, omega=previous.omega,
@@ -330,9 +334,12 @@ class LifelongLearner:
         record.w, record.omega = self._single_task(record.data)
         result = self._update(task_id, record, previous)
         if self.task_models == "empirical_bayes":
-            self._record_evidence(task_id, library)
+            self._record_evidence(task_id, library, population)
             if self._keeps_population:
                 self._update_population(defer_refits)
+            again = self._measure_evidence_again(task_id)
+            if again is not None:
+                result = dataclasses.replace(result, changed_tasks=(*result.changed_tasks, again))
             self._update_stream_choice(defer_refits)
         return result
 
@@ -365,7 +372,7 @@ class LifelongLearner:
             step = self._learn_batch(tid, data, labels_of[tid])
             result = step if tid == task_id else result
             self._forget_derived()
-        return dataclasses.replace(result, new_task=not known, relearned=tuple(t for t in data_of if t != task_id))
+        return dataclasses.replace(result, new_task=not known, changed_tasks=tuple(t for t in data_of if t != task_id))
 
     def _check_finite(self, task_id: str) -> None:
         """Refuse an update whose learned arrays are not all finite (the caller rolls back)."""
@@ -428,11 +435,11 @@ class LifelongLearner:
         not copies: learning replaces attributes (``tasks_`` included: a new
         :class:`~core.task_map.TaskMap` with the task's new record), never mutates them in
         place, so the snapshot costs nothing however many tasks there are."""
-        attrs = ("n_features_in_", "scaler_", "scaler_rows_", "stream_choice_", "tasks_") + self._state_attrs + self._meta_attrs
+        attrs = ("n_features_in_", "scaler_", "scaler_rows_", "stream_choice_", "evidence_cursor_", "tasks_") + self._state_attrs + self._meta_attrs
         return {a: getattr(self, a) for a in attrs if hasattr(self, a)}
 
     def _restore(self, snapshot: dict[str, Any]) -> None:
-        attrs = ("n_features_in_", "scaler_", "scaler_rows_", "stream_choice_", "tasks_") + self._state_attrs + self._meta_attrs
+        attrs = ("n_features_in_", "scaler_", "scaler_rows_", "stream_choice_", "evidence_cursor_", "tasks_") + self._state_attrs + self._meta_attrs
         for a in attrs:
             if a in snapshot:
                 setattr(self, a, snapshot[a])
@@ -475,14 +482,16 @@ class LifelongLearner:
         state does not hold yet). ``None``: the learner has no library (STL)."""
         return None
 
-    def _safe_library(self, task_id: str, exclude: TaskRecord | None) -> Library | None:
-        """:meth:`_library`, or ``None`` when the arithmetic fails: removing a task's terms
-        from statistics dominated by them can leave a system that is not positive definite
-        (values of extreme magnitude); the task is then judged without a library."""
+    def _safe_library(self, task_id: str, exclude: TaskRecord | None,
+                      population: Population | None = None) -> Library | None:
+        """:meth:`_library` with ``population`` (the stream's, when ``None``), or ``None`` when
+        the arithmetic fails: removing a task's terms from statistics dominated by them can
+        leave a system that is not positive definite (values of extreme magnitude); the task
+        is then judged without a library."""
         try:
             library = self._library(task_id, exclude)
             if library is not None and self._keeps_population:
-                pop = self._population()
+                pop = self._population() if population is None else population
                 library = dataclasses.replace(library, population=pop.predictive().slopes(),
                                               shared_slopes=population_structure(pop) == "shared_slopes")
         except (np.linalg.LinAlgError, ArithmeticError):
@@ -501,16 +510,16 @@ class LifelongLearner:
         Xd, y, _ = self._design(data)
         return Xd, y
 
-    def _record_evidence(self, task_id: str, library: Library | None) -> None:
+    def _record_evidence(self, task_id: str, library: Library | None, population: Population | None) -> None:
         """Store the task's log evidence curve (over the ``omega`` grid) for every family,
-        measured against ``library``."""
+        measured against ``library`` and ``population`` (:meth:`_intercept_prior`)."""
         record = self.tasks_[task_id]
         data = self._evidence_data(record)
         evidence = None
         if data is not None:
             try:
                 curves = family_curves(self.kind, data, self._with_task_noise(library, record), self._families,
-                                       self._intercept_prior(), self.grow_features, posterior_means=False)
+                                       self._intercept_prior(population), self.grow_features, posterior_means=False)
             except (np.linalg.LinAlgError, ArithmeticError):  # values of extreme magnitude
                 curves = {}
             evidence = {name: [float(v) for v in c.log_evidence] for name, c in curves.items()
@@ -607,19 +616,21 @@ class LifelongLearner:
                 # a logistic fit has the population's intercept in its prior already; a task
                 # alone on its own scales keeps its own intercept, as the user's per-task fit does
                 pooled = self._keeps_population and intercept is None and not family.own_scale
-                theta = self._with_pooled_intercept(record, fit.theta) if pooled else fit.theta
+                theta = (self._with_pooled_intercept(record, fit.theta, family.centred_on_population)
+                         if pooled else fit.theta)
             except (np.linalg.LinAlgError, ArithmeticError):
                 return self._theta(task_id)
         return theta if np.all(np.isfinite(theta)) else self._theta(task_id)
 
-    def _intercept_prior(self) -> Population | None:
-        """The population whose intercept is the logistic intercept's prior
-        (:func:`core.evidence.family_curves`) once fitted (``None``, flat, before and for squared
-        loss, whose evidence integrates a flat intercept exactly). A proper prior keeps every
-        task's evidence finite and the families comparable on tasks of a few rows."""
+    def _intercept_prior(self, population: Population | None = None) -> Population | None:
+        """The population (``population``, or the stream's when ``None``) whose intercept is the
+        logistic intercept's prior (:func:`core.evidence.family_curves`) once fitted (``None``,
+        flat, before and for squared loss, whose evidence integrates a flat intercept exactly).
+        A proper prior keeps every task's evidence finite and the families comparable on tasks
+        of a few rows."""
         if self.kind == "regression" or not self._keeps_population or not int(getattr(self, "population_tasks_", 0)):
             return None
-        return self._population().predictive()
+        return (self._population() if population is None else population).predictive()
 
     def _mixed_model_prediction(self, record: TaskRecord) -> np.ndarray:
         """The task's posterior mean (squared loss) or mode (logistic loss) of its slopes and
@@ -631,11 +642,15 @@ class LifelongLearner:
         X, y = self._evidence_data(record)
         return logistic_mode(X, y, pop.mean, np.linalg.inv(pop.cov))[0]
 
-    def _with_pooled_intercept(self, record: TaskRecord, theta: np.ndarray) -> np.ndarray:
+    def _with_pooled_intercept(self, record: TaskRecord, theta: np.ndarray, conditional: bool = True) -> np.ndarray:
         """``theta`` with its intercept (the task's own, flat-prior estimate given the slopes)
         pooled with the population's (:func:`core.population.pooled_intercept`): its precision
         is ``n / sigma_t^2`` for squared loss and the Hessian's intercept entry for logistic
-        loss."""
+        loss. With ``conditional``, the intercept's prior is its conditional given ``theta``'s
+        slopes, which holds for slopes drawn from the population; slopes from another family's
+        prior (shrunk toward zero or toward an environment's centre) may lie where the
+        population's regression of the intercept on the slopes extrapolates far, and pool with
+        the intercept's marginal prior (``conditional=False``)."""
         if not int(getattr(self, "population_tasks_", 0)):
             return theta
         pop = self._population()
@@ -648,7 +663,7 @@ class LifelongLearner:
             p = sigmoid(X @ theta)
             precision = float(np.sum(p * (1.0 - p)))
         out = theta.copy()
-        out[-1] = pooled_intercept(float(theta[-1]), precision, pop, theta[:-1])
+        out[-1] = pooled_intercept(float(theta[-1]), precision, pop, theta[:-1] if conditional else None)
         return out
 
     # ----------------------------------------------------------------- the population of slopes
@@ -670,6 +685,56 @@ class LifelongLearner:
         mean_cov = getattr(self, "population_mean_cov_", None)
         known = mean_cov is not None and mean_cov.shape == (self._n_params,) * 2 and bool(np.any(mean_cov))
         return dataclasses.replace(Population.from_array(arr), mean_cov=mean_cov if known else None)
+
+    def _population_without(self, record: TaskRecord | None) -> Population | None:
+        """The stream's population without the task of stored record ``record``
+        (:func:`core.population.without_task`) when its last fit included it, the population
+        as fitted when it did not (``record`` ``None``: a new task) or when the arithmetic
+        fails; ``None`` for a learner that keeps none. A task's evidence is measured against
+        the other tasks' population, as against the library without it: in-sample, the
+        population would count the task's data twice and be favoured by every task, related
+        to the others or not."""
+        if not self._keeps_population:
+            return None
+        pop = self._population()
+        fitted = int(getattr(self, "population_tasks_", 0))
+        if record is None or record.meta.get("position", 0) >= fitted or fitted < 2:
+            return pop
+        data = self._evidence_data(record)
+        if data is None:
+            return pop
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            try:
+                if self.kind == "regression":
+                    noise = self._task_noise(record, pop)
+                    return without_task(pop, (record.data.gram / noise, record.data.moment / noise), fitted)
+                site = marginal_objective([data], pop)[2][0]  # the task's Gaussian site, as in the fit
+                return without_task(pop, site, fitted, spread_scale=LOGISTIC_SPREAD_SCALE)
+            except (np.linalg.LinAlgError, ArithmeticError):
+                return pop
+
+    def _measure_evidence_again(self, learned: str) -> str | None:
+        """Measure one more task's evidence again (:meth:`_record_evidence`), against the
+        current library and population without it, and return its id: the tasks in their order,
+        one per update, the task just ``learned`` skipped. A task's evidence is measured when it
+        is learned, against the library and population of that moment; the stream's family,
+        chosen from every task's evidence, would otherwise judge the first tasks by the first
+        populations for ever. Every task's evidence is thus at most as many updates old as
+        there are tasks, for one task's evidence per update."""
+        n = len(self.tasks_)
+        if n < 2:
+            return None
+        position = int(getattr(self, "evidence_cursor_", 0)) % n
+        if self.tasks_.key_at(position) == learned:
+            position = (position + 1) % n
+        self.evidence_cursor_ = (position + 1) % n
+        task_id = self.tasks_.key_at(position)
+        stored = self.tasks_[task_id]
+        record = dataclasses.replace(stored, meta=dict(stored.meta))  # stored records are shared: never mutated
+        self.tasks_ = self.tasks_.set(task_id, record)
+        population = self._population_without(stored)
+        self._record_evidence(task_id, self._safe_library(task_id, stored, population), population)
+        return task_id
 
     def _noise_terms(self, record: TaskRecord) -> tuple[float, float]:
         """A regression task's residual sum of squares at its single-task fit and its degrees
@@ -802,6 +867,7 @@ class LifelongLearner:
         if self.is_fitted:
             meta["n_features"] = int(self.n_features_in_)
             meta["scaler_rows"] = int(getattr(self, "scaler_rows_", SCALER_WARMUP_ROWS))
+            meta["evidence_cursor"] = int(getattr(self, "evidence_cursor_", 0))
             if getattr(self, "stream_choice_", None):
                 meta["stream_choice"] = copy.deepcopy(self.stream_choice_)
             meta["task_order"] = self.task_ids
@@ -831,6 +897,7 @@ class LifelongLearner:
         # a state from before the warm-up keeps its scaling frozen
         self.scaler_rows_ = int(state.meta.get("scaler_rows", SCALER_WARMUP_ROWS))
         self.stream_choice_ = copy.deepcopy(state.meta.get("stream_choice"))
+        self.evidence_cursor_ = int(state.meta.get("evidence_cursor", 0))
         defaults = self._state_defaults()
         for attr in self._state_attrs:
             name = attr.rstrip("_")

@@ -506,7 +506,7 @@ class FCL3(LifelongLearner):
         record.arrays = {"code": s, "assignment": Z, "rep_codes": rep_codes}
         if self.kind == "classification":
             record.arrays["rep_omegas"] = np.array(rep_omegas).reshape(-1, d, d)
-        record.meta = {"assignment_tasks": rep_ids}
+        record.meta = {**record.meta, "assignment_tasks": rep_ids}
         env_sums = self._moved_environment_sums(task_id, previous, record, was_rep, new_rep)
         # commit: every attribute replaced at once, after all the work succeeded
         self.A_, self.b_, self.M_, self.C_ = A, b, M, C

@@ -8,7 +8,8 @@ per group (Laird & Ware 1982; statsmodels' ``MixedLM``), here with a noise varia
 slopes' marginal ``N(m_beta, Sigma_beta)`` is a prior family for the slopes
 (:data:`core.evidence.POPULATION`), and the intercept's conditional prior given the slopes
 pools each task's intercept with the others' (:func:`pooled_intercept`), as the mixed
-model's predicted random intercepts do.
+model's predicted random intercepts do (slopes from another prior family pool it with the
+intercept's marginal prior instead, :meth:`core.LifelongLearner._with_pooled_intercept`).
 
 It is fitted by EM over every task at once (:func:`fit_population`; Dempster, Laird & Rubin
 1977; Laird, Lange & Stram 1987), each task entering as a Gaussian *pseudo-observation* of its
@@ -93,9 +94,11 @@ QUADRATURE_ROWS = 3
 QUADRATURE_POINTS = 10
 #: The logistic population's structures (:func:`choose_logistic_population`): every
 #: parameter random with any covariance (``"full"``), every parameter random and independent
-#: of the others (``"diagonal"``), or the slopes shared by every task and the intercept random
-#: (``"shared_slopes"``, the random-intercept model of ``lme4::glmer(y ~ x + (1 | group))``).
-STRUCTURES = ("full", "diagonal", "shared_slopes")
+#: of the others (``"diagonal"``), independent with one variance for every slope and one for the
+#: intercept (``"isotropic"``, ``nlme``'s ``pdIdent`` on the slopes), or the slopes shared by
+#: every task and the intercept random (``"shared_slopes"``, the random-intercept model of
+#: ``lme4::glmer(y ~ x + (1 | group))``).
+STRUCTURES = ("full", "diagonal", "isotropic", "shared_slopes")
 #: The variance a shared slope keeps in ``Sigma`` (standardised features): small enough to
 #: change no prediction (a slope's standard deviation of 0.001 per feature's), large enough
 #: to keep ``Sigma`` invertible for the code that reads it.
@@ -163,16 +166,17 @@ def refit_due(fitted_tasks: int, updates_since: int, tasks: int, growth: float =
 def fit_population(tasks: list, start: Population | None = None, noise: float = 1.0,
                    prior_weight: float = PRIOR_WEIGHT, tol: float = EM_TOL, max_iter: int = EM_MAX_ITER,
                    mean_scale: float | None = None, spread_scale: float | None = None,
-                   with_mean_cov: bool = True, diagonal: bool = False) -> Population:
+                   with_mean_cov: bool = True, diagonal: bool = False, tied: bool = False) -> Population:
     """EM over every task's pseudo-observation ``(J, h)`` to convergence, from ``start``
     (:meth:`Population.initial` when ``None``), accelerated by SQUAREM (Varadhan & Roland
     2008: an extrapolation from two EM steps, kept when it is a valid population). ``noise``
     is stored with the result: the stream's typical noise variance (:func:`task_noises`);
-    with ``with_mean_cov``, the covariance of its mean (:func:`mean_covariance`)."""
+    with ``with_mean_cov``, the covariance of its mean (:func:`mean_covariance`).
+    ``diagonal`` and ``tied``: :func:`_em_step`."""
     J, h = (np.array(c, dtype=float) for c in zip(*tasks))
     d = h.shape[1]
     x = (Population.initial(d) if start is None else start).to_array()[:-1]
-    step = lambda v: _em_step(v, J, h, prior_weight, mean_scale, spread_scale, diagonal)
+    step = lambda v: _em_step(v, J, h, prior_weight, mean_scale, spread_scale, diagonal or tied, tied)
     for _ in range(max_iter // 3):
         x1 = step(x)
         x2 = step(x1)
@@ -205,27 +209,41 @@ def choose_logistic_population(tasks: list, start: Population | None = None) -> 
     the full structure then keeps the slopes' spread away from zero, and a task's own one or
     two rows decide the direction of its slopes. When the tasks do not show a spread worth
     its parameters, the slopes are shared, as the mixed model a statistician fits (a random
-    intercept) shares them. ``start`` warm-starts the fit of its own structure."""
+    intercept) shares them. Random slopes are not tried at all unless the tasks have more rows
+    than a model with random slopes has random effects (``T (d + 1)``; lme4's
+    ``check.nobs.vs.nRE`` for models with a scale parameter, stricter than its check for
+    binomial ones): with no more, each task's own rows can be fitted exactly by its own
+    coefficients, and the slopes' spread is the prior's more than the data's. ``start``
+    warm-starts the fit of its own structure."""
     D = tasks[0][0].shape[1]
     if D == 1:  # no slopes: one structure
         return fit_logistic_population(tasks, start)
     own = population_structure(start) if start is not None else None
+    # random slopes need more rows than random effects
+    rows = sum(X.shape[0] for X, _ in tasks)
+    structures = STRUCTURES if rows > D * len(tasks) else ("shared_slopes",)
+    if D < 3:  # one slope: isotropic is diagonal
+        structures = tuple(s for s in structures if s != "isotropic")
     fits = {name: fitted_logistic_population(tasks, start if name == own else None, structure=name)
-            for name in STRUCTURES}
-    free = {"full": D * (D + 1) / 2.0, "diagonal": float(D), "shared_slopes": 1.0}
+            for name in structures}
+    free = {"full": D * (D + 1) / 2.0, "diagonal": float(D), "isotropic": 2.0, "shared_slopes": 1.0}
     aic = {name: value - _log_prior(pop) - free[name] for name, (pop, value) in fits.items()}
-    return fits[max(STRUCTURES, key=aic.get)][0]
+    return fits[max(structures, key=aic.get)][0]
 
 
 def population_structure(pop: Population) -> str:
     """``"shared_slopes"`` when ``pop``'s slopes have :data:`SHARED_SLOPE_VARIANCE` and no
-    covariance with the intercept, ``"diagonal"`` when its covariance is diagonal (and not
-    that), ``"full"`` otherwise."""
+    covariance with the intercept, ``"isotropic"`` when its covariance is diagonal with two or
+    more slopes of one variance (and not that), ``"diagonal"`` when it is diagonal (and not
+    those), ``"full"`` otherwise."""
     d = pop.mean.size - 1
     shared = np.diag(np.append(np.full(d, SHARED_SLOPE_VARIANCE), pop.cov[-1, -1]))
     if d and np.allclose(pop.cov, shared, rtol=1e-9, atol=0.0):
         return "shared_slopes"
-    return "diagonal" if d and not np.any(pop.cov - np.diag(np.diag(pop.cov))) else "full"
+    if not d or np.any(pop.cov - np.diag(np.diag(pop.cov))):
+        return "full"
+    slopes = np.diag(pop.cov)[:-1]
+    return "isotropic" if d >= 2 and np.allclose(slopes, slopes[0], rtol=1e-9, atol=0.0) else "diagonal"
 
 
 def fit_logistic_population(tasks: list, start: Population | None = None, rounds: int = LAPLACE_ROUNDS,
@@ -253,7 +271,8 @@ def fitted_logistic_population(tasks: list, start: Population | None = None, rou
     ``structure="shared_slopes"``: the slopes' variances are held at
     :data:`SHARED_SLOPE_VARIANCE` and their covariances with the intercept at zero, and each
     round's step is :func:`fit_shared_slopes` on the sites; ``"diagonal"``: every covariance
-    is held at zero (EM's step on the diagonal)."""
+    is held at zero (EM's step on the diagonal); ``"isotropic"``: that, and the slopes' variances
+    held equal (the step on the slopes' averaged expected scatter, exact for a tied variance)."""
     if structure not in STRUCTURES:
         raise ValueError(f"structure must be one of {STRUCTURES}, got {structure!r}")
     D = tasks[0][0].shape[1]
@@ -262,6 +281,8 @@ def fitted_logistic_population(tasks: list, start: Population | None = None, rou
         pop = Population(pop.mean, np.diag(np.append(np.full(D - 1, SHARED_SLOPE_VARIANCE), 1.0)))
     if structure == "diagonal":
         pop = Population(pop.mean, np.diag(np.diag(pop.cov)))
+    if structure == "isotropic":
+        pop = Population(pop.mean, np.diag(_tie_slopes(np.diag(pop.cov))))
     value, modes, sites = marginal_objective(tasks, pop)
     for _ in range(rounds):
         try:
@@ -270,7 +291,7 @@ def fitted_logistic_population(tasks: list, start: Population | None = None, rou
             else:
                 trial = fit_population(sites, pop, mean_scale=LOGISTIC_MEAN_SCALE,
                                        spread_scale=LOGISTIC_SPREAD_SCALE, with_mean_cov=False,
-                                       diagonal=structure == "diagonal")
+                                       diagonal=structure == "diagonal", tied=structure == "isotropic")
         except np.linalg.LinAlgError:  # sites of extreme magnitude: no step from here
             break
         for _ in range(30):
@@ -322,6 +343,61 @@ def fit_shared_slopes(sites: list, spread_scale: float = LOGISTIC_SPREAD_SCALE,
                            options={"xatol": 1e-6})
     _, m, cov = profile(float(best.x))
     return Population(m, cov)
+
+
+def without_task(pop: Population, site: tuple[np.ndarray, np.ndarray], tasks: int,
+                 spread_scale: float | None = None, prior_weight: float = PRIOR_WEIGHT) -> Population:
+    """The population fitted on ``tasks`` tasks (with :func:`mean_covariance`'s ``mean_cov``)
+    refitted without one of them, whose Gaussian site is ``site = (J_t, h_t)``: the population
+    of the *other* tasks, against which that task's evidence is measured without counting its
+    own data twice (in-sample, a population that includes the task favours it).
+
+    The mean is exact given ``Sigma``: the generalised least-squares mean of the other tasks,
+    ``m' = m - (F - A_t)^-1 g_t`` with ``F`` the mean's information (``mean_cov^-1``), ``A_t =
+    (I + J_t Sigma)^-1 J_t`` the task's share of it and ``g_t = (I + J_t Sigma)^-1 (h_t - J_t m)``
+    (at EM's fixed point ``F m`` is the sum of the tasks' ``(I + J_s Sigma)^-1 h_s``), and
+    ``mean_cov' = (F - A_t)^-1``. The covariance takes one EM step from the fit over the other
+    tasks: the expected scatter ``S`` that gives ``Sigma`` in the M-step, less the task's term
+    ``C_t + d_t d_t'`` (its posterior covariance ``C_t = Sigma (I + J_t Sigma)^-1`` and mean
+    ``m + d_t``, ``d_t = Sigma g_t``) and less the shift of the mean, solved for ``tasks - 1``
+    tasks: the inverse-Wishart prior of ``prior_weight`` pseudo-tasks, or with
+    ``spread_scale`` the Wishart prior of :func:`_em_step`. The structure is kept: a diagonal
+    ``Sigma`` stays diagonal, shared slopes stay shared (:func:`population_structure`).
+    Everything costs ``O(d^3)``, however many tasks there are. Raises
+    :class:`numpy.linalg.LinAlgError` when the result is not a valid population."""
+    if pop.mean_cov is None or tasks < 2:
+        raise np.linalg.LinAlgError("the population without one task needs two tasks and the mean's covariance")
+    J, h = (np.asarray(a, dtype=float) for a in site)
+    m, cov = pop.mean, pop.cov
+    D = m.size
+    K = np.linalg.inv(np.eye(D) + J @ cov)  # (I + J Sigma)^-1
+    share = K @ J
+    g = K @ (h - J @ m)
+    info = np.linalg.inv(pop.mean_cov) - 0.5 * (share + share.T)
+    mean_cov = np.linalg.inv(info)
+    mean = m - mean_cov @ g
+    d = cov @ g
+    term = cov @ K + np.outer(d, d) * (tasks / (tasks - 1.0))  # C_t + d d' + (T - 1) delta delta'
+    structure = population_structure(pop) if spread_scale is not None else "full"
+    if spread_scale is None:
+        new = ((tasks + prior_weight) * cov - term) / (tasks - 1.0 + prior_weight)
+    else:
+        scatter = cov @ cov / spread_scale + (tasks - 1.0) * cov - term
+        if structure == "full":
+            vals, vecs = np.linalg.eigh(0.5 * (scatter + scatter.T))
+        else:
+            vals, vecs = np.diag(scatter).copy(), np.eye(D)
+            vals = _tie_slopes(vals) if structure == "isotropic" else vals
+        vals = np.maximum(vals, 0.0)
+        spread = 2.0 * vals / ((tasks - 2.0) + np.sqrt((tasks - 2.0) ** 2 + 4.0 * vals / spread_scale))
+        new = (vecs * np.maximum(spread, _TINY)) @ vecs.T
+        if structure == "shared_slopes":
+            new = np.diag(np.append(np.diag(cov)[:-1], new[-1, -1]))
+    new = 0.5 * (new + new.T)
+    out = Population(mean, new, pop.noise, 0.5 * (mean_cov + mean_cov.T))
+    if not (_valid(out.to_array()[:-1], D) and np.all(np.isfinite(out.mean_cov))):
+        raise np.linalg.LinAlgError("the population without the task is not a valid population")
+    return out
 
 
 def _log_prior(pop: Population) -> float:
@@ -489,6 +565,14 @@ def mean_covariance(J: np.ndarray, pop: Population, mean_scale: float | None = N
     return (vecs / vals) @ vecs.T
 
 
+def _tie_slopes(variances: np.ndarray) -> np.ndarray:
+    """``variances`` (the slopes', then the intercept's) with every slope's replaced by their
+    average."""
+    out = np.array(variances, dtype=float)
+    out[:-1] = out[:-1].mean()
+    return out
+
+
 def _valid(x: np.ndarray, d: int) -> bool:
     """A finite population with a positive-definite covariance."""
     if not np.all(np.isfinite(x)):
@@ -508,7 +592,7 @@ def _moved(x: np.ndarray, new: np.ndarray, d: int) -> float:
 
 def _em_step(x: np.ndarray, J: np.ndarray, h: np.ndarray, prior_weight: float,
              mean_scale: float | None = None, spread_scale: float | None = None,
-             diagonal: bool = False) -> np.ndarray:
+             diagonal: bool = False, tied: bool = False) -> np.ndarray:
     """One EM step over every task; ``x`` is the mean and the covariance, flattened. With
     ``mean_scale`` the mean has the prior ``N(0, mean_scale^2 I)`` (an ECM step: the mean given
     the covariance, then the covariance given the mean). The covariance has the inverse-Wishart
@@ -516,7 +600,9 @@ def _em_step(x: np.ndarray, J: np.ndarray, h: np.ndarray, prior_weight: float,
     :data:`LOGISTIC_SPREAD_SCALE`, whose M-step ``Sigma^2 / scale + (T - 1) Sigma = S`` (``S``
     the expected scatter) is solved in ``S``'s eigenbasis; with ``diagonal`` the covariance is
     held diagonal and the same equation is solved on each of ``S``'s diagonal entries (the
-    prior's density ``1/2 log det Sigma - tr(Sigma) / (2 scale)`` splits over them)."""
+    prior's density ``1/2 log det Sigma - tr(Sigma) / (2 scale)`` splits over them); with
+    ``tied`` too, the slopes' entries are replaced by their average first (one variance for
+    every slope: the equation summed over the slopes is the same equation in their average)."""
     T, d = h.shape
     mean, cov = x[:d], x[d:].reshape(d, d)
     prec = np.linalg.inv(cov)
@@ -531,10 +617,11 @@ def _em_step(x: np.ndarray, J: np.ndarray, h: np.ndarray, prior_weight: float,
     if spread_scale is None:
         cov = (scatter + prior_weight * PRIOR_SCALE * np.eye(d)) / (T + prior_weight)
         if diagonal:
-            cov = np.diag(np.diag(cov))
+            cov = np.diag(_tie_slopes(np.diag(cov)) if tied else np.diag(cov))
     else:
         if diagonal:
             vals, vecs = np.diag(scatter).copy(), np.eye(d)
+            vals = _tie_slopes(vals) if tied else vals
         else:
             vals, vecs = np.linalg.eigh(0.5 * (scatter + scatter.T))
         vals = np.maximum(vals, 0.0)
@@ -657,9 +744,10 @@ def logistic_mode(X: np.ndarray, y: np.ndarray, centre: np.ndarray, precision: n
     return W[0], H[0]
 
 
-def pooled_intercept(intercept: float, precision: float, pop: Population, slopes: np.ndarray) -> float:
+def pooled_intercept(intercept: float, precision: float, pop: Population, slopes: np.ndarray | None) -> float:
     """The task's intercept pooled with the population's: its own estimate ``intercept`` (of
-    precision ``precision``, given ``slopes``) combined with the intercept's conditional prior
-    given the slopes — the posterior mean of the mixed model's random intercept."""
-    mean, var = pop.intercept_given(slopes)
+    precision ``precision``, given its slopes) combined with the intercept's conditional prior
+    given ``slopes`` — the posterior mean of the mixed model's random intercept — or, with
+    ``slopes`` ``None``, with the intercept's marginal prior."""
+    mean, var = (float(pop.mean[-1]), float(pop.cov[-1, -1])) if slopes is None else pop.intercept_given(slopes)
     return float((precision * intercept + mean / var) / (precision + 1.0 / var))

@@ -27,17 +27,19 @@ class TaskMap(Mapping[str, V], Generic[V]):
     """An immutable ``{task id: value}`` in first-insertion order (a ``dict``'s order: a new key
     goes last, a key set again keeps its place); :meth:`set` returns a new map."""
 
-    __slots__ = ("_base", "_overlay", "_added")
+    __slots__ = ("_base", "_overlay", "_added", "_base_keys")
 
     def __init__(self, items: Iterable[tuple[str, V]] | Mapping[str, V] = ()) -> None:
         self._base: dict[str, V] = dict(items)
         self._overlay: dict[str, V] = {}
         self._added = 0  # overlay keys the base does not hold
+        self._base_keys: list[str] | None = None  # the base's keys in order, listed on demand
 
     @classmethod
     def _of(cls, base: dict[str, V], overlay: dict[str, V], added: int) -> "TaskMap[V]":
         new = cls.__new__(cls)
         new._base, new._overlay, new._added = base, overlay, added
+        new._base_keys = None
         return new
 
     def set(self, key: str, value: V) -> "TaskMap[V]":
@@ -49,7 +51,22 @@ class TaskMap(Mapping[str, V], Generic[V]):
             base = dict(self._base)
             base.update(overlay)  # known keys keep their place, new ones follow in their order
             return TaskMap._of(base, {}, 0)
-        return TaskMap._of(self._base, overlay, added)
+        new = TaskMap._of(self._base, overlay, added)
+        new._base_keys = self._base_keys  # the same base: its list, never mutated, is shared
+        return new
+
+    def key_at(self, index: int) -> str:
+        """The key in position ``index`` of the order (``0 <= index < len(self)``): ``O(1)`` in
+        the base, whose keys are listed once per base (``O(n)``, as the fold that made it),
+        ``O(sqrt n)`` among the keys the overlay adds."""
+        if not 0 <= index < len(self):
+            raise IndexError(f"index {index} out of range for {len(self)} tasks")
+        if index < len(self._base):
+            if self._base_keys is None:
+                self._base_keys = list(self._base)
+            return self._base_keys[index]
+        added = (k for k in self._overlay if k not in self._base)
+        return next(k for i, k in enumerate(added) if i == index - len(self._base))
 
     def __getitem__(self, key: str) -> V:
         overlay = self._overlay

@@ -296,7 +296,7 @@ class ModelWriter:
             t = touched.setdefault(p.task_id, {"n": 0, "new": False})
             t.update(n=t["n"] + 1, version=v, last=result, n_samples=p.result.n_samples)
             t["new"] = t["new"] or bool(p.result.new_task)
-            for tid in p.result.relearned:  # learned again by the engine (its scaling's warm-up)
+            for tid in p.result.changed_tasks:  # learned again (the scaling's warm-up) or their evidence measured again
                 touched.setdefault(tid, {"n": 0, "new": False})["version"] = v
         state = last.learner.get_state(tasks=list(touched))
         last.state = state

@@ -94,6 +94,8 @@ def test_pooled_intercept_is_the_conditional_posterior():
     want = (n * r / s2 + mean_c / var_c) / (n / s2 + 1 / var_c)
     assert pooled_intercept(r, n / s2, pop, slopes) == pytest.approx(want)
     assert pooled_intercept(r, 1e12, pop, slopes) == pytest.approx(r)  # a huge task keeps its own
+    # without slopes: the intercept's marginal prior
+    assert pooled_intercept(r, n / s2, pop, None) == pytest.approx((n * r / s2 + 0.5 / 2.0) / (n / s2 + 1 / 2.0))
 
 
 def test_population_round_trips_as_an_array():
@@ -512,3 +514,118 @@ def test_diagonal_population_maximises_its_marginal_objective():
     v0 = np.array([*pop.mean, *np.log(np.diag(pop.cov))])
     res = optimize.minimize(negative, v0, method="Nelder-Mead", options={"xatol": 1e-6, "fatol": 1e-9, "maxiter": 4000})
     assert -res.fun <= best + 1e-6
+
+
+def test_population_without_a_task_is_the_others_gls_mean_and_one_em_step():
+    """Squared loss: the population without task t has exactly the generalised least-squares
+    mean of the other tasks given the fitted covariance, and that mean's covariance (computed
+    here from the others' ``(Sigma + J_s^-1)^-1``), and the covariance of one EM step over the
+    other tasks from the fit (core.population._em_step on them); and it is much nearer the
+    population refitted on the others to convergence than the fit with t is."""
+    from core.population import PRIOR_WEIGHT, _em_step, without_task
+    _, stats_ = _grouped(3, T=15)
+    tasks = [(g / 0.49, m / 0.49) for _, g, m, _ in stats_]
+    full = fit_population(tasks, tol=1e-13, max_iter=3000)
+    for t in (0, 6, 14):
+        others = tasks[:t] + tasks[t + 1:]
+        out = without_task(full, tasks[t], len(tasks))
+        J, h = np.array([a for a, _ in others]), np.array([b for _, b in others])
+        W = np.linalg.inv(full.cov + np.linalg.inv(J))
+        gls = np.linalg.solve(W.sum(0), np.einsum("tij,tjk,tk->i", W, np.linalg.inv(J), h))
+        np.testing.assert_allclose(out.mean, gls, rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(out.mean_cov, np.linalg.inv(W.sum(0)), rtol=1e-8, atol=1e-12)
+        step = _em_step(np.concatenate([full.mean, full.cov.ravel()]), J, h, PRIOR_WEIGHT)
+        np.testing.assert_allclose(out.cov, step[3:].reshape(3, 3), rtol=1e-8, atol=1e-12)
+        refit = fit_population(others, full, tol=1e-13, max_iter=3000)
+        assert np.abs(out.mean - refit.mean).max() < 0.5 * np.abs(full.mean - refit.mean).max()
+        assert np.abs(out.cov - refit.cov).max() < 0.8 * np.abs(full.cov - refit.cov).max()
+
+
+@pytest.mark.parametrize("structure", ["full", "diagonal", "shared_slopes"])
+def test_logistic_population_without_a_task_is_nearer_the_refit_without_it(structure):
+    """Logistic loss, each structure: the population without task t keeps its structure, and
+    its mean is several times nearer the population refitted on the other tasks from scratch
+    than the fit with t is (its covariance, one EM step, moves a little that way)."""
+    from core.population import (LOGISTIC_SPREAD_SCALE, fitted_logistic_population, marginal_objective,
+                                 population_structure, without_task)
+    tasks = _logistic_tasks(0, T=30, n=(4, 12), sd=(0.8, 1.0))
+    full = fitted_logistic_population(tasks, structure=structure, tol=1e-10, rounds=200)[0]
+    gains = []
+    for t in (0, 7, 19):
+        others = tasks[:t] + tasks[t + 1:]
+        refit = fitted_logistic_population(others, structure=structure, tol=1e-10, rounds=200)[0]
+        site = marginal_objective([tasks[t]], full)[2][0]
+        out = without_task(full, site, len(tasks), spread_scale=LOGISTIC_SPREAD_SCALE)
+        assert population_structure(out) == structure
+        gains.append(np.abs(full.mean - refit.mean).max() / np.abs(out.mean - refit.mean).max())
+    assert min(gains) > 1.5 and np.median(gains) > 5.0
+
+
+def test_logistic_random_slopes_need_more_rows_than_random_effects():
+    """Slopes that differ widely (the diagonal structure, with rows to show it) are shared when
+    the tasks have no more rows than a random-slopes model has random effects (lme4's check)."""
+    from core.population import choose_logistic_population, population_structure
+    rng = np.random.default_rng(11)
+
+    def tasks(rows):
+        out = []
+        for _ in range(150):
+            X = _design(rng.standard_normal((rows, 1)))
+            theta = np.array([0.5 + 2.0 * rng.standard_normal(), 0.3 + 1.5 * rng.standard_normal()])
+            out.append((X, (rng.random(rows) < 1 / (1 + np.exp(-(X @ theta)))).astype(float)))
+        return out
+    assert population_structure(choose_logistic_population(tasks(12))) == "diagonal"
+    assert population_structure(choose_logistic_population(tasks(2))) == "shared_slopes"
+
+
+def _logistic_tasks_of_slopes(seed, slope_sds, T=40, n=(8, 16), intercept=(0.3, 0.8)):
+    """Logistic tasks with one slope per entry of ``slope_sds`` (mean 0.4 each, spread by the
+    entry) and a random intercept (mean, sd)."""
+    rng = np.random.default_rng(seed)
+    sds = np.asarray(slope_sds, dtype=float)
+    tasks = []
+    for _ in range(T):
+        k = int(rng.integers(*n))
+        X = _design(rng.standard_normal((k, sds.size)))
+        theta = np.append(0.4 + sds * rng.standard_normal(sds.size), intercept[0] + intercept[1] * rng.standard_normal())
+        tasks.append((X, (rng.random(k) < 1 / (1 + np.exp(-(X @ theta)))).astype(float)))
+    return tasks
+
+
+def test_isotropic_population_maximises_its_marginal_objective():
+    """On tasks of two or three rows (exact marginal likelihood) the isotropic population (one
+    variance for every slope) is a maximum of the marginal objective over such covariances:
+    scipy's Nelder-Mead from it finds no more."""
+    from core.population import fit_logistic_population, marginal_objective, population_structure
+    tasks = _logistic_tasks_of_slopes(4, [0.7, 0.7], T=60, n=(2, 4))
+    pop = fit_logistic_population(tasks, structure="isotropic", tol=1e-9, rounds=200)
+    assert population_structure(pop) == "isotropic"
+
+    def negative(v):
+        return -marginal_objective(tasks, Population(v[:3], np.diag(np.exp(v[[3, 3, 4]]))))[0]
+    v0 = np.array([*pop.mean, np.log(pop.cov[0, 0]), np.log(pop.cov[2, 2])])
+    res = optimize.minimize(negative, v0, method="Nelder-Mead", options={"xatol": 1e-7, "fatol": 1e-10, "maxiter": 6000})
+    assert -res.fun <= -negative(v0) + 1e-5
+
+
+@pytest.mark.parametrize("slope_sds, expected", [([1.0, 1.0, 1.0], "isotropic"), ([0.1, 0.1, 2.5], "diagonal")])
+def test_logistic_population_structure_tells_equal_spreads_from_unequal(slope_sds, expected):
+    """Slopes of one spread get the isotropic population (two variances where the diagonal one
+    spends four); slopes of very different spreads the diagonal one (300 tasks of 20-30 rows)."""
+    from core.population import choose_logistic_population, population_structure
+    tasks = _logistic_tasks_of_slopes(5, slope_sds, T=300, n=(20, 30))
+    assert population_structure(choose_logistic_population(tasks)) == expected
+
+
+def test_logistic_population_without_a_task_keeps_the_isotropic_structure():
+    """The isotropic population without a task stays isotropic, and its mean is nearer the
+    population refitted on the other tasks than the fit with the task is."""
+    from core.population import (LOGISTIC_SPREAD_SCALE, fitted_logistic_population, marginal_objective,
+                                 population_structure, without_task)
+    tasks = _logistic_tasks_of_slopes(7, [0.8, 0.8], T=30, n=(4, 12))
+    full = fitted_logistic_population(tasks, structure="isotropic", tol=1e-10, rounds=200)[0]
+    for t in (0, 11):
+        refit = fitted_logistic_population(tasks[:t] + tasks[t + 1:], structure="isotropic", tol=1e-10, rounds=200)[0]
+        out = without_task(full, marginal_objective([tasks[t]], full)[2][0], len(tasks), spread_scale=LOGISTIC_SPREAD_SCALE)
+        assert population_structure(out) == "isotropic"
+        assert np.abs(out.mean - refit.mean).max() < 0.5 * np.abs(full.mean - refit.mean).max()

@@ -19,8 +19,10 @@ def test_a_sequence_of_sets_gives_the_dict_of_the_same_sequence(pairs):
         reference[k] = v
         assert list(m.items()) == list(reference.items())
         assert len(m) == len(reference) and all(key in m for key in reference)
+        assert [m.key_at(i) for i in range(len(m))] == list(reference)
     for old, expected in history:
         assert list(old.items()) == list(expected.items())
+        assert [old.key_at(i) for i in range(len(old))] == list(expected)
 
 
 @given(st.lists(st.tuples(keys, st.integers()), max_size=30))
@@ -38,6 +40,13 @@ def test_built_at_once_equals_built_by_sets_and_survives_pickle(pairs):
 
 def test_missing_keys_raise_and_get_defaults():
     m = TaskMap([("a", 1)])
+    for index in (-1, 1):
+        try:
+            m.key_at(index)
+        except IndexError:
+            pass
+        else:
+            raise AssertionError("a position outside the map must raise IndexError")
     assert m.get("b") is None and m.get("b", 2) == 2
     try:
         m["b"]
@@ -62,5 +71,7 @@ def test_many_sets_fold_the_overlay_and_keep_the_dicts_order():
         if i == 2500:
             halfway, halfway_items = m, list(reference.items())
     assert list(m.items()) == list(reference.items()) and len(m) == len(reference)
+    assert [m.key_at(i) for i in range(len(m))] == list(reference)
     assert list(halfway.items()) == halfway_items
+    assert [halfway.key_at(i) for i in range(len(halfway))] == [k for k, _ in halfway_items]
     assert len(m._overlay) <= MIN_OVERLAY + int(len(m._base) ** 0.5)

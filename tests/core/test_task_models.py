@@ -3,6 +3,8 @@ streams: no loss against tuned per-task learning where tasks share nothing, a cl
 where they share environments, exact re-learning, old states, and the paper's rule."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from sklearn.linear_model import RidgeCV
@@ -81,12 +83,14 @@ def test_relearning_the_latest_task_after_more_data_is_exact(cls):
     assert set(ev_once) == set(ev_twice)
     for name in ev_once:
         np.testing.assert_allclose(ev_twice[name], ev_once[name], rtol=1e-9, atol=1e-9)
+    # the population is refitted on a schedule that counts updates (twice made one more), and
+    # each update measures one more task's evidence again, which the stream's choice reads:
+    # given the same population and choice, everything else is exact
     if hasattr(once, "population_"):
-        # the population is refitted on a schedule that counts updates (twice made one more):
-        # given the same population, everything else is exact
         twice.population_, twice.population_tasks_ = once.population_, once.population_tasks_
         twice.population_mean_cov_ = once.population_mean_cov_
-        twice._forget_derived()
+    twice.stream_choice_ = once.stream_choice_
+    twice._forget_derived()
     np.testing.assert_allclose(twice.predict(tid, Xt), once.predict(tid, Xt), rtol=1e-9, atol=1e-9)
 
 
@@ -165,8 +169,10 @@ def test_a_task_model_is_its_posterior_mean_under_the_streams_prior_over_omega(c
         if family.centred_on_population:  # the fitted mixed model's posterior mean
             pop = model._population()
             want = posterior_mean(d.gram / pop.noise, d.moment / pop.noise, pop)
-        elif model._keeps_population:  # the intercept is pooled (tested in test_population)
-            want = model._with_pooled_intercept(record, want)
+        elif model._keeps_population:  # the intercept pooled with its marginal prior
+            pop = model._population()
+            precision = d.n / model._task_noise(record, pop)
+            want[-1] = (precision * want[-1] + pop.mean[-1] / pop.cov[-1, -1]) / (precision + 1.0 / pop.cov[-1, -1])
         np.testing.assert_allclose(model.theta(tid), want, rtol=1e-9, atol=1e-12)
 
 
@@ -196,3 +202,32 @@ def test_states_that_kept_one_evidence_number_per_family_still_predict():
     old.learn(*tasks[-1][:3])
     assert isinstance(old.tasks_[tasks[-1][0]].meta["evidence"]["ridge"], list)
     assert np.all(np.isfinite(old.predict("t1", tasks[1][3])))
+
+
+def test_every_tasks_evidence_is_measured_again_within_as_many_updates_as_tasks():
+    """Each update measures one more task's evidence again, in the tasks' order (the task it
+    learns skipped), names it among the tasks it changed, and leaves the rest of its record as
+    it was; the measurement is the one the task's evidence gets when it is learned again."""
+    tasks = _stream(8, 5, 12, envs=2, seed=3)
+    model = FCL3()
+    for tid, X, y, _, _ in tasks:
+        model.learn(tid, X, y)
+    seen = []
+    rng = np.random.default_rng(0)
+    for _ in range(len(tasks)):
+        before = model.tasks_
+        X = rng.standard_normal((3, 5))
+        result = model.learn("t0", X, X[:, 0])
+        (other,) = result.changed_tasks
+        seen.append(other)
+        assert model.tasks_[other].data is before[other].data and model.tasks_[other].w is before[other].w
+        # the same measurement as learning it again would make, against the same state
+        probe = model.copy()
+        stored = model.tasks_[other]
+        fresh = dataclasses.replace(stored, meta={k: v for k, v in stored.meta.items() if k != "evidence"})
+        probe.tasks_ = probe.tasks_.set(other, fresh)  # records are shared: never written
+        population = probe._population_without(stored)
+        probe._record_evidence(other, probe._safe_library(other, stored, population), population)
+        for name, curve in model.tasks_[other].meta["evidence"].items():
+            np.testing.assert_allclose(curve, probe.tasks_[other].meta["evidence"][name], rtol=1e-9)
+    assert set(seen) == {tid for tid, *_ in tasks} - {"t0"}
