@@ -106,11 +106,16 @@ class Stream:
     tasks: list[Task]
     order: list[tuple[int, int]]  # (task index, batch index), in the order the learner sees them
 
-    def batches(self):
-        """Yield ``(task_id, X, y)`` for every training batch, in stream order."""
-        for ti, k in self.order:
+    def batches(self, first_row_only: bool = False):
+        """Yield ``(task_id, X, y)`` for every training batch, in stream order;
+        ``first_row_only``: the stream's very first batch as its first row, then the rest of
+        it as another batch (the same rows in the same order)."""
+        for i, (ti, k) in enumerate(self.order):
             task = self.tasks[ti]
             idx = task.batches[k]
+            if first_row_only and i == 0 and len(idx) > 1:
+                yield task.task_id, task.X_train[idx[:1]], task.y_train[idx[:1]]
+                idx = idx[1:]
             yield task.task_id, task.X_train[idx], task.y_train[idx]
 
 
@@ -456,14 +461,15 @@ def default_models(names=None, params: dict[str, dict] | None = None) -> dict[st
     return {n: factory(n) for n in names}
 
 
-def run_model(factory: Factory, stream: Stream) -> dict[str, Any]:
+def run_model(factory: Factory, stream: Stream, first_row_only: bool = False) -> dict[str, Any]:
     """Learn ``stream``'s training batches in order with a fresh learner, then score every
-    task's test half. A learner that raises gets ``errors=None`` and the exception text."""
+    task's test half (``first_row_only``: :meth:`Stream.batches`). A learner that raises gets
+    ``errors=None`` and the exception text."""
     try:
         model = factory(stream.kind, stream.seed)
         t0 = time.perf_counter()
         last = None
-        for task_id, X, y in stream.batches():
+        for task_id, X, y in stream.batches(first_row_only):
             last = model.learn(task_id, X, y)
         learn_s = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -570,13 +576,17 @@ def cached_baseline(cache: dict[str, Any] | None, stream: Stream, quick: bool) -
 
 
 def run_suite(families=None, seeds=(0, 1, 2), models: dict[str, Factory] | None = None, progress: bool = True,
-              quick: bool = False, baselines: dict[str, Any] | None = None) -> dict[str, Any]:
+              quick: bool = False, baselines: dict[str, Any] | None = None,
+              first_batch: bool = False) -> dict[str, Any]:
     """Run the suite and return its results (the structure ``--json`` writes).
 
     ``families``: names or :class:`Family` objects (default: all of :data:`FAMILIES`);
     ``models``: display name -> ``factory(kind, seed) -> learner`` (default: FCL3, ELLA, STL
     with their defaults); ``quick``: fewer tasks per family; ``baselines``: an earlier result
-    whose baselines are reused where they match (:func:`cached_baseline`).
+    whose baselines are reused where they match (:func:`cached_baseline`); ``first_batch``:
+    every stream also learned with its first batch cut to one row (the rest of it following
+    as another batch), and each model's mean test error so over its usual one reported per
+    family (``first_batch``, geometric mean over seeds) and at most (``summary``).
     """
     fams = _resolve_families(families)
     models = default_models() if models is None else dict(models)
@@ -608,6 +618,12 @@ def run_suite(families=None, seeds=(0, 1, 2), models: dict[str, Factory] | None 
                 r = run_model(factory, stream)
                 r["mean_error"] = float(np.nanmean(r["errors"])) if r["errors"] is not None else None
                 r["ratio"] = ratio_of(r["errors"], base["errors"])
+                if first_batch:
+                    cut = run_model(factory, stream, first_row_only=True)
+                    r["first_batch"] = {"mean_error": (float(np.nanmean(cut["errors"]))
+                                                       if cut["errors"] is not None else None),
+                                        "ratio": ratio_of(cut["errors"], r["errors"]) if r["errors"] is not None
+                                        else float("nan")}
                 per_model[name] = r
             entry["seeds"][str(seed)] = {
                 "baseline": base, "models": per_model,
@@ -617,6 +633,9 @@ def run_suite(families=None, seeds=(0, 1, 2), models: dict[str, Factory] | None 
         entry["ratio"] = {m: geometric_mean([entry["seeds"][str(s)]["models"][m]["ratio"] for s in seeds])
                           for m in models}
         entry["ratio_per_seed"] = {m: [entry["seeds"][str(s)]["models"][m]["ratio"] for s in seeds] for m in models}
+        if first_batch:
+            entry["first_batch"] = {m: geometric_mean([entry["seeds"][str(s)]["models"][m]["first_batch"]["ratio"]
+                                                       for s in seeds]) for m in models}
         reps = [entry["seeds"][str(s)]["models"][m].get("n_representatives") for s in seeds for m in models
                 if m == "FCL3"]
         if reps:
@@ -637,6 +656,10 @@ def run_suite(families=None, seeds=(0, 1, 2), models: dict[str, Factory] | None 
                                  for e in result["families"].values() for s in seeds)),
             "criteria": acceptance(ratios, tags),
         }
+        if first_batch:
+            cut = {f: e["first_batch"][m] for f, e in result["families"].items()}
+            far = max(cut, key=lambda f: abs(np.log(cut[f])) if np.isfinite(cut[f]) and cut[f] > 0 else np.inf)
+            result["summary"][m]["first_batch"] = {"farthest": cut[far], "farthest_family": far}
     result["baseline_fit_s"] = float(sum(e["seeds"][str(s)]["baseline"]["fit_s"]
                                          for e in result["families"].values() for s in seeds))
     result["wall_s"] = time.perf_counter() - start
@@ -657,6 +680,9 @@ def format_table(result: dict[str, Any]) -> str:
     models = list(result["models"])
     head = f"{'family':<32} {'kind':<5} {'d':>3} {'tasks':>5} {'rows':>4} {'batch':>5}  {'shared':<9} {'rows':<6}"
     head += "".join(f" {m:>9}" for m in models)
+    cut = any("first_batch" in e for e in result["families"].values())
+    if cut:
+        head += "".join(f" {'1st row ' + m:>9}" for m in models)
     lines = [head, "-" * len(head)]
     for name, e in result["families"].items():
         lo, hi = e["batches"]
@@ -664,12 +690,18 @@ def format_table(result: dict[str, Any]) -> str:
         line = (f"{name:<32} {e['kind'][:5]:<5} {e['d']:>3} {e['n_tasks_run']:>5} {e['n_train']:>4} {b:>5}  "
                 f"{e['tags']['shared']:<9} {e['tags']['rows']:<6}")
         line += "".join(f" {_fmt_ratio(e['ratio'][m]):>9}" for m in models)
+        if "first_batch" in e:
+            line += "".join(f" {_fmt_ratio(e['first_batch'][m]):>9}" for m in models)
         lines.append(line)
     lines.append("")
     for m in models:
         s = result["summary"][m]
         lines.append(f"{m}: median ratio {_fmt_ratio(s['median'])}, worst {_fmt_ratio(s['worst'])} "
                      f"({s['worst_family']})")
+        if "first_batch" in s:
+            fb = s["first_batch"]
+            lines.append(f"  first batch cut to one row / usual: farthest from 1 {_fmt_ratio(fb['farthest'])} "
+                         f"({fb['farthest_family']})")
         for key, c in s["criteria"].items():
             verdict = {True: "PASS", False: "FAIL", None: "n/a"}[c["passed"]]
             val = "-" if c["value"] is None else _fmt_ratio(c["value"])
@@ -768,6 +800,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", dest="json_out", help="write every result to this path")
     ap.add_argument("--plot", help="write the ratio figure (PNG) to this path")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.add_argument("--first-batch", action="store_true",
+                    help="also learn every stream with its very first batch cut to one row and compare")
     ap.add_argument("--baselines", help="reuse the baselines of an earlier --json result where they match "
                                         "(same family, seed, task count, grids and --quick)")
     args = ap.parse_args(argv)
@@ -789,7 +823,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.baselines) as fh:
             cache = json.load(fh)
     result = run_suite(families, seeds=seeds, models=models, progress=not args.quiet, quick=args.quick,
-                       baselines=cache)
+                       baselines=cache, first_batch=args.first_batch)
     result["command"] = "python -m benchmarks.robustness " + " ".join(sys.argv[1:] if argv is None else argv)
     print(format_table(result))
     print(f"\nwall time {result['wall_s']:.1f} s (baselines {result['baseline_fit_s']:.1f} s)")

@@ -203,6 +203,30 @@ def test_tiny_run_suite_with_stl():
     assert "reg_unrelated_few" in rb.format_table(r)
 
 
+def test_first_row_only_streams_the_same_rows_with_the_first_batch_cut():
+    stream = rb.FAMILIES["reg_batches_offsets"](0, quick=True)
+    usual, cut = list(stream.batches()), list(stream.batches(first_row_only=True))
+    assert len(cut) == len(usual) + 1
+    assert cut[0][0] == cut[1][0] == usual[0][0] and len(cut[0][2]) == 1
+    np.testing.assert_array_equal(np.vstack([cut[0][1], cut[1][1]]), usual[0][1])
+    for (ta, Xa, ya), (tb, Xb, yb) in zip(usual[1:], cut[2:]):
+        assert ta == tb
+        np.testing.assert_array_equal(Xa, Xb)
+        np.testing.assert_array_equal(ya, yb)
+
+
+def test_first_batch_ratio_is_the_cut_streams_mean_error_over_the_usual_one():
+    r = rb.run_suite(["reg_unrelated_few"], seeds=(0,), models={"STL": _stl}, progress=False, quick=True,
+                     first_batch=True)
+    m = r["families"]["reg_unrelated_few"]["seeds"]["0"]["models"]["STL"]
+    stream = rb.FAMILIES["reg_unrelated_few"](0, quick=True)
+    cut = rb.run_model(_stl, stream, first_row_only=True)
+    assert m["first_batch"]["ratio"] == pytest.approx(np.nanmean(cut["errors"]) / np.nanmean(m["errors"]))
+    assert r["families"]["reg_unrelated_few"]["first_batch"]["STL"] == pytest.approx(m["first_batch"]["ratio"])
+    assert r["summary"]["STL"]["first_batch"]["farthest_family"] == "reg_unrelated_few"
+    assert "first batch cut to one row" in rb.format_table(r)
+
+
 def test_a_failing_learner_gets_an_infinite_ratio():
     class Broken:
         def learn(self, *a):
