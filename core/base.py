@@ -178,10 +178,12 @@ class LifelongLearner:
         """Learn one labelled batch of task ``task_id`` (appended if the task is known).
 
         ``defer_refits``: the stream-level estimates over every task (the population, the
-        stream's family and its priors over ``omega``) are not refitted by this batch; the next
-        batch learned without it refits them if they are due by then (their schedules count
-        every batch, deferred or not). For a group of batches learned one after another, where
-        only the estimates after the last batch are kept: the group pays for one refit.
+        stream's family and its priors over ``omega``) are not refitted by this batch, nor is
+        another task's evidence, which only the family's choice reads, measured again; the
+        next batch learned without it refits them if they are due by then (their schedules
+        count every batch, deferred or not). For a group of batches learned one after another,
+        where only the estimates after the last batch are kept: the group pays for one refit
+        and one measurement.
 
         Raises :class:`InputError` for a bad batch, leaving the model exactly as it was.
         """
@@ -337,7 +339,7 @@ class LifelongLearner:
             self._record_evidence(task_id, library, population)
             if self._keeps_population:
                 self._update_population(defer_refits)
-            again = self._measure_evidence_again(task_id)
+            again = None if defer_refits else self._measure_evidence_again(task_id)
             if again is not None:
                 result = dataclasses.replace(result, changed_tasks=(*result.changed_tasks, again))
             self._update_stream_choice(defer_refits)
@@ -716,7 +718,7 @@ class LifelongLearner:
     def _measure_evidence_again(self, learned: str) -> str | None:
         """Measure one more task's evidence again (:meth:`_record_evidence`), against the
         current library and population without it, and return its id: the tasks in their order,
-        one per update, the task just ``learned`` skipped. A task's evidence is measured when it
+        one per update that does not defer the refits, the task just ``learned`` skipped. A task's evidence is measured when it
         is learned, against the library and population of that moment; the stream's family,
         chosen from every task's evidence, would otherwise judge the first tasks by the first
         populations for ever. Every task's evidence is thus at most as many updates old as

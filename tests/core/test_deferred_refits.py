@@ -26,9 +26,13 @@ def test_deferred_batches_keep_the_stream_estimates_and_count_toward_their_sched
     population, choice = m.population_, dict(m.stream_choice_)
     pop_updates, choice_updates = m.population_updates_, choice["updates"]
     tids = list(rest)[:3]
+    cursor, evidence = m.evidence_cursor_, {t: r.meta["evidence"] for t, r in m.tasks_.items()}
     for tid in tids:
         X, y = rest[tid]
-        m.learn(tid, X[:5], y[:5], defer_refits=True)
+        result = m.learn(tid, X[:5], y[:5], defer_refits=True)
+        assert result.changed_tasks == ()  # no other task's evidence measured again
+    assert m.evidence_cursor_ == cursor
+    assert all(r.meta["evidence"] is evidence[t] for t, r in m.tasks_.items() if t not in tids)
     assert m.population_ is population
     assert m.stream_choice_["family"] == choice["family"] and m.stream_choice_["priors"] == choice["priors"]
     assert m.population_updates_ == pop_updates + 3
@@ -36,7 +40,7 @@ def test_deferred_batches_keep_the_stream_estimates_and_count_toward_their_sched
     fitted, since = m.population_tasks_, m.population_updates_ + 1
 
     X, y = rest[tids[0]]
-    m.learn(tids[0], X[5:], y[5:])  # not deferred: refits what is due by now
+    assert len(m.learn(tids[0], X[5:], y[5:]).changed_tasks) == 1  # not deferred: refits what is due by now
     family, priors = choose_family(m._choice_evidence(), m._families, m._n_omega, m._reference_families,
                                    start=choice["priors"])  # warm-started from the choice the batches kept
     assert m.stream_choice_["updates"] == 0  # at most EVERY_UPDATE_TASKS tasks: chosen at every refit
