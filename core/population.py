@@ -356,7 +356,8 @@ def without_task(pop: Population, site: tuple[np.ndarray, np.ndarray], tasks: in
     ``m' = m - (F - A_t)^-1 g_t`` with ``F`` the mean's information (``mean_cov^-1``), ``A_t =
     (I + J_t Sigma)^-1 J_t`` the task's share of it and ``g_t = (I + J_t Sigma)^-1 (h_t - J_t m)``
     (at EM's fixed point ``F m`` is the sum of the tasks' ``(I + J_s Sigma)^-1 h_s``), and
-    ``mean_cov' = (F - A_t)^-1``. The covariance takes one EM step from the fit over the other
+    ``mean_cov' = (F - A_t)^-1`` (floored as :func:`mean_covariance`'s, where the other tasks barely
+    inform a direction). The covariance takes one EM step from the fit over the other
     tasks: the expected scatter ``S`` that gives ``Sigma`` in the M-step, less the task's term
     ``C_t + d_t d_t'`` (its posterior covariance ``C_t = Sigma (I + J_t Sigma)^-1`` and mean
     ``m + d_t``, ``d_t = Sigma g_t``) and less the shift of the mean, solved for ``tasks - 1``
@@ -373,8 +374,7 @@ def without_task(pop: Population, site: tuple[np.ndarray, np.ndarray], tasks: in
     K = np.linalg.inv(np.eye(D) + J @ cov)  # (I + J Sigma)^-1
     share = K @ J
     g = K @ (h - J @ m)
-    info = np.linalg.inv(pop.mean_cov) - 0.5 * (share + share.T)
-    mean_cov = np.linalg.inv(info)
+    mean_cov = _information_inverse(np.linalg.inv(pop.mean_cov) - share)
     mean = m - mean_cov @ g
     d = cov @ g
     term = cov @ K + np.outer(d, d) * (tasks / (tasks - 1.0))  # C_t + d d' + (T - 1) delta delta'
@@ -560,6 +560,13 @@ def mean_covariance(J: np.ndarray, pop: Population, mean_scale: float | None = N
     info = J.shape[0] * P - P @ C.sum(axis=0) @ P
     if mean_scale is not None:
         info = info + np.eye(P.shape[0]) / mean_scale ** 2
+    return _information_inverse(info)
+
+
+def _information_inverse(info: np.ndarray) -> np.ndarray:
+    """The covariance of a mean of information ``info`` (symmetrised): a direction the tasks
+    barely inform gets a variance ``1e12`` times the best-informed one's rather than an
+    infinite one, or one of either sign from rounding."""
     vals, vecs = np.linalg.eigh(0.5 * (info + info.T))
     vals = np.maximum(vals, max(float(vals[-1]), _TINY) * 1e-12)
     return (vecs / vals) @ vecs.T
