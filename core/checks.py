@@ -163,7 +163,7 @@ def check_following_partial_states_equals_loading_the_full_state(make: Factory) 
     frozen = reload(writer, writer.get_state())
     for tid, X, y in data[2:] + [("t0", data[0][1][:5], data[0][2][:5])]:
         result = writer.learn(tid, X, y)
-        # only the touched task, and those the update learned again (the scaling's warm-up)
+        # only the touched task, and those the update changed (learned again, evidence measured again)
         reader = reader.with_state(writer.get_state(tasks=[tid, *result.changed_tasks]))
     assert_same_state(reader, writer)
     assert_same_state(frozen, reload(frozen, frozen.get_state()))  # the old reader model is untouched

@@ -76,6 +76,12 @@ _BARRIER_START = 1e-2
 _BARRIER_FACTOR = 100.0
 _NEWTON_MAX_STEPS = 100
 _NEWTON_TOL = 1e-8
+#: A squared-loss task's residual sum of squares is taken as at least this fraction of its
+#: total (:func:`gaussian_fits`): ``Q = S - c' diag(shrink) c`` is a difference with rounding
+#: errors of ``1e-16`` times its terms, which an exact fit (fewer rows than parameters, or no
+#: noise) leaves as all there is; half the digits are kept, so the evidence of an exact fit
+#: is the same number however its rows were summed.
+EXACT_FIT = 1e-8
 _TINY = 1e-300
 
 
@@ -193,7 +199,7 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
         Ss = S - 2.0 * (m @ q) + m @ G @ m
         c = RU.T @ qs
         quad = Ss - (c * c) @ shrink
-        quad = np.maximum(quad, 1e-15 * max(abs(Ss), _TINY))  # an exact fit: Q is rounding
+        quad = np.maximum(quad, EXACT_FIT * max(abs(Ss), _TINY))  # an exact fit: Q is rounding
         E[i] = -0.5 * dof * np.log(quad / dof) - 0.5 * logdet
         if TH is None:
             continue

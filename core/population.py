@@ -103,6 +103,10 @@ STRUCTURES = ("full", "diagonal", "isotropic", "shared_slopes")
 #: change no prediction (a slope's standard deviation of 0.001 per feature's), large enough
 #: to keep ``Sigma`` invertible for the code that reads it.
 SHARED_SLOPE_VARIANCE = 1e-6
+#: :func:`without_task` refuses a population whose mean the other tasks inform, in some
+#: direction, by less than this fraction of the information of all of them: ``F - A_t`` is a
+#: difference with rounding errors of ``1e-16 |F|``, so half the digits are required.
+UNINFORMED = 1e-8
 #: Weight of the bias penalty in logistic fits (a flat prior on the intercept, kept regular).
 _BIAS_PRECISION = 1e-8
 _TINY = 1e-300
@@ -356,8 +360,7 @@ def without_task(pop: Population, site: tuple[np.ndarray, np.ndarray], tasks: in
     ``m' = m - (F - A_t)^-1 g_t`` with ``F`` the mean's information (``mean_cov^-1``), ``A_t =
     (I + J_t Sigma)^-1 J_t`` the task's share of it and ``g_t = (I + J_t Sigma)^-1 (h_t - J_t m)``
     (at EM's fixed point ``F m`` is the sum of the tasks' ``(I + J_s Sigma)^-1 h_s``), and
-    ``mean_cov' = (F - A_t)^-1`` (floored as :func:`mean_covariance`'s, where the other tasks barely
-    inform a direction). The covariance takes one EM step from the fit over the other
+    ``mean_cov' = (F - A_t)^-1``. The covariance takes one EM step from the fit over the other
     tasks: the expected scatter ``S`` that gives ``Sigma`` in the M-step, less the task's term
     ``C_t + d_t d_t'`` (its posterior covariance ``C_t = Sigma (I + J_t Sigma)^-1`` and mean
     ``m + d_t``, ``d_t = Sigma g_t``) and less the shift of the mean, solved for ``tasks - 1``
@@ -365,7 +368,11 @@ def without_task(pop: Population, site: tuple[np.ndarray, np.ndarray], tasks: in
     ``spread_scale`` the Wishart prior of :func:`_em_step`. The structure is kept: a diagonal
     ``Sigma`` stays diagonal, shared slopes stay shared (:func:`population_structure`).
     Everything costs ``O(d^3)``, however many tasks there are. Raises
-    :class:`numpy.linalg.LinAlgError` when the result is not a valid population."""
+    :class:`numpy.linalg.LinAlgError` when the other tasks leave a direction of the mean
+    uninformed (an eigenvalue of ``F - A_t`` below :data:`UNINFORMED` times ``F``'s largest: a
+    feature only this task has, or a noiseless task that decides the mean alone), where the
+    difference, and an evidence measured against it, would be rounding's, or when the result
+    is not a valid population."""
     if pop.mean_cov is None or tasks < 2:
         raise np.linalg.LinAlgError("the population without one task needs two tasks and the mean's covariance")
     J, h = (np.asarray(a, dtype=float) for a in site)
@@ -374,7 +381,13 @@ def without_task(pop: Population, site: tuple[np.ndarray, np.ndarray], tasks: in
     K = np.linalg.inv(np.eye(D) + J @ cov)  # (I + J Sigma)^-1
     share = K @ J
     g = K @ (h - J @ m)
-    mean_cov = _information_inverse(np.linalg.inv(pop.mean_cov) - share)
+    F = np.linalg.inv(pop.mean_cov)
+    info = F - share
+    vals, vecs = np.linalg.eigh(0.5 * (info + info.T))
+    # F - A_t carries rounding of the order of eps |F|: a direction with less is not the others'
+    if not vals[0] > UNINFORMED * max(float(np.linalg.eigvalsh(0.5 * (F + F.T))[-1]), _TINY):
+        raise np.linalg.LinAlgError("the other tasks do not inform every direction of the mean")
+    mean_cov = (vecs / vals) @ vecs.T
     mean = m - mean_cov @ g
     d = cov @ g
     term = cov @ K + np.outer(d, d) * (tasks / (tasks - 1.0))  # C_t + d d' + (T - 1) delta delta'
@@ -560,13 +573,6 @@ def mean_covariance(J: np.ndarray, pop: Population, mean_scale: float | None = N
     info = J.shape[0] * P - P @ C.sum(axis=0) @ P
     if mean_scale is not None:
         info = info + np.eye(P.shape[0]) / mean_scale ** 2
-    return _information_inverse(info)
-
-
-def _information_inverse(info: np.ndarray) -> np.ndarray:
-    """The covariance of a mean of information ``info`` (symmetrised): a direction the tasks
-    barely inform gets a variance ``1e12`` times the best-informed one's rather than an
-    infinite one, or one of either sign from rounding."""
     vals, vecs = np.linalg.eigh(0.5 * (info + info.T))
     vals = np.maximum(vals, max(float(vals[-1]), _TINY) * 1e-12)
     return (vecs / vals) @ vecs.T
