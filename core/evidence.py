@@ -82,6 +82,9 @@ _NEWTON_TOL = 1e-8
 #: noise) leaves as all there is; half the digits are kept, so the evidence of an exact fit
 #: is the same number however its rows were summed.
 EXACT_FIT = 1e-8
+#: Eigenvalues of a squared-loss task's ``R' G R`` below this fraction of the largest are
+#: rounding's (:func:`gaussian_fits`): an exact zero where ``G`` has fewer rows than slopes.
+NULL_EIGENVALUE = 1e-12
 _TINY = 1e-300
 
 
@@ -187,7 +190,10 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
     else:
         omegas, R = GAUSSIAN_OMEGAS, factor
     lam, U = np.linalg.eigh(R.T @ G @ R)
-    lam = np.maximum(lam, 0.0)
+    # directions of a rank-deficient G (fewer rows than slopes) have eigenvalues of rounding's
+    # size and either sign: exactly zero, as the data's projections on them (c, below) are
+    null = lam <= NULL_EIGENVALUE * max(float(lam[-1]), _TINY)
+    lam = np.where(null, 0.0, lam)
     RU = R @ U
     shrink = 1.0 / (1.0 / omegas[None, :] + lam[:, None])  # (d, n_omega)
     logdet = np.sum(np.log1p(omegas[None, :] * lam[:, None]), axis=0)
@@ -197,7 +203,7 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
     for i, m in enumerate(centres):
         qs = q - G @ m
         Ss = S - 2.0 * (m @ q) + m @ G @ m
-        c = RU.T @ qs
+        c = np.where(null, 0.0, RU.T @ qs)
         quad = Ss - (c * c) @ shrink
         quad = np.maximum(quad, EXACT_FIT * max(abs(Ss), _TINY))  # an exact fit: Q is rounding
         E[i] = -0.5 * dof * np.log(quad / dof) - 0.5 * logdet

@@ -533,3 +533,19 @@ def test_the_evidence_alone_is_the_evidence_of_the_full_curves(kind):
             np.testing.assert_array_equal(alone[name].log_evidence, curve.log_evidence, err_msg=name)
             if kind == "regression":
                 assert alone[name].theta is None
+
+
+def test_an_exact_fits_evidence_does_not_depend_on_how_its_rows_were_summed():
+    """Ten noiseless rows, twenty slopes, a wide prior (``R = 1e4 I``, as a population of tiny
+    noise gives): the fit is exact, ``G`` rank-deficient, and the task's statistics summed at
+    once or as a first row plus the rest give the same evidence at every ``omega`` (rounding's
+    eigenvalues and residual, taken as they came, made them differ by 5 nats)."""
+    rng = np.random.default_rng(4)
+    X = np.hstack([rng.standard_normal((10, 20)), np.ones((10, 1))])
+    y = X[:, :20] @ rng.standard_normal(20) + 0.3
+    whole = (10, X.T @ X, X.T @ y, float(y @ y))
+    parts = (10, np.outer(X[0], X[0]) + X[1:].T @ X[1:], X[0] * y[0] + X[1:].T @ y[1:], float(y[0] ** 2 + y[1:] @ y[1:]))
+    centres, R = np.zeros((1, 20)), 1e4 * np.eye(20)
+    E_whole, _ = ev.gaussian_fits(*whole, centres, None, 0.0, R)
+    E_parts, _ = ev.gaussian_fits(*parts, centres, None, 0.0, R)
+    np.testing.assert_allclose(E_parts, E_whole, rtol=0, atol=1e-5)

@@ -629,3 +629,22 @@ def test_logistic_population_without_a_task_keeps_the_isotropic_structure():
         out = without_task(full, marginal_objective([tasks[t]], full)[2][0], len(tasks), spread_scale=LOGISTIC_SPREAD_SCALE)
         assert population_structure(out) == "isotropic"
         assert np.abs(out.mean - refit.mean).max() < 0.5 * np.abs(full.mean - refit.mean).max()
+
+
+def test_the_population_without_the_only_task_with_a_feature_is_refused():
+    """A feature only task 0 has (its column zero in every other task): without task 0 the
+    mean has no information in that direction, and the difference of informations that would
+    give it is rounding; the population without any other task is computed."""
+    from core.population import without_task
+    _, stats_ = _grouped(5, T=12)
+    tasks = []
+    for i, (_, g, m, _) in enumerate(stats_):
+        G, h = np.zeros((4, 4)), np.zeros(4)
+        keep = [0, 1, 2, 3] if i == 0 else [0, 1, 3]
+        G[np.ix_(keep, keep)] = np.insert(np.insert(g, 2, 1.0, axis=0), 2, 1.0, axis=1)[np.ix_(keep, keep)]
+        h[keep] = np.insert(m, 2, 1.0)[keep]
+        tasks.append((G / 0.49, h / 0.49))
+    full = fit_population(tasks)
+    with pytest.raises(np.linalg.LinAlgError):
+        without_task(full, tasks[0], len(tasks))
+    assert np.all(np.isfinite(without_task(full, tasks[1], len(tasks)).mean))
