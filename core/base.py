@@ -717,12 +717,13 @@ class LifelongLearner:
 
     def _measure_evidence_again(self, learned: str) -> str | None:
         """Measure one more task's evidence again (:meth:`_record_evidence`), against the
-        current library and population without it, and return its id: the tasks in their order,
-        one per update that does not defer the refits, the task just ``learned`` skipped. A task's evidence is measured when it
-        is learned, against the library and population of that moment; the stream's family,
-        chosen from every task's evidence, would otherwise judge the first tasks by the first
-        populations for ever. Every task's evidence is thus at most as many updates old as
-        there are tasks, for one task's evidence per update."""
+        current library and population without it, and return its id: the tasks in their
+        order, one per update that does not defer the refits, the task just ``learned``
+        skipped. A task's evidence is measured when it is learned, against the library and
+        population of that moment; the stream's family, chosen from every task's evidence,
+        would otherwise judge the first tasks by the first populations for ever. Every task's
+        evidence is thus at most as many updates old as there are tasks, for one task's
+        evidence per update."""
         n = len(self.tasks_)
         if n < 2:
             return None
