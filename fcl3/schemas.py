@@ -282,7 +282,8 @@ class TaskOut(BaseModel):
     task_id: str
     n_samples: int
     n_batches: int
-    version: int = Field(..., description="Model version that last updated this task.")
+    version: int = Field(..., description="Model version that last wrote this task's record: its own batch, or "
+                         "another update that changed it (the scaling's warm-up, its evidence measured again).")
     labels: str | None = None
     created_at: UtcDatetime
     updated_at: UtcDatetime

@@ -131,24 +131,30 @@ def _post(c, task, X, y):
     return r.json()
 
 
-def test_update_rewrites_only_the_model_row_and_its_task(backend_client):
+def test_update_rewrites_only_the_model_row_its_task_and_the_one_measured_again(backend_client):
+    """A known task's update writes the model row, its task's row, and the row of the one task
+    whose evidence the update measured again (the engine's ``changed_tasks``): that row's
+    record and version, not its counters."""
     c = backend_client
     reader = c.app.state.model.reader
     rng = np.random.default_rng(9)
     _post(c, "w", *regression_batch(rng, n=200))  # past the scaling's warm-up, which rewrites every task
     for task in ("a", "b", "c"):
         _post(c, task, *regression_batch(rng))
+    cols = (TaskRow.task_id, TaskRow.version, TaskRow.updated_at, TaskRow.n_samples, TaskRow.n_batches,
+            TaskRow.last_update, TaskRow.meta)
     with reader.engine.connect() as conn:
-        before = {r.task_id: (r.version, r.updated_at) for r in conn.execute(
-            select(TaskRow.task_id, TaskRow.version, TaskRow.updated_at).where(TaskRow.model_name == reader.name))}
+        before = {r.task_id: r for r in conn.execute(select(*cols).where(TaskRow.model_name == reader.name))}
     _post(c, "b", *regression_batch(rng))
     with reader.engine.connect() as conn:
-        after = {r.task_id: (r.version, r.updated_at) for r in conn.execute(
-            select(TaskRow.task_id, TaskRow.version, TaskRow.updated_at).where(TaskRow.model_name == reader.name))}
+        after = {r.task_id: r for r in conn.execute(select(*cols).where(TaskRow.model_name == reader.name))}
         batches = conn.execute(select(BatchRow.task_id, BatchRow.version, BatchRow.n_samples)
                                .where(BatchRow.model_name == reader.name).order_by(BatchRow.version)).all()
-    assert after["a"] == before["a"] and after["c"] == before["c"]
-    assert after["b"][0] == 5
+    assert after["b"].version == 5 and after["b"].n_batches == 2
+    (again,) = [t for t in after if t != "b" and after[t] != before[t]]
+    assert after[again].version == 5 and after[again].meta["evidence"] != before[again].meta["evidence"]
+    assert (after[again].n_samples, after[again].n_batches, after[again].last_update) == (
+        before[again].n_samples, before[again].n_batches, before[again].last_update)
     assert [(b.task_id, b.version, b.n_samples) for b in batches] == [
         ("w", 1, 200), ("a", 2, 12), ("b", 3, 12), ("c", 4, 12), ("b", 5, 12)]
 
@@ -201,7 +207,8 @@ def test_a_reader_follows_another_writer(make_client, request):
 
 def test_a_database_of_format_1_task_rows_is_read_and_upgraded_one_task_at_a_time(backend_client, make_client, request):
     """Format 1 stored every task's raw rows; such a database keeps serving, and an update
-    rewrites only its own task in format 2 (sufficient statistics, constant size)."""
+    rewrites only the tasks it writes (its own, and the one whose evidence it measured again)
+    in format 2 (sufficient statistics, constant size)."""
     c = backend_client
     s = c.app.state.settings
     reader = c.app.state.model.reader
@@ -232,10 +239,14 @@ def test_a_database_of_format_1_task_rows_is_read_and_upgraded_one_task_at_a_tim
         np.testing.assert_allclose(got, before[t], rtol=1e-10)
     _post(fresh, "b", *regression_batch(rng, n=7, task=1))
     with reader.engine.connect() as conn:
-        kept = {r.task_id: set(r.arrays) for r in conn.execute(
-            select(TaskRow.task_id, TaskRow.arrays).where(TaskRow.model_name == reader.name))}
+        rows_after = conn.execute(select(TaskRow.task_id, TaskRow.arrays, TaskRow.version)
+                                  .where(TaskRow.model_name == reader.name)).all()
         version = conn.execute(select(ModelRow.format_version).where(ModelRow.name == reader.name)).scalar()
-    assert "gram" in kept["b"] and "X" not in kept["b"] and "X" in kept["a"] and "X" in kept["c"]
+    kept = {r.task_id: set(r.arrays) for r in rows_after}
+    written = {r.task_id for r in rows_after if r.version == 5}
+    assert "b" in written and len(written) == 2  # b, and the task measured again
+    for t in "abc":
+        assert ("gram" in kept[t] and "X" not in kept[t]) if t in written else ("X" in kept[t])
     assert version == core.STATE_FORMAT_VERSION == 3
     from service.learners import make_learner
 

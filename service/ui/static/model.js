@@ -204,13 +204,17 @@ export function modelView({ main, guarded, route }, name) {
       const m = await api.get(base, { signal });
       if (m.version > s.loadedVersion) {
         const before = s.loadedVersion;
+        // a task fed since: one with more batches (an update may also rewrite other tasks'
+        // records, at its version: the scaling's warm-up, an evidence measured again)
+        const batchesBefore = new Map((s.rows ?? []).map((r) => [r.task.task_id, r.task.n_batches]));
         noteVersions(m.version - before);
         s.model = m;
         await loadTasks();
         await loadEvaluation().catch(() => {});
         await loadLabels().catch(() => {});
         rederive();
-        const changed = s.rows.filter((r) => r.task.version > before).sort((a, b) => b.task.version - a.task.version);
+        const changed = s.rows.filter((r) => r.task.version > before && r.task.n_batches !== batchesBefore.get(r.task.task_id))
+          .sort((a, b) => b.task.version - a.task.version);
         s.fresh = new Set(changed.map((r) => r.task.task_id));
         for (const r of changed.slice(0, 20).reverse()) {
           const lu = r.task.last_update ?? {};
