@@ -253,7 +253,7 @@ def test_nobody_listening_costs_no_event_work(make_client, monkeypatch):
     learn(c, name, 4, seed=1)
     assert wakes == [0] * 5  # one look-up per update, nobody to wake
     assert sum(reads.values()) == 0
-    assert threads() == started
+    assert threads() <= started  # none started (a background one may have ended meanwhile)
     # one listener: the same updates are read from the log and delivered
     wakes.clear()
     live = Listener(c, name, last_event_id=5, until=lambda evs: len(evs) == 2)
