@@ -170,17 +170,17 @@ def refit_due(fitted_tasks: int, updates_since: int, tasks: int, growth: float =
 def fit_population(tasks: list, start: Population | None = None, noise: float = 1.0,
                    prior_weight: float = PRIOR_WEIGHT, tol: float = EM_TOL, max_iter: int = EM_MAX_ITER,
                    mean_scale: float | None = None, spread_scale: float | None = None,
-                   with_mean_cov: bool = True, diagonal: bool = False, tied: bool = False) -> Population:
+                   with_mean_cov: bool = True, structure: str = "full") -> Population:
     """EM over every task's pseudo-observation ``(J, h)`` to convergence, from ``start``
     (:meth:`Population.initial` when ``None``), accelerated by SQUAREM (Varadhan & Roland
     2008: an extrapolation from two EM steps, kept when it is a valid population). ``noise``
     is stored with the result: the stream's typical noise variance (:func:`task_noises`);
     with ``with_mean_cov``, the covariance of its mean (:func:`mean_covariance`).
-    ``diagonal`` and ``tied``: :func:`_em_step`."""
+    ``structure``: ``"full"``, ``"diagonal"`` or ``"isotropic"`` (:func:`_em_step`)."""
     J, h = (np.array(c, dtype=float) for c in zip(*tasks))
     d = h.shape[1]
     x = (Population.initial(d) if start is None else start).to_array()[:-1]
-    step = lambda v: _em_step(v, J, h, prior_weight, mean_scale, spread_scale, diagonal or tied, tied)
+    step = lambda v: _em_step(v, J, h, prior_weight, mean_scale, spread_scale, structure)
     for _ in range(max_iter // 3):
         x1 = step(x)
         x2 = step(x1)
@@ -295,7 +295,7 @@ def fitted_logistic_population(tasks: list, start: Population | None = None, rou
             else:
                 trial = fit_population(sites, pop, mean_scale=LOGISTIC_MEAN_SCALE,
                                        spread_scale=LOGISTIC_SPREAD_SCALE, with_mean_cov=False,
-                                       diagonal=structure == "diagonal", tied=structure == "isotropic")
+                                       structure=structure)
         except np.linalg.LinAlgError:  # sites of extreme magnitude: no step from here
             break
         for _ in range(30):
@@ -605,17 +605,19 @@ def _moved(x: np.ndarray, new: np.ndarray, d: int) -> float:
 
 def _em_step(x: np.ndarray, J: np.ndarray, h: np.ndarray, prior_weight: float,
              mean_scale: float | None = None, spread_scale: float | None = None,
-             diagonal: bool = False, tied: bool = False) -> np.ndarray:
+             structure: str = "full") -> np.ndarray:
     """One EM step over every task; ``x`` is the mean and the covariance, flattened. With
     ``mean_scale`` the mean has the prior ``N(0, mean_scale^2 I)`` (an ECM step: the mean given
     the covariance, then the covariance given the mean). The covariance has the inverse-Wishart
     prior of ``prior_weight`` pseudo-tasks, or with ``spread_scale`` the Wishart prior of
     :data:`LOGISTIC_SPREAD_SCALE`, whose M-step ``Sigma^2 / scale + (T - 1) Sigma = S`` (``S``
-    the expected scatter) is solved in ``S``'s eigenbasis; with ``diagonal`` the covariance is
-    held diagonal and the same equation is solved on each of ``S``'s diagonal entries (the
-    prior's density ``1/2 log det Sigma - tr(Sigma) / (2 scale)`` splits over them); with
-    ``tied`` too, the slopes' entries are replaced by their average first (one variance for
-    every slope: the equation summed over the slopes is the same equation in their average)."""
+    the expected scatter) is solved in ``S``'s eigenbasis; with ``structure="diagonal"`` the
+    covariance is held diagonal and the same equation is solved on each of ``S``'s diagonal
+    entries (the prior's density ``1/2 log det Sigma - tr(Sigma) / (2 scale)`` splits over
+    them); with ``"isotropic"``, the slopes' entries are replaced by their average first (one
+    variance for every slope: the equation summed over the slopes is the same equation in
+    their average)."""
+    diagonal, tied = structure in ("diagonal", "isotropic"), structure == "isotropic"
     T, d = h.shape
     mean, cov = x[:d], x[d:].reshape(d, d)
     prec = np.linalg.inv(cov)
