@@ -402,7 +402,7 @@ def without_task(pop: Population, site: tuple[np.ndarray, np.ndarray], tasks: in
             vals, vecs = np.diag(scatter).copy(), np.eye(D)
             vals = _tie_slopes(vals) if structure == "isotropic" else vals
         vals = np.maximum(vals, 0.0)
-        spread = 2.0 * vals / ((tasks - 2.0) + np.sqrt((tasks - 2.0) ** 2 + 4.0 * vals / spread_scale))
+        spread = _wishart_spread(vals, tasks - 1.0, spread_scale)
         new = (vecs * np.maximum(spread, _TINY)) @ vecs.T
         if structure == "shared_slopes":
             new = np.diag(np.append(np.diag(cov)[:-1], new[-1, -1]))
@@ -578,6 +578,13 @@ def mean_covariance(J: np.ndarray, pop: Population, mean_scale: float | None = N
     return (vecs / vals) @ vecs.T
 
 
+def _wishart_spread(scatter: np.ndarray, tasks: float, spread_scale: float) -> np.ndarray:
+    """The M-step's variances under the Wishart prior of ``spread_scale`` from the expected
+    scatter's eigenvalues (or diagonal) over ``tasks`` tasks: the positive root of ``v^2 /
+    scale + (T - 1) v - s = 0``, in the form without cancellation."""
+    return 2.0 * scatter / ((tasks - 1.0) + np.sqrt((tasks - 1.0) ** 2 + 4.0 * scatter / spread_scale))
+
+
 def _tie_slopes(variances: np.ndarray) -> np.ndarray:
     """``variances`` (the slopes', then the intercept's) with every slope's replaced by their
     average."""
@@ -640,8 +647,7 @@ def _em_step(x: np.ndarray, J: np.ndarray, h: np.ndarray, prior_weight: float,
         else:
             vals, vecs = np.linalg.eigh(0.5 * (scatter + scatter.T))
         vals = np.maximum(vals, 0.0)
-        # the positive root of v^2 / scale + (T - 1) v - s = 0, in the form without cancellation
-        spread = 2.0 * vals / ((T - 1.0) + np.sqrt((T - 1.0) ** 2 + 4.0 * vals / spread_scale))
+        spread = _wishart_spread(vals, T, spread_scale)
         cov = (vecs * np.maximum(spread, _TINY)) @ vecs.T
     return np.concatenate([m, (0.5 * (cov + cov.T)).reshape(-1)])
 
