@@ -80,6 +80,9 @@ class UpdateResult:
     #: Other tasks whose stored record the update changed (learned again in the scaling's
     #: warm-up, or their evidence measured again): a store that keeps tasks apart writes them too.
     changed_tasks: tuple[str, ...] = ()
+    #: Of ``changed_tasks``, those whose evidence alone was measured again: their ``meta``
+    #: changed and their arrays did not, so such a store writes their meta alone.
+    remeasured_tasks: tuple[str, ...] = ()
 
 
 class LifelongLearner:
@@ -341,7 +344,8 @@ class LifelongLearner:
                 self._update_population(defer_refits)
             again = None if defer_refits else self._measure_evidence_again(task_id)
             if again is not None:
-                result = dataclasses.replace(result, changed_tasks=(*result.changed_tasks, again))
+                result = dataclasses.replace(result, changed_tasks=(*result.changed_tasks, again),
+                                             remeasured_tasks=(*result.remeasured_tasks, again))
             self._update_stream_choice(defer_refits)
         return result
 
@@ -374,7 +378,8 @@ class LifelongLearner:
             step = self._learn_batch(tid, data, labels_of[tid])
             result = step if tid == task_id else result
             self._forget_derived()
-        return dataclasses.replace(result, new_task=not known, changed_tasks=tuple(t for t in data_of if t != task_id))
+        return dataclasses.replace(result, new_task=not known, changed_tasks=tuple(t for t in data_of if t != task_id),
+                                   remeasured_tasks=())
 
     def _check_finite(self, task_id: str) -> None:
         """Refuse an update whose learned arrays are not all finite (the caller rolls back)."""

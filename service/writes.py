@@ -297,11 +297,13 @@ class ModelWriter:
             t.update(n=t["n"] + 1, version=v, last=result, n_samples=p.result.n_samples)
             t["new"] = t["new"] or bool(p.result.new_task)
             for tid in p.result.changed_tasks:  # learned again (the scaling's warm-up) or their evidence measured again
-                touched.setdefault(tid, {"n": 0, "new": False})["version"] = v
+                t = touched.setdefault(tid, {"n": 0, "new": False})
+                t["version"] = v
+                t["arrays"] = t.get("arrays", False) or tid not in p.result.remeasured_tasks
         state = last.learner.get_state(tasks=list(touched))
         last.state = state
         positions = task_positions(state, last.learner) if any(t["new"] for t in touched.values()) else {}
-        inserts, updates, rewrites = [], [], []  # each kind of task row in one statement
+        inserts, updates, rewrites, remeasures = [], [], [], []  # each kind of task row in one statement
         for tid, t in touched.items():
             task = state.tasks[tid]
             if t["new"]:
@@ -315,18 +317,23 @@ class ModelWriter:
                     "w_name": self.name, "w_task": tid, "w_n": t["n"], "version": t["version"],
                     "n_samples": t["n_samples"], "arrays": task["arrays"], "meta": task["meta"],
                     "last_update": t["last"], "updated_at": now})
-            else:
+            elif t["arrays"]:
                 rewrites.append({
                     "w_name": self.name, "w_task": tid, "version": t["version"],
                     "arrays": task["arrays"], "meta": task["meta"], "updated_at": now})
+            else:  # its evidence alone measured again: its arrays are as stored
+                remeasures.append({
+                    "w_name": self.name, "w_task": tid, "version": t["version"], "meta": task["meta"],
+                    "updated_at": now})
         with self.reader.bulk.begin() as conn:
             self._set_model(conn, group[0], versions[-1], now, "this batch was NOT applied", last)
             if inserts:
                 conn.execute(_INSERT_TASK, inserts)
             if updates and conn.execute(_UPDATE_TASK, updates).rowcount != len(updates):
                 raise StaleWrite("a task row is missing; this batch was NOT applied — retry")
-            if rewrites:
-                conn.execute(_REWRITE_TASK, rewrites)
+            for rows in (rewrites, remeasures):
+                if rows:
+                    conn.execute(_REWRITE_TASK, rows)
             conn.execute(_INSERT_BATCH, [
                 {"model_name": self.name, "task_id": p.task_id, "version": v, "n_samples": int(p.X.shape[0]),
                  "X": p.X, "y": p.y, "source": p.source, "refits_deferred": p.refits_deferred, "created_at": now}

@@ -298,7 +298,7 @@ def test_scaling_follows_every_row_until_the_warm_up_ends_then_freezes():
     both = np.vstack([X1, X2])
     np.testing.assert_allclose(m.scaler_.x_mean, both.mean(0))
     np.testing.assert_allclose(m.scaler_.x_scale, both.std(0))
-    assert result.changed_tasks == ("a",)
+    assert result.changed_tasks == ("a",) and result.remeasured_tasks == ()  # learned again: its arrays too
     seen = 80
     while seen < SCALER_WARMUP_ROWS:
         X = rng.normal(0.0, 1.0, size=(30, 2))

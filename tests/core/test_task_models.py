@@ -206,8 +206,9 @@ def test_states_that_kept_one_evidence_number_per_family_still_predict():
 
 def test_every_tasks_evidence_is_measured_again_within_as_many_updates_as_tasks():
     """Each update measures one more task's evidence again, in the tasks' order (the task it
-    learns skipped), names it among the tasks it changed, and leaves the rest of its record as
-    it was; the measurement is the one the task's evidence gets when it is learned again."""
+    learns skipped), names it among the tasks it changed and the tasks it measured again, and
+    leaves the rest of its record as it was (its arrays the same objects); the measurement is
+    the one the task's evidence gets when it is learned again."""
     tasks = _stream(8, 5, 12, envs=2, seed=3)
     model = FCL3()
     for tid, X, y, _, _ in tasks:
@@ -219,8 +220,11 @@ def test_every_tasks_evidence_is_measured_again_within_as_many_updates_as_tasks(
         X = rng.standard_normal((3, 5))
         result = model.learn("t0", X, X[:, 0])
         (other,) = result.changed_tasks
+        assert result.remeasured_tasks == (other,)
         seen.append(other)
-        assert model.tasks_[other].data is before[other].data and model.tasks_[other].w is before[other].w
+        now, then = model.tasks_[other], before[other]
+        assert now.data is then.data and now.w is then.w and now.omega is then.omega
+        assert now.arrays.keys() == then.arrays.keys() and all(now.arrays[k] is then.arrays[k] for k in now.arrays)
         # the same measurement as learning it again would make, against the same state
         probe = model.copy()
         stored = model.tasks_[other]

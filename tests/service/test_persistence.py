@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis.extra import numpy as hnp
-from sqlalchemy import create_engine, inspect, select, update
+from sqlalchemy import create_engine, event, inspect, select, update
 
 import core
 from service.packed_arrays import array_from_bytes, array_to_bytes
@@ -133,8 +133,8 @@ def _post(c, task, X, y):
 
 def test_update_rewrites_only_the_model_row_its_task_and_the_one_measured_again(backend_client):
     """A known task's update writes the model row, its task's row, and the row of the one task
-    whose evidence the update measured again (the engine's ``changed_tasks``): that row's
-    record and version, not its counters."""
+    whose evidence the update measured again (the engine's ``remeasured_tasks``): that row's
+    meta and version, not its counters and not its arrays, which did not change."""
     c = backend_client
     reader = c.app.state.model.reader
     rng = np.random.default_rng(9)
@@ -145,7 +145,19 @@ def test_update_rewrites_only_the_model_row_its_task_and_the_one_measured_again(
             TaskRow.last_update, TaskRow.meta)
     with reader.engine.connect() as conn:
         before = {r.task_id: r for r in conn.execute(select(*cols).where(TaskRow.model_name == reader.name))}
-    _post(c, "b", *regression_batch(rng))
+    written = []  # the task rows' UPDATEs: (columns set, task ids)
+
+    def capture(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("UPDATE TASKS"):
+            sets = statement.split(" SET ", 1)[1].split(" WHERE ", 1)[0]
+            rows = parameters if executemany else [parameters]
+            written.append((sets, [r["w_task"] if isinstance(r, dict) else r[-1] for r in rows]))
+
+    event.listen(reader.bulk, "before_cursor_execute", capture)
+    try:
+        _post(c, "b", *regression_batch(rng))
+    finally:
+        event.remove(reader.bulk, "before_cursor_execute", capture)
     with reader.engine.connect() as conn:
         after = {r.task_id: r for r in conn.execute(select(*cols).where(TaskRow.model_name == reader.name))}
         batches = conn.execute(select(BatchRow.task_id, BatchRow.version, BatchRow.n_samples)
@@ -155,6 +167,8 @@ def test_update_rewrites_only_the_model_row_its_task_and_the_one_measured_again(
     assert after[again].version == 5 and after[again].meta["evidence"] != before[again].meta["evidence"]
     assert (after[again].n_samples, after[again].n_batches, after[again].last_update) == (
         before[again].n_samples, before[again].n_batches, before[again].last_update)
+    assert len(written) == 2 and "arrays" in written[0][0] and "arrays" not in written[1][0], written
+    assert [w[1] for w in written] == [["b"], [again]]
     assert [(b.task_id, b.version, b.n_samples) for b in batches] == [
         ("w", 1, 200), ("a", 2, 12), ("b", 3, 12), ("c", 4, 12), ("b", 5, 12)]
 
@@ -207,8 +221,8 @@ def test_a_reader_follows_another_writer(make_client, request):
 
 def test_a_database_of_format_1_task_rows_is_read_and_upgraded_one_task_at_a_time(backend_client, make_client, request):
     """Format 1 stored every task's raw rows; such a database keeps serving, and an update
-    rewrites only the tasks it writes (its own, and the one whose evidence it measured again)
-    in format 2 (sufficient statistics, constant size)."""
+    rewrites only the task it learns in format 2 (sufficient statistics, constant size); the
+    row of the task whose evidence it measured again gets its new meta and keeps its arrays."""
     c = backend_client
     s = c.app.state.settings
     reader = c.app.state.model.reader
@@ -246,7 +260,7 @@ def test_a_database_of_format_1_task_rows_is_read_and_upgraded_one_task_at_a_tim
     written = {r.task_id for r in rows_after if r.version == 5}
     assert "b" in written and len(written) == 2  # b, and the task measured again
     for t in "abc":
-        assert ("gram" in kept[t] and "X" not in kept[t]) if t in written else ("X" in kept[t])
+        assert ("gram" in kept[t] and "X" not in kept[t]) if t == "b" else ("X" in kept[t])
     assert version == core.STATE_FORMAT_VERSION == 3
     from service.learners import make_learner
 
