@@ -389,7 +389,7 @@ class LifelongLearner:
         # y'y may be NaN by design (a task from a state older than format 3): not a failure
         arrays += [record.w, record.omega, *record.arrays.values(),
                    *(v for k, v in record.data.to_arrays().items() if k != "yy")]
-        if not all(np.all(np.isfinite(a)) for a in arrays):
+        if not all(np.isfinite(a).all() for a in arrays):
             raise FloatingPointError("learning gave non-finite parameters")
 
     def _finite_witness(self, name: str, array: np.ndarray) -> np.ndarray:
@@ -685,13 +685,20 @@ class LifelongLearner:
         return int(self.n_features_in_) + 1
 
     def _population(self) -> Population:
-        """The stream's population as last fitted (:mod:`core.population`)."""
+        """The stream's population as last fitted (:mod:`core.population`): one object for as
+        long as its arrays are the learner's (arrays are replaced, never written into), so that
+        what it computes of itself is computed once."""
         arr = getattr(self, "population_", None)
         if arr is None or arr.size <= 1:
             return Population.initial(self._n_params)
         mean_cov = getattr(self, "population_mean_cov_", None)
+        cached = self.__dict__.get("_population_of")
+        if cached is not None and cached[0] is arr and cached[1] is mean_cov:
+            return cached[2]
         known = mean_cov is not None and mean_cov.shape == (self._n_params,) * 2 and bool(np.any(mean_cov))
-        return dataclasses.replace(Population.from_array(arr), mean_cov=mean_cov if known else None)
+        pop = dataclasses.replace(Population.from_array(arr), mean_cov=mean_cov if known else None)
+        self._population_of = (arr, mean_cov, pop)
+        return pop
 
     def _population_without(self, record: TaskRecord | None) -> Population | None:
         """The stream's population without the task of stored record ``record``

@@ -193,7 +193,9 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
     # directions of a rank-deficient G (fewer rows than slopes) have eigenvalues of rounding's
     # size and either sign: exactly zero, as the data's projections on them (c, below) are
     null = lam <= NULL_EIGENVALUE * max(float(lam[-1]), _TINY)
-    lam = np.where(null, 0.0, lam)
+    any_null = bool(null.any())
+    if any_null:
+        lam = np.where(null, 0.0, lam)
     RU = R @ U
     shrink = 1.0 / (1.0 / omegas[None, :] + lam[:, None])  # (d, n_omega)
     logdet = np.sum(np.log1p(omegas[None, :] * lam[:, None]), axis=0)
@@ -203,7 +205,9 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
     for i, m in enumerate(centres):
         qs = q - G @ m
         Ss = S - 2.0 * (m @ q) + m @ G @ m
-        c = np.where(null, 0.0, RU.T @ qs)
+        c = RU.T @ qs
+        if any_null:
+            c = np.where(null, 0.0, c)
         quad = Ss - (c * c) @ shrink
         quad = np.maximum(quad, EXACT_FIT * max(abs(Ss), _TINY))  # an exact fit: Q is rounding
         E[i] = -0.5 * dof * np.log(quad / dof) - 0.5 * logdet
@@ -346,6 +350,21 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
     has_centres = library is not None and len(library.centres) > 0
     curves: dict[str, Curve] = {}
     pop = library.population if library is not None else None
+    population_fits: list = []
+
+    def gaussian_population_fits():
+        """The squared-loss fits under the population's covariance, for both families that use
+        it, in one call (one factor, one eigendecomposition; each centre's numbers are its own):
+        row 0 centred on the population's mean, rows 1.. on the environments' centres."""
+        if not population_fits:
+            n, gram, moment, yy = data
+            centres = pop.mean[None, :]
+            if has_centres and not library.shared_slopes:
+                centres = np.vstack([centres, library.centres])
+            population_fits.extend(gaussian_fits(n, gram, moment, yy, centres, None, 0.0,
+                                                 np.linalg.cholesky(pop.cov / pop.noise),
+                                                 posterior_means=posterior_means))
+        return population_fits
     for fam in families:
         if fam.own_scale:
             if kind == "regression":
@@ -371,10 +390,8 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
                 curves[fam.name] = mixed_curve(E[:1], TH[:1])
         if fam.population_shape and pop is not None and has_centres and not library.shared_slopes:
             if kind == "regression":
-                n, gram, moment, yy = data
-                factor = np.linalg.cholesky(pop.cov / pop.noise)
-                E, TH = gaussian_fits(n, gram, moment, yy, library.centres, None, 0.0, factor,
-                                      posterior_means=posterior_means)
+                E, TH = gaussian_population_fits()
+                E, TH = E[1:], None if TH is None else TH[1:]
             else:
                 E, TH = logistic_fits(data[0], data[1], library.centres, None, 0.0, np.linalg.cholesky(pop.cov),
                                       intercept)
@@ -382,10 +399,8 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
             curves[fam.name] = mixed_curve(E, TH, library.log_weights)
         if fam.centred_on_population and pop is not None:
             if kind == "regression":
-                n, gram, moment, yy = data
-                factor = np.linalg.cholesky(pop.cov / pop.noise)
-                E, TH = gaussian_fits(n, gram, moment, yy, pop.mean[None, :], None, 0.0, factor,
-                                      posterior_means=posterior_means)
+                E, TH = gaussian_population_fits()
+                E, TH = E[:1], None if TH is None else TH[:1]
             else:
                 E, TH = logistic_fits(data[0], data[1], pop.mean[None, :], None, 0.0, np.linalg.cholesky(pop.cov),
                                       intercept)

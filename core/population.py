@@ -131,6 +131,14 @@ class Population:
     def to_array(self) -> np.ndarray:
         return np.concatenate([self.mean, self.cov.reshape(-1), [self.noise]])
 
+    @functools.cached_property
+    def mean_information(self) -> tuple[np.ndarray, float]:
+        """``F = mean_cov^-1``, the information on the mean, and its largest eigenvalue: what
+        :func:`without_task` reads of the population, once per population however many tasks
+        it is asked to leave out."""
+        F = np.linalg.inv(self.mean_cov)
+        return F, float(np.linalg.eigvalsh(0.5 * (F + F.T))[-1])
+
     @classmethod
     def from_array(cls, a: np.ndarray) -> "Population":
         d = int(round((np.sqrt(1.0 + 4.0 * (a.size - 1)) - 1.0) / 2.0))
@@ -242,12 +250,20 @@ def population_structure(pop: Population) -> str:
     those), ``"full"`` otherwise."""
     d = pop.mean.size - 1
     shared = np.diag(np.append(np.full(d, SHARED_SLOPE_VARIANCE), pop.cov[-1, -1]))
-    if d and np.allclose(pop.cov, shared, rtol=1e-9, atol=0.0):
+    if d and _allclose(pop.cov, shared, rtol=1e-9):
         return "shared_slopes"
     if not d or np.any(pop.cov - np.diag(np.diag(pop.cov))):
         return "full"
     slopes = np.diag(pop.cov)[:-1]
-    return "isotropic" if d >= 2 and np.allclose(slopes, slopes[0], rtol=1e-9, atol=0.0) else "diagonal"
+    return "isotropic" if d >= 2 and _allclose(slopes, slopes[0], rtol=1e-9) else "diagonal"
+
+
+def _allclose(a: np.ndarray, b, rtol: float) -> bool:
+    """``np.allclose(a, b, rtol=rtol, atol=0)``: its test ``|a - b| <= rtol |b|`` directly where
+    both are finite (a few times cheaper; it runs at every update), numpy's otherwise."""
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return bool(np.allclose(a, b, rtol=rtol, atol=0.0))
+    return bool((np.abs(a - b) <= rtol * np.abs(b)).all())
 
 
 def fit_logistic_population(tasks: list, start: Population | None = None, rounds: int = LAPLACE_ROUNDS,
@@ -381,11 +397,11 @@ def without_task(pop: Population, site: tuple[np.ndarray, np.ndarray], tasks: in
     K = np.linalg.inv(np.eye(D) + J @ cov)  # (I + J Sigma)^-1
     share = K @ J
     g = K @ (h - J @ m)
-    F = np.linalg.inv(pop.mean_cov)
+    F, F_top = pop.mean_information
     info = F - share
     vals, vecs = np.linalg.eigh(0.5 * (info + info.T))
     # F - A_t carries rounding of the order of eps |F|: a direction with less is not the others'
-    if not vals[0] > UNINFORMED * max(float(np.linalg.eigvalsh(0.5 * (F + F.T))[-1]), _TINY):
+    if not vals[0] > UNINFORMED * max(F_top, _TINY):
         raise np.linalg.LinAlgError("the other tasks do not inform every direction of the mean")
     mean_cov = (vecs / vals) @ vecs.T
     mean = m - mean_cov @ g

@@ -344,6 +344,39 @@ def test_family_curves_match_the_per_centre_fits():
     np.testing.assert_allclose(fits["mixture"].theta, curves["mixture"].theta[j])
 
 
+@pytest.mark.parametrize("n", [3, 20])  # fewer rows than slopes: G rank-deficient
+@pytest.mark.parametrize("shared_slopes", [False, True])
+def test_both_population_families_are_the_fits_of_their_own_centres(n, shared_slopes):
+    """``population`` (centred on the population's mean) and ``mixture_population`` (on the
+    environments' centres, under the population's covariance) share one call of
+    :func:`gaussian_fits`: each curve is exactly what a call with its own centres gives."""
+    from core.population import Population
+
+    X, y, Xd = _regression(n=n)
+    data = (X.shape[0], Xd.T @ Xd, Xd.T @ y, float(y @ y))
+    rng = np.random.default_rng(5)
+    A = rng.normal(size=(4, 4))
+    pop = Population(rng.normal(size=4), A @ A.T + 0.1 * np.eye(4), 0.7)
+    centres = np.array([[1.0, 0.0, -1.0, 0.5], [0.0, 2.0, 0.0, 0.0]])
+    weights = np.log(np.array([0.25, 0.75]))
+    lib = ev.Library(None, centres, weights, population=pop, shared_slopes=shared_slopes)
+    fams = (ev.POPULATION, ev.Family("mixture_population", centred_on_representatives=True, population_shape=True))
+    for means in (True, False):
+        curves = ev.family_curves("regression", data, lib, fams, posterior_means=means)
+        factor = np.linalg.cholesky(pop.cov / pop.noise)
+        E, TH = ev.gaussian_fits(*data, pop.mean[None, :], None, 0.0, factor, posterior_means=means)
+        assert np.array_equal(curves["population"].log_evidence, E[0])
+        assert (curves["population"].theta is None) if not means else np.array_equal(curves["population"].theta, TH[0])
+        if shared_slopes:  # the library says the slopes are shared: no environments' shape
+            assert "mixture_population" not in curves
+            continue
+        E, TH = ev.gaussian_fits(*data, centres, None, 0.0, factor, posterior_means=means)
+        expected = ev.mixed_curve(E, TH, weights)
+        assert np.array_equal(curves["mixture_population"].log_evidence, expected.log_evidence)
+        if means:
+            assert np.array_equal(curves["mixture_population"].theta, expected.theta)
+
+
 def test_families_the_library_cannot_define_are_left_out():
     X, y, Xd = _regression()
     data = (X.shape[0], Xd.T @ Xd, Xd.T @ y, float(y @ y))

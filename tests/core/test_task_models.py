@@ -235,3 +235,25 @@ def test_every_tasks_evidence_is_measured_again_within_as_many_updates_as_tasks(
         for name, curve in model.tasks_[other].meta["evidence"].items():
             np.testing.assert_allclose(curve, probe.tasks_[other].meta["evidence"][name], rtol=1e-9)
     assert set(seen) == {tid for tid, *_ in tasks} - {"t0"}
+
+
+def test_the_population_object_lasts_as_long_as_its_arrays():
+    """``_population()`` gives one object while the learner's population arrays are the same
+    (what it computes of itself is computed once), and the population of the new arrays once
+    a refit replaces them."""
+    from core.population import Population
+
+    tasks = _stream(6, 5, 12, envs=2, seed=4)
+    model = FCL3()
+    for tid, X, y, _, _ in tasks:
+        model.learn(tid, X, y)
+    first = model._population()
+    assert model._population() is first and model.copy()._population() is first
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((4, 5))
+    model.learn("t1", X, X[:, 0])  # a model of six tasks refits its population at every update
+    second = model._population()
+    assert second is not first
+    expected = Population.from_array(model.population_)
+    assert np.array_equal(second.mean, expected.mean) and np.array_equal(second.cov, expected.cov)
+    assert second.mean_cov is model.population_mean_cov_
