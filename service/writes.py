@@ -297,9 +297,9 @@ class ModelWriter:
             t.update(n=t["n"] + 1, version=v, last=result, n_samples=p.result.n_samples)
             t["new"] = t["new"] or bool(p.result.new_task)
             for tid in p.result.changed_tasks:  # learned again (the scaling's warm-up) or their evidence measured again
-                t = touched.setdefault(tid, {"n": 0, "new": False})
-                t["version"] = v
-                t["arrays"] = t.get("arrays", False) or tid not in p.result.remeasured_tasks
+                other = touched.setdefault(tid, {"n": 0, "new": False})
+                other["version"] = v
+                other["arrays"] = other.get("arrays", False) or tid not in p.result.remeasured_tasks
         state = last.learner.get_state(tasks=list(touched))
         last.state = state
         positions = task_positions(state, last.learner) if any(t["new"] for t in touched.values()) else {}
