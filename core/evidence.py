@@ -51,6 +51,7 @@ library without the task keeps the task's own data from vouching for a prior fit
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -350,21 +351,18 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
     has_centres = library is not None and len(library.centres) > 0
     curves: dict[str, Curve] = {}
     pop = library.population if library is not None else None
-    population_fits: list = []
 
+    @functools.cache
     def gaussian_population_fits():
         """The squared-loss fits under the population's covariance, for both families that use
         it, in one call (one factor, one eigendecomposition; each centre's numbers are its own):
         row 0 centred on the population's mean, rows 1.. on the environments' centres."""
-        if not population_fits:
-            n, gram, moment, yy = data
-            centres = pop.mean[None, :]
-            if has_centres and not library.shared_slopes:
-                centres = np.vstack([centres, library.centres])
-            population_fits.extend(gaussian_fits(n, gram, moment, yy, centres, None, 0.0,
-                                                 np.linalg.cholesky(pop.cov / pop.noise),
-                                                 posterior_means=posterior_means))
-        return population_fits
+        n, gram, moment, yy = data
+        centres = pop.mean[None, :]
+        if has_centres and not library.shared_slopes:
+            centres = np.vstack([centres, library.centres])
+        return gaussian_fits(n, gram, moment, yy, centres, None, 0.0, np.linalg.cholesky(pop.cov / pop.noise),
+                             posterior_means=posterior_means)
     for fam in families:
         if fam.own_scale:
             if kind == "regression":
