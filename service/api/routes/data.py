@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Response
+from starlette.concurrency import run_in_threadpool
 
 from ... import evaluation_usecases, features, idempotent_writes, usecases
 from ...idempotency import check_key
@@ -56,21 +57,29 @@ CSV_BODY = {"requestBody": {"content": {"text/csv": {
 
 
 @router.post("/tasks/{task_id}/data", response_model=UpdateOut, responses=ERRORS, openapi_extra=CSV_BODY)
-def post_batch(model: ModelDep, settings: SettingsDep, batch: Batch, response: Response,
-               task_id: TaskIdPath,
-               idempotency_key: IdempotencyKey = None) -> UpdateOut:
+async def post_batch(model: ModelDep, settings: SettingsDep, batch: Batch, response: Response,
+                     task_id: TaskIdPath,
+                     idempotency_key: IdempotencyKey = None) -> dict:
     """Learn a labelled batch for a new or known task; answers once the update is committed.
     A batch of a known task is first scored by the model as it stood (``prequential``, beside
     the task's own single-task model): what /predict answered just before the update."""
     if idempotency_key is not None:
         check_key(idempotency_key)
-    X = rows_of(model, settings, batch, task_id)
-    if idempotency_key is None:
-        return UpdateOut(**usecases.learn_answer(model, task_id, X, batch.y))
-    body, replayed = idempotent_writes.learn_once(model, task_id, X, batch.y, idempotency_key)
+    body, replayed = await run_in_threadpool(learn_posted, model, settings, batch, task_id, idempotency_key)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
-    return UpdateOut(**body)
+    return body
+
+
+def learn_posted(model, settings, batch: Batch, task_id: str, idempotency_key: str | None) -> tuple[dict, bool]:
+    """The update of :func:`post_batch`, in the thread pool (it waits for the lock and the
+    database): the answer (:class:`fcl3.schemas.UpdateOut`'s fields) and whether it is a
+    replay. The endpoint itself is ``async``, so that FastAPI validates the answer on the event
+    loop rather than with a second trip to the thread pool, as it does for a plain ``def``."""
+    X = rows_of(model, settings, batch, task_id)
+    if idempotency_key is None:
+        return usecases.learn_answer(model, task_id, X, batch.y), False
+    return idempotent_writes.learn_once(model, task_id, X, batch.y, idempotency_key)
 
 
 @router.post("/tasks/{task_id}/evaluation", response_model=EvaluationRowsOut, openapi_extra=CSV_BODY, responses={

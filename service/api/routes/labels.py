@@ -3,6 +3,7 @@ arrived later (:mod:`service.labels`), at most once per ``Idempotency-Key``."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from fcl3.schemas import LabelsOut, LabelsRequest, UpdateOut
 
@@ -52,8 +53,8 @@ ERRORS = {
 
 
 @router.post("/labels", response_model=UpdateOut, responses=ERRORS, summary="Label remembered predictions")
-def post_labels(request: Request, model: ModelDep, settings: SettingsDep, body: LabelsRequest, response: Response,
-                idempotency_key: IdempotencyKey = None):
+async def post_labels(request: Request, model: ModelDep, settings: SettingsDep, body: LabelsRequest,
+                      response: Response, idempotency_key: IdempotencyKey = None):
     """Learn the rows of earlier predictions made with `"remember": true`, with their labels,
     as one batch of their task (every id of one task), in the order given; answers once the
     batch is committed, as `POST .../tasks/{task_id}/data` does. The batch's `prequential`
@@ -68,14 +69,16 @@ def post_labels(request: Request, model: ModelDep, settings: SettingsDep, body: 
     ids = [lb.prediction_id for lb in body.labels]
     y = [lb.y for lb in body.labels]
     try:
-        out, replayed = label_usecases.label(model, ids, y, idempotency_key)
+        # the lock and the database: in the thread pool (the endpoint is async so that FastAPI
+        # validates the answer on the event loop, not with a second trip to the pool)
+        out, replayed = await run_in_threadpool(label_usecases.label, model, ids, y, idempotency_key)
     except LabelRefused as exc:
         if exc.status == 422:
             raise
         return exc.response(request.app.state.redact, "version")
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
-    return UpdateOut(**out)
+    return out
 
 
 @read_router.get("/labels", response_model=LabelsOut, summary="Pending predictions and labels received")
