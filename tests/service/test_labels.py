@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import anyio.to_thread
 import numpy as np
 import pytest
 from sqlalchemy import select
@@ -63,6 +64,29 @@ def test_a_labelled_batch_is_the_batch_learned_directly(backend_client):
     pb = c.post(f"{b}/predict", json={"task_id": "t", "X": Xq}).json()["predictions"]
     np.testing.assert_allclose(pa, pb, rtol=0, atol=1e-12)
     assert c.get(f"{a}/tasks/t").json()["n_batches"] == 2
+
+
+def test_a_label_request_takes_one_trip_to_the_thread_pool(backend_client, monkeypatch):
+    """POST .../labels learns in the thread pool and its answer is validated on the event loop
+    (a plain ``def`` endpoint takes a second trip to the pool, for FastAPI's validation)."""
+    c = backend_client
+    rng = np.random.default_rng(4)
+    p = create(c, unique_name("trips"))
+    X1, y1 = regression_batch(rng, n=15)
+    X2, y2 = regression_batch(rng, n=3)
+    assert c.post(f"{p}/tasks/t/data", json={"X": X1, "y": y1}).status_code == 200
+    ids = remember(c, p, "t", X2)["prediction_ids"]
+    trips = []
+    to_pool = anyio.to_thread.run_sync
+
+    async def counted(func, *args, **kwargs):
+        trips.append(repr(func))
+        return await to_pool(func, *args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    r = label(c, p, ids, y2)
+    assert r.status_code == 200 and r.json()["version"] == 2, r.text
+    assert len(trips) == 1, trips
 
 
 def test_the_prequential_score_is_the_served_prediction(backend_client):

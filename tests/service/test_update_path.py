@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+import anyio.to_thread
 import pytest
 from sqlalchemy import event
 
@@ -43,6 +44,29 @@ def test_statements_of_an_update(backend_client):
     # INSERT evaluation_log (+ SELECT pg_notify)
     assert statements.count("UPDATE") == 6 and statements.count("INSERT") == 2, statements
     assert len(statements) == 9 + postgres, statements
+
+
+def test_an_update_takes_one_trip_to_the_thread_pool(backend_client, monkeypatch):
+    """POST .../data learns in the thread pool and its answer is validated on the event loop:
+    one trip to the pool per update (a plain ``def`` endpoint takes a second one, for
+    FastAPI's validation of its answer)."""
+    c = backend_client
+    name = new_model(c)
+    batches, _ = stream(3, n_tasks=2, n_batches=3)
+    for task, X, y in batches[:2]:
+        c.post(f"/models/{name}/tasks/{task}/data", json={"X": X.tolist(), "y": y.tolist()}).raise_for_status()
+    trips = []
+    to_pool = anyio.to_thread.run_sync
+
+    async def counted(func, *args, **kwargs):
+        trips.append(repr(func))
+        return await to_pool(func, *args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    task, X, y = batches[2]
+    r = c.post(f"/models/{name}/tasks/{task}/data", json={"X": X.tolist(), "y": y.tolist()})
+    assert r.status_code == 200 and r.json()["version"] == 3, r.text
+    assert len(trips) == 1, trips
 
 
 # ----------------------------------------------------------------------------- rescoring after the commit
