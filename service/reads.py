@@ -10,8 +10,9 @@ data_version`` on SQLite, ``LISTEN``/``NOTIFY`` on PostgreSQL) says nothing chan
 last check, for at most the watch's ``poll`` seconds; otherwise (or with a ``min_version``
 above the cached version) it costs one ``SELECT version``. When the version moved, the process
 re-reads the model row and only the task rows written after its cached version, in one
-snapshot (REPEATABLE READ on PostgreSQL), and swaps in a new learner. Writers always check the
-stored version. Readers never take the update lock, and nothing here writes: a missing model row is :class:`ModelMissing` (answered 503 with Retry-After).
+snapshot (REPEATABLE READ on PostgreSQL), and swaps in a new learner. Writers check the stored
+version, except where the watch is exact (SQLite's: an unchanged ``data_version`` proves that
+nothing was committed since the last check, or since this process's own last commit). Readers never take the update lock, and nothing here writes: a missing model row is :class:`ModelMissing` (answered 503 with Retry-After).
 """
 from __future__ import annotations
 
@@ -120,8 +121,8 @@ class ModelReader:
     def snapshot(self, min_version: int | None = None, check: bool = False, task: str | None = None) -> Snapshot:
         """The model at its stored version: no query while the watch says nothing changed
         (and the cached version is at least ``min_version``, and has learned ``task`` if one is
-        named; never with ``check``, which writers use), else one cheap query when the cache is
-        current. :class:`VersionBehind` when the stored version is below ``min_version``. A
+        named; with ``check``, which writers use, only if the watch is exact), else one cheap
+        query when the cache is current. :class:`VersionBehind` when the stored version is below ``min_version``. A
         ``task`` the cached version has not learned is looked for at the stored version: another
         process may have learned it since the watch last spoke (its notification on its way).
 
@@ -129,7 +130,7 @@ class ModelReader:
         again under the same name (by another process) restarts at version 0 and must never be
         mistaken for the cached one when it reaches the cached version number."""
         token = self.watch.token(self.name)
-        if not check:
+        if not check or self.watch.exact:
             fresh = self._fresh(token, min_version)
             if fresh is not None and (task is None or task in getattr(fresh.learner, "tasks_", {})):
                 return fresh
@@ -178,9 +179,15 @@ class ModelReader:
         return snap
 
     def offer(self, snap: Snapshot) -> None:
-        """Serve ``snap`` (a version this process just committed) unless a newer one is cached."""
+        """Serve ``snap`` (a version this process just committed, still under the update lock)
+        unless a newer one is cached. With an exact watch, the token read now vouches for it
+        as a check would: no other commit of this model can have come since its own."""
         with self._cache_lock:
             self._install(snap)
+            if self.watch.exact and self._cache is snap:
+                token = self.watch.token(self.name)
+                if token is not None:
+                    self._seen = (token, time.monotonic() + self.watch.poll, snap)
         memory.trim_after_model_change()
 
     def _install(self, snap: Snapshot) -> None:

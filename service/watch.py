@@ -73,6 +73,7 @@ class NoWatch(_Subscribers):
     """No watch: every request checks the stored version (the token is always ``None``)."""
 
     poll = 0.0
+    exact = False
 
     def token(self, name: str) -> Hashable | None:
         return None
@@ -82,7 +83,13 @@ class NoWatch(_Subscribers):
 
 
 class SqliteWatch(_Subscribers):
-    """``PRAGMA data_version`` of a dedicated connection to the SQLite file ``path``."""
+    """``PRAGMA data_version`` of a dedicated connection to the SQLite file ``path``.
+
+    Exact: the token changes with every commit to the file, by any connection, and nothing
+    can be missed, so an unchanged token proves that nothing was committed since it was read
+    (writers rely on it: :meth:`service.reads.ModelReader.snapshot`)."""
+
+    exact = True
 
     def __init__(self, path: str, poll: float = 1.0):
         super().__init__()
@@ -106,7 +113,10 @@ class SqliteWatch(_Subscribers):
 
 class PostgresWatch(_Subscribers):
     """A thread ``LISTEN``ing on :data:`CHANNEL`; the token of a model is (connection epoch,
-    notifications received for it). ``None`` while not listening."""
+    notifications received for it). ``None`` while not listening. Not exact: a notification
+    arrives after its commit."""
+
+    exact = False
 
     def __init__(self, dsn: str, poll: float = 1.0, connect_timeout: int = 3):
         super().__init__()

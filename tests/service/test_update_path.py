@@ -14,8 +14,9 @@ from .test_evaluation import new_model, settle, stream
 
 # ----------------------------------------------------------------------------- the commit
 def test_statements_of_an_update(backend_client):
-    """A known task's update on a model with evaluation: the version read, then one
-    transaction (model row, task row, the row of the task whose evidence the update measured
+    """A known task's update on a model with evaluation: on PostgreSQL the version read (on
+    SQLite, the exact version watch vouches for the version this process committed last), then
+    one transaction (model row, task row, the row of the task whose evidence the update measured
     again, batch, evaluation state locked and read with the task's prequential sums, state
     written, task sums, log row, and on PostgreSQL the notification)."""
     c = backend_client
@@ -39,11 +40,12 @@ def test_statements_of_an_update(backend_client):
         for e in engines:
             event.remove(e, "before_cursor_execute", seen)
     postgres = model.reader.engine.dialect.name == "postgresql"
-    # SELECT version; UPDATE models, UPDATE tasks (the task's), UPDATE tasks (the one measured
+    # (SELECT version); UPDATE models, UPDATE tasks (the task's), UPDATE tasks (the one measured
     # again), INSERT batches, UPDATE state RETURNING, UPDATE state, UPDATE prequential_tasks,
     # INSERT evaluation_log (+ SELECT pg_notify)
     assert statements.count("UPDATE") == 6 and statements.count("INSERT") == 2, statements
-    assert len(statements) == 9 + postgres, statements
+    assert statements.count("SELECT") == 2 * postgres, statements
+    assert len(statements) == 8 + 2 * postgres, statements
 
 
 def test_an_update_takes_one_trip_to_the_thread_pool(backend_client, monkeypatch):
