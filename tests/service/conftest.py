@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import sys
 import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
+import anyio.to_thread
 import httpx
 import numpy as np
 import pytest
@@ -188,6 +188,20 @@ def server_env(request):
     return {"DATABASE_URL": url, "REDIS_URL": REDIS_URL, "REDIS_PREFIX": prefix,
             "MODEL_NAME": unique_name("proc"), "FCL3_ESTIMATOR": ESTIMATOR, "FCL3_KIND": "regression",
             "FCL3_PARAMS": json.dumps(PARAMS), "AUTO_CREATE_SCHEMA": "false"}
+
+
+def count_pool_trips(monkeypatch) -> list[str]:
+    """The calls to the thread pool (``anyio.to_thread.run_sync``, which Starlette's and
+    FastAPI's ``run_in_threadpool`` use) from now on, appended as they are made."""
+    trips: list[str] = []
+    to_pool = anyio.to_thread.run_sync
+
+    async def counted(func, *args, **kwargs):
+        trips.append(repr(func))
+        return await to_pool(func, *args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    return trips
 
 
 def regression_batch(rng, n: int = 12, d: int = 4, task: int = 0):

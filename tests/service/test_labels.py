@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import time
 
-import anyio.to_thread
 import numpy as np
 import pytest
 from sqlalchemy import select
 
 from service.labels import remembered_t
 
-from .conftest import regression_batch, unique_name
+from .conftest import count_pool_trips, regression_batch, unique_name
 
 
 def create(c, name, kind="regression"):
@@ -76,14 +75,7 @@ def test_a_label_request_takes_one_trip_to_the_thread_pool(backend_client, monke
     X2, y2 = regression_batch(rng, n=3)
     assert c.post(f"{p}/tasks/t/data", json={"X": X1, "y": y1}).status_code == 200
     ids = remember(c, p, "t", X2)["prediction_ids"]
-    trips = []
-    to_pool = anyio.to_thread.run_sync
-
-    async def counted(func, *args, **kwargs):
-        trips.append(repr(func))
-        return await to_pool(func, *args, **kwargs)
-
-    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    trips = count_pool_trips(monkeypatch)
     r = label(c, p, ids, y2)
     assert r.status_code == 200 and r.json()["version"] == 2, r.text
     assert len(trips) == 1, trips

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import threading
 
-import anyio.to_thread
 import pytest
 from sqlalchemy import event
 
+from .conftest import count_pool_trips
 from .test_evaluation import new_model, settle, stream
 
 
@@ -57,14 +57,7 @@ def test_an_update_takes_one_trip_to_the_thread_pool(backend_client, monkeypatch
     batches, _ = stream(3, n_tasks=2, n_batches=3)
     for task, X, y in batches[:2]:
         c.post(f"/models/{name}/tasks/{task}/data", json={"X": X.tolist(), "y": y.tolist()}).raise_for_status()
-    trips = []
-    to_pool = anyio.to_thread.run_sync
-
-    async def counted(func, *args, **kwargs):
-        trips.append(repr(func))
-        return await to_pool(func, *args, **kwargs)
-
-    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    trips = count_pool_trips(monkeypatch)
     task, X, y = batches[2]
     r = c.post(f"/models/{name}/tasks/{task}/data", json={"X": X.tolist(), "y": y.tolist()})
     assert r.status_code == 200 and r.json()["version"] == 3, r.text
