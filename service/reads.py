@@ -12,7 +12,9 @@ above the cached version) it costs one ``SELECT version``. When the version move
 re-reads the model row and only the task rows written after its cached version, in one
 snapshot (REPEATABLE READ on PostgreSQL), and swaps in a new learner. Writers check the stored
 version, except where the watch is exact (SQLite's: an unchanged ``data_version`` proves that
-nothing was committed since the last check, or since this process's own last commit). Readers never take the update lock, and nothing here writes: a missing model row is :class:`ModelMissing` (answered 503 with Retry-After).
+nothing was committed since the last check, or since this process's own last commit). Readers
+never take the update lock, and nothing here writes: a missing model row is
+:class:`ModelMissing` (answered 503 with Retry-After).
 """
 from __future__ import annotations
 
@@ -122,9 +124,10 @@ class ModelReader:
         """The model at its stored version: no query while the watch says nothing changed
         (and the cached version is at least ``min_version``, and has learned ``task`` if one is
         named; with ``check``, which writers use, only if the watch is exact), else one cheap
-        query when the cache is current. :class:`VersionBehind` when the stored version is below ``min_version``. A
-        ``task`` the cached version has not learned is looked for at the stored version: another
-        process may have learned it since the watch last spoke (its notification on its way).
+        query when the cache is current. :class:`VersionBehind` when the stored version is below
+        ``min_version``. A ``task`` the cached version has not learned is looked for at the
+        stored version: another process may have learned it since the watch last spoke (its
+        notification on its way).
 
         The query also reads ``created_at``, the model's identity: a model deleted and created
         again under the same name (by another process) restarts at version 0 and must never be
