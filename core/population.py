@@ -250,20 +250,12 @@ def population_structure(pop: Population) -> str:
     those), ``"full"`` otherwise."""
     d = pop.mean.size - 1
     shared = np.diag(np.append(np.full(d, SHARED_SLOPE_VARIANCE), pop.cov[-1, -1]))
-    if d and _allclose(pop.cov, shared, rtol=1e-9):
+    if d and np.allclose(pop.cov, shared, rtol=1e-9, atol=0.0):
         return "shared_slopes"
     if not d or np.any(pop.cov - np.diag(np.diag(pop.cov))):
         return "full"
     slopes = np.diag(pop.cov)[:-1]
-    return "isotropic" if d >= 2 and _allclose(slopes, slopes[0], rtol=1e-9) else "diagonal"
-
-
-def _allclose(a: np.ndarray, b, rtol: float) -> bool:
-    """``np.allclose(a, b, rtol=rtol, atol=0)``: its test ``|a - b| <= rtol |b|`` directly where
-    both are finite (a few times cheaper; it runs at every update), numpy's otherwise."""
-    if not (np.isfinite(a).all() and np.isfinite(b).all()):
-        return bool(np.allclose(a, b, rtol=rtol, atol=0.0))
-    return bool((np.abs(a - b) <= rtol * np.abs(b)).all())
+    return "isotropic" if d >= 2 and np.allclose(slopes, slopes[0], rtol=1e-9, atol=0.0) else "diagonal"
 
 
 def fit_logistic_population(tasks: list, start: Population | None = None, rounds: int = LAPLACE_ROUNDS,

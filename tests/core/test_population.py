@@ -5,9 +5,6 @@ family's evidence against the marginal likelihood of the rows."""
 import numpy as np
 import pytest
 import statsmodels.api as sm
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
 from scipy import optimize, stats
 from scipy.linalg import null_space
 
@@ -651,19 +648,6 @@ def test_the_population_without_the_only_task_with_a_feature_is_refused():
     with pytest.raises(np.linalg.LinAlgError):
         without_task(full, tasks[0], len(tasks))
     assert np.all(np.isfinite(without_task(full, tasks[1], len(tasks)).mean))
-
-
-@settings(max_examples=200, deadline=None)
-@given(hnp.arrays(np.float64, 6, elements=st.sampled_from([0.0, -0.0, 1.0, -1.0, 1e-300, 1e300, np.inf, -np.inf, np.nan,
-                                                            1.0 + 1e-9, 1.0 + 2e-9, 1.0 - 1e-9, 3.5])),
-       hnp.arrays(np.float64, 6, elements=st.sampled_from([0.0, 1.0, -1.0, 1e-300, 1e300, np.inf, -np.inf, np.nan, 3.5])))
-def test_allclose_is_numpys(a, b):
-    """The structure test's ``_allclose`` answers as ``np.allclose(a, b, rtol, atol=0)`` on
-    every input, values at the tolerance's edge, zeros, infinities and NaN included."""
-    from core.population import _allclose
-
-    assert _allclose(a, b, rtol=1e-9) == bool(np.allclose(a, b, rtol=1e-9, atol=0.0))
-    assert _allclose(a, b[0], rtol=1e-9) == bool(np.allclose(a, b[0], rtol=1e-9, atol=0.0))
 
 
 def test_the_mean_information_is_the_inverse_of_the_means_covariance():
