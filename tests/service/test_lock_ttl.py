@@ -113,7 +113,10 @@ def test_a_stuck_process_loses_its_file_lock_at_the_ttl(tmp_path):
 
 def test_an_update_that_outlives_the_ttl_on_sqlite_lets_the_next_writer_commit(make_client, tmp_path):
     """Two replicas on one SQLite file: A's update stalls past LOCK_TTL; B gets the lock at the
-    TTL (not after A) and commits; A's late commit is refused (409) and nothing of it is stored."""
+    TTL (not after A) and commits; A's late commit is refused (409) and nothing of it is stored.
+
+    A's update stays stalled until B is answered, so the order does not depend on how long
+    either takes: had B waited for A, it would have given up after its LOCK_WAIT (503)."""
     path = str(tmp_path / "ttl.db")
     a = make_client(SQLITE_PATH=path, LOCK_TTL=TTL, LOCK_WAIT=5)
     b = make_client(SQLITE_PATH=path, LOCK_TTL=TTL, LOCK_WAIT=5, MODEL_NAME=a.app.state.settings.MODEL_NAME)
@@ -121,10 +124,12 @@ def test_an_update_that_outlives_the_ttl_on_sqlite_lets_the_next_writer_commit(m
     assert a.post("/tasks/t/data", json=dict(zip("Xy", regression_batch(rng)))).status_code == 200
     writer_a = a.app.state.model.writer
     real_prepare = writer_a.prepare
+    stalled, b_answered = threading.Event(), threading.Event()
 
-    def slow_prepare(*args, **kwargs):  # a long solve: A's update runs for 2 s
+    def slow_prepare(*args, **kwargs):  # a long solve: A's update runs until B is answered
         out = real_prepare(*args, **kwargs)
-        time.sleep(2.0)
+        stalled.set()
+        b_answered.wait(30)
         return out
 
     writer_a.prepare = slow_prepare
@@ -132,13 +137,14 @@ def test_an_update_that_outlives_the_ttl_on_sqlite_lets_the_next_writer_commit(m
     batch_a = dict(zip("Xy", regression_batch(rng)))
     th = threading.Thread(target=lambda: results.setdefault("a", a.post("/tasks/t/data", json=batch_a)))
     th.start()
-    time.sleep(0.2)
-    t0 = time.monotonic()
-    results["b"] = b.post("/tasks/u/data", json=dict(zip("Xy", regression_batch(rng, task=1))))
-    waited = time.monotonic() - t0
+    assert stalled.wait(10)  # A holds the lock and has learned
+    try:
+        results["b"] = b.post("/tasks/u/data", json=dict(zip("Xy", regression_batch(rng, task=1))))
+    finally:
+        b_answered.set()
     th.join(30)
     assert results["b"].status_code == 200, results["b"].text
-    assert results["b"].json()["version"] == 2 and waited < 1.5, waited
+    assert results["b"].json()["version"] == 2
     assert results["a"].status_code == 409 and "NOT applied" in results["a"].json()["detail"], results["a"].text
     m = b.get("/model").json()
     assert m["version"] == 2 and m["n_batches"] == 2
