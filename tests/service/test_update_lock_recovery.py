@@ -249,4 +249,4 @@ def test_a_file_lock_of_a_killed_process_is_free_at_once(tmp_path):
         kill(holder)
     t0 = time.monotonic()
     with FileLocks(where, 60, 5).hold("m"):
-        assert time.monotonic() - t0 < 0.2
+        assert time.monotonic() - t0 < 2.0  # not the TTL of 60 s (slack for a stalled test process)
