@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .solvers import least_squares
+
 #: Penalty on the bias coefficient of logistic fits. A task whose batch holds a single class
 #: has no finite unpenalised bias; this keeps the Newton system non-singular and the
 #: estimate finite while being far too small to matter otherwise.
@@ -100,8 +102,8 @@ def fit_squared_from_moments(gram: np.ndarray, moment: np.ndarray, n: int, mu: f
     rhs = moment / n
     try:
         w = np.linalg.solve(omega, rhs)
-    except np.linalg.LinAlgError:  # rank deficient in a way mu does not cover (mu = 0)
-        w = np.linalg.lstsq(omega, rhs, rcond=None)[0]
+    except np.linalg.LinAlgError:  # rank deficient in a way mu does not cover (mu = 0), or not finite
+        w = least_squares(omega, rhs)
     return w, omega
 
 

@@ -14,9 +14,11 @@
   whose columns (or rows) must stay in a ball.
 * :func:`solve_rows_in_ball` — FCL3's encoder update: one trust-region problem per row.
 * :func:`lasso_gram` — ELLA's sparse code: an exact lasso in Gram form.
+* :func:`least_squares` — the minimum-norm least-squares fallback of a singular solve.
 
-Where a non-finite value would reach a scipy routine that checks for one, the solver raises
-:class:`FloatingPointError` itself (a typed error the learners turn into ``InputError``).
+Where a non-finite value would reach a scipy routine that checks for one, or a LAPACK routine
+that never returns on one, the solver raises :class:`FloatingPointError` itself (a typed
+error the learners turn into ``InputError``).
 """
 from __future__ import annotations
 
@@ -27,6 +29,15 @@ import scipy.linalg
 import scipy.linalg.blas
 import scipy.linalg.lapack
 import scipy.optimize
+
+
+def least_squares(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.linalg.lstsq(a, b)``'s minimum-norm solution; :class:`FloatingPointError` when
+    ``a`` or ``b`` holds NaN or inf, on which LAPACK's ``gelsd`` (numpy 2.4's OpenBLAS 0.3.31)
+    loops forever instead of failing."""
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise FloatingPointError("least-squares system is not finite")
+    return np.linalg.lstsq(a, b, rcond=None)[0]
 
 
 def project_simplex(v: np.ndarray) -> np.ndarray:
@@ -498,7 +509,7 @@ def lasso_gram(Q: np.ndarray, c: np.ndarray, lam: float, max_iter: int = 1000, t
             try:
                 new = np.linalg.solve(QA, rhs)
             except np.linalg.LinAlgError:
-                new = np.linalg.lstsq(QA, rhs, rcond=None)[0]
+                new = least_squares(QA, rhs)
             old = s[idx]
             # candidate points: the new solution and every zero crossing on the segment
             cands = [new]

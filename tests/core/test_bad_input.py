@@ -5,6 +5,10 @@ The checks of :data:`core.checks.INPUT_CHECKS` run here over every learner and k
 per bad batch and per scale); the rest are the engine's specific refusals.
 """
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -163,3 +167,38 @@ def test_any_other_error_is_not_disguised_as_bad_input(monkeypatch):
         m.learn("t3", *data[3][1:])
     assert not isinstance(err.value, InputError)
     checks.assert_same_state(m, before)
+
+
+#: A batch of finite values whose squared-loss statistics overflow, so that the task's
+#: single-task solve falls back to least squares on a system holding inf and NaN (found by a
+#: fuzz of magnitudes); LAPACK's least squares never returns on one.
+_OVERFLOWING_BATCH = (
+    [[0.0, -3.502132270651982e+110, -6.424154577936305e-177, 8.289622796670042e+152],
+     [1e+308, -1.0, 0.3665440204324967, -0.20273357910365394],
+     [-4.0576479850677207e+49, 5e-324, -8.723559467721425e+114, -1009.8828310000243]],
+    [-1.6040493954244048, -9.195389090109829e-243, 0.380283167858065])
+
+
+def test_a_batch_whose_statistics_overflow_is_refused_and_never_hangs():
+    """Run in a child process with a timeout: before the fix the child never returned (its
+    thread spun in ``gelsd``), and a hung test would hang the whole run."""
+    script = f"""
+import numpy as np, core, core.checks
+m = core.LEARNERS["FCL3"](kind="regression")
+rng = np.random.default_rng(1)
+for t in ("a", "b"):
+    X = rng.normal(size=(8, 4))
+    m.learn(t, X, X @ np.ones(4))
+before = m.get_state()
+X, y = {_OVERFLOWING_BATCH!r}
+try:
+    m.learn("b", X, y)
+    print("learned")
+except core.InputError as exc:
+    assert "numerical failure (FloatingPointError)" in str(exc), exc
+    core.checks.assert_same_state(m, core.load_state(before))
+    print("refused")
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    assert out.returncode == 0 and out.stdout.strip() == "refused", out.stdout + out.stderr

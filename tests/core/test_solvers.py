@@ -1,10 +1,13 @@
 """Each solver against an independent computation (scipy or brute force)."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import scipy.optimize
 
-from core.solvers import (_lasso_objective, admm_assignment, fista_quadratic_l1, lasso_gram, project_simplex,
-                          soft_threshold, solve_ridge_ball, solve_rows_in_ball)
+from core.solvers import (_lasso_objective, admm_assignment, fista_quadratic_l1, lasso_gram, least_squares,
+                          project_simplex, soft_threshold, solve_ridge_ball, solve_rows_in_ball)
 
 SIMPLEX = {"type": "eq", "fun": lambda z: z.sum() - 1.0}
 
@@ -342,3 +345,20 @@ def test_solvers_raise_floating_point_error_on_non_finite_systems():
     A[3, 0] = np.nan  # below the diagonal: the Cholesky factor (upper) never reads it
     with pytest.raises(FloatingPointError):
         solve_ridge_ball(A, np.full(4, 10.0), (2, 2), max_norm=0.5)
+
+
+def test_least_squares_is_the_minimum_norm_solution():
+    rng = np.random.default_rng(0)
+    A = rng.normal(size=(5, 3)) @ rng.normal(size=(3, 5))  # rank 3 of 5: no unique solution
+    b = rng.normal(size=5)
+    expected = scipy.linalg.lstsq(A, b, lapack_driver="gelsy")[0]  # another LAPACK driver
+    np.testing.assert_allclose(least_squares(A, b), expected, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf"])
+def test_least_squares_refuses_a_non_finite_system_instead_of_hanging(bad):
+    """In a child process with a timeout: numpy's own ``lstsq`` never returns on one."""
+    script = (f"import numpy as np\nfrom core.solvers import least_squares\nA = np.eye(5)\nA[0, 0] = np.{bad}\n"
+              "try:\n    least_squares(A, np.ones(5))\nexcept FloatingPointError:\n    print('refused')\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "refused", out.stdout + out.stderr
