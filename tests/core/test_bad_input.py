@@ -170,8 +170,8 @@ def test_any_other_error_is_not_disguised_as_bad_input(monkeypatch):
 
 
 #: A batch of finite values whose squared-loss statistics overflow, so that the task's
-#: single-task solve falls back to least squares on a system holding inf and NaN (found by a
-#: fuzz of magnitudes); LAPACK's least squares never returns on one.
+#: single-task solve falls back to least squares on a system holding inf and NaN, on which
+#: LAPACK's least squares never returns.
 _OVERFLOWING_BATCH = (
     [[0.0, -3.502132270651982e+110, -6.424154577936305e-177, 8.289622796670042e+152],
      [1e+308, -1.0, 0.3665440204324967, -0.20273357910365394],
@@ -180,8 +180,8 @@ _OVERFLOWING_BATCH = (
 
 
 def test_a_batch_whose_statistics_overflow_is_refused_and_never_hangs():
-    """Run in a child process with a timeout: before the fix the child never returned (its
-    thread spun in ``gelsd``), and a hung test would hang the whole run."""
+    """Run in a child process with a timeout: a learner that reached ``gelsd`` with that
+    system would spin there for ever, and would hang the whole run in this process."""
     script = f"""
 import numpy as np, core, core.checks
 m = core.LEARNERS["FCL3"](kind="regression")

@@ -18,8 +18,8 @@ from .conftest import REDIS_URL, regression_batch
 
 TTL = 0.5
 #: How long a stuck holder holds on, and how late after the TTL a waiter may still get the lock:
-#: the slack allows for a stall of the test process (seen on CI), and stays below what waiting
-#: for the stuck holder would take.
+#: the slack allows for a stall of the test process (a busy machine, a long collection), and
+#: stays below what waiting for the stuck holder would take.
 STUCK, SLACK = 4.0, 2.5
 
 
