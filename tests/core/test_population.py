@@ -166,7 +166,7 @@ def test_the_log_posterior_rule_stops_a_crawl_near_the_top():
     top = fit_population(list(zip(J, h)), tol=1e-13, max_iter=60000, objective_tol=0.0)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(population, "_em_step", counting)
-        crawl = fit_population(list(zip(J, h)), objective_tol=0.0)
+        fit_population(list(zip(J, h)), objective_tol=0.0)
         crawl_steps, counted["steps"] = counted["steps"], 0
         stopped = fit_population(list(zip(J, h)))
     assert crawl_steps >= 150 and counted["steps"] <= crawl_steps / 2.5
