@@ -77,7 +77,8 @@ REFIT_GROWTH = 1.25
 #: round raises the log posterior by less than ``EM_OBJECTIVE_TOL`` nats per task, or after
 #: ``EM_MAX_ITER`` steps. Where the covariance has small variances EM crawls along a ridge of
 #: nearly equal posterior (hundreds of steps, each moving the parameters by 1e-4 while the log
-#: posterior gains 1e-3 nats over a hundred tasks): the second rule stops it there.
+#: posterior gains 1e-3 nats over a hundred tasks): the second rule stops it there. (The
+#: logistic population's Laplace rounds run their EM to the first rule alone.)
 EM_TOL = 1e-6
 EM_OBJECTIVE_TOL = 1e-5
 EM_MAX_ITER = 300
@@ -318,9 +319,11 @@ def fitted_logistic_population(tasks: list, start: Population | None = None, rou
             if structure == "shared_slopes":
                 trial = fit_shared_slopes(sites)
             else:
+                # converged in its parameters: the rounds stop when the population moves by
+                # less than `tol`, which an EM stopped on its log posterior's rise keeps above it
                 trial = fit_population(sites, pop, mean_scale=LOGISTIC_MEAN_SCALE,
                                        spread_scale=LOGISTIC_SPREAD_SCALE, with_mean_cov=False,
-                                       structure=structure)
+                                       structure=structure, objective_tol=0.0)
         except np.linalg.LinAlgError:  # sites of extreme magnitude: no step from here
             break
         for _ in range(30):
