@@ -664,7 +664,8 @@ def _em_step(x: np.ndarray, J: np.ndarray, h: np.ndarray, prior_weight: float,
     prec = np.linalg.inv(cov)
     M = J + prec
     C = np.linalg.inv(M)  # (T, d, d): every task's posterior covariance
-    b = h + prec @ mean
+    pm = prec @ mean
+    b = h + pm
     mu = np.einsum("tij,tj->ti", C, b)
     log_posterior = None
     if value:
@@ -674,7 +675,7 @@ def _em_step(x: np.ndarray, J: np.ndarray, h: np.ndarray, prior_weight: float,
         except np.linalg.LinAlgError:  # rounding at the edge of definiteness
             logdet_M = float(np.linalg.slogdet(M)[1].sum())
         log_posterior = float(-0.5 * (T * logdet_cov + logdet_M) + 0.5 * np.einsum("ti,ti->", b, mu)
-                              - 0.5 * T * (mean @ prec @ mean))
+                              - 0.5 * T * float(mean @ pm))
         if mean_scale is not None:
             log_posterior -= 0.5 * float(mean @ mean) / mean_scale ** 2
         if spread_scale is None:
