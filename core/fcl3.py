@@ -12,8 +12,9 @@ fit (:mod:`core.losses`):
          min_s ||w_t - D s||^2_{Omega_t} + c_enc ||s - phi(L w_t)||^2 + l1 ||s||_1
                + lambda2 * sum_k z_k ||D s_k - D s||^2_{Omega_k^t}
 
-   * ``Z`` step (ADMM, :func:`core.solvers.admm_assignment`) over the simplex of ``K + 1``
-     entries, the last being the outlier slot ``e``.
+   * ``Z`` step over the simplex of ``K + 1`` entries, the last being the outlier slot ``e``:
+     its minimiser in closed form (:func:`core.solvers.simplex_assignment`), the point the
+     paper's ADMM (Algorithm 3) converges to.
 
 3. Update the statistics ``A, b`` (decoder) and ``M, C`` (encoder) and re-solve ``D`` and
    ``L`` (the minimisers of their ridge-regularised objectives, optionally with the paper's
@@ -44,7 +45,7 @@ Decisions on the points the paper leaves open (each covered by a test):
   to a representative gets a huge ``d0``, never a NaN).
 * **Z problem**: on the simplex ``||Z||_1 = 1`` so the paper's objective is linear in ``Z``;
   we add ``(rho / 2) ||Z||^2`` (``assignment_ridge``), making ``Z`` a well-defined soft
-  assignment ``Proj_simplex(-lambda2 costs / rho)``; see :func:`core.solvers.admm_assignment`.
+  assignment ``Proj_simplex(-lambda2 costs / rho)``; see :func:`core.solvers.simplex_assignment`.
 * **Taylor first-order term**: like the paper, the term ``<grad L(D s_k), D(s_t - s_k)>`` is
   dropped: the expansion is taken as if each representative were a stationary point of the
   new task's loss, which keeps the ``s`` step a quadratic.
@@ -84,7 +85,7 @@ from .losses import half_hessian
 from .params import (BASE_CONSTRAINTS, MAX_COMPONENTS, MAX_OUTER_ITER, MAX_WEIGHT, Boolean, NoneValue, Options,
                      check_system_size, integer, real, validate_params)
 from .population import Population
-from .solvers import (admm_assignment, fista_quadratic_l1, kronecker_sum_pcg, plus_kron_terms,
+from .solvers import (fista_quadratic_l1, kronecker_sum_pcg, plus_kron_terms, simplex_assignment,
                       solve_ridge_ball, solve_rows_in_ball)
 
 _TINY = 1e-300
@@ -395,7 +396,7 @@ class FCL3(LifelongLearner):
         return np.append(dist / ref, d0)
 
     def _solve_code(self, D, L, w, omega, rep_codes, rep_omegas, scale, use_encoder, s_start=None):
-        """Alternate the ``s`` (FISTA) and ``Z`` (ADMM) steps for one task (Algorithm 1).
+        """Alternate the ``s`` (FISTA) and ``Z`` (closed form) steps for one task (Algorithm 1).
 
         ``s_start`` (the task's code from its last update) is where the first ``s`` step's
         FISTA begins: that step is a convex problem, strictly so once the encoder's ridge term
@@ -419,20 +420,20 @@ class FCL3(LifelongLearner):
                 g += self.lambda2 * Z[k] * rep_g[k]
             return fista_quadratic_l1(H, g, l1, x0=s0)
 
-        def z_step(model, Z0):
+        def z_step(model):
             costs = self._assignment_costs(model, ref, rep_models, rep_omegas)
-            return admm_assignment(costs, self.lambda2, self.alpha, self.assignment_ridge, z0=Z0)
+            return simplex_assignment(costs, self.lambda2, self.assignment_ridge)
 
         if K == 0:
             Z = np.ones(1)
             return s_step(Z, s_start), Z
         if not self.joint:  # CL3: assign from the single-task model, then learn s once
-            Z = z_step(w, None)
+            Z = z_step(w)
             return s_step(Z, s_start), Z
-        Z = np.full(K + 1, 1.0 / (K + 1)) if self.z_init == "uniform" else z_step(w, None)
+        Z = np.full(K + 1, 1.0 / (K + 1)) if self.z_init == "uniform" else z_step(w)
         s = s_step(Z, s_start)
         for _ in range(self.max_outer_iter):
-            Z_new = z_step(D @ s, Z)
+            Z_new = z_step(D @ s)
             s_new = s_step(Z_new, s)
             done = (np.linalg.norm(s_new - s) <= self.tol * (1 + np.linalg.norm(s_new))
                     and np.linalg.norm(Z_new - Z) <= self.tol)
@@ -447,7 +448,7 @@ class FCL3(LifelongLearner):
             return True
         ref = max(float(w @ omega @ w), _TINY)
         costs = self._assignment_costs(w, ref, [D @ s_k for s_k in rep_codes], rep_omegas)
-        Z = admm_assignment(costs, self.lambda2, self.alpha, self.assignment_ridge)
+        Z = simplex_assignment(costs, self.lambda2, self.assignment_ridge)
         return int(np.argmax(Z)) == len(Z) - 1
 
     # ------------------------------------------------------------------ update

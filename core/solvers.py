@@ -6,8 +6,8 @@
 * :func:`fista` — accelerated proximal gradient with restart (FISTA, Beck & Teboulle 2009),
   used by :func:`fista_quadratic_l1` (``min_x x'Hx - 2 g'x + lam ||x||_1``, the FCL3 ``s``
   step) and by :func:`solve_ridge_ball`.
-* :func:`admm_assignment` — ADMM for the FCL3 ``Z`` step (the paper's Algorithm 3 with its
-  sign typos fixed).
+* :func:`simplex_assignment` — the FCL3 ``Z`` step's minimiser, in closed form (the point
+  the paper's ADMM, Algorithm 3, converges to).
 * :func:`plus_kron_terms` and :func:`kronecker_sum_pcg` — FCL3's decoder statistics and the
   mixed-precision conjugate-gradient solve of its large decoder systems.
 * :func:`solve_ridge_ball` — the library updates: a ridge-regularised quadratic in a matrix
@@ -162,65 +162,25 @@ def fista_quadratic_l1(
     return fista(forward, x, converged, max_iter, exact) + 0.0  # no negative zeros from the prox in reported codes
 
 
-def admm_assignment(
-    costs: np.ndarray, lambda2: float, alpha: float, rho: float, beta: float | None = None,
-    z0: np.ndarray | None = None, max_iter: int = 2000, tol: float = 1e-10, relaxation: float = 1.8,
-) -> np.ndarray:
-    """Solve the FCL3 ``Z`` step by ADMM.
+def simplex_assignment(costs: np.ndarray, lambda2: float, rho: float) -> np.ndarray:
+    """The FCL3 ``Z`` step: the minimiser of::
 
-    The problem solved is::
+        lambda2 <costs, Z> + alpha ||Z||_1 + (rho / 2) ||Z||^2   s.t.   Z >= 0, sum(Z) = 1
 
-        min_Z  lambda2 <costs, Z> + alpha ||Z||_1 + (rho / 2) ||Z||^2
-        s.t.   Z >= 0, sum(Z) = 1
-
-    The paper's ``Z`` problem is this with ``rho = 0``. On the simplex ``||Z||_1 = 1`` is a
-    constant, so with ``rho = 0`` the problem is a linear program whose solution is the vertex
-    at the smallest cost: a hard assignment, and ``alpha`` has no effect. The paper's ADMM run
-    for a finite number of steps from the uniform start is what made its ``Z`` soft; we make
-    that explicit and well-posed with the small quadratic ``rho`` term, which gives the
-    unique solution ``Proj_simplex(-lambda2 * costs / rho)`` (tests check the ADMM against it
-    and against scipy). ``rho -> 0`` recovers the hard assignment.
-
-    Splitting ``Z = J`` with ``f(Z) = alpha ||Z||_1 + rho/2 ||Z||^2`` and
-    ``g(J) = lambda2 <costs, J> + indicator_simplex(J)``, scaled-form ADMM with penalty ``beta``
-    alternates (the paper's Algorithm 3, signs fixed):
-
-    * ``Z = soft_threshold(beta (J - U/beta), alpha) / (rho + beta)``
-    * ``J = Proj_simplex(Z + (U - lambda2 costs) / beta)``
-    * ``U = U + beta (Z - J)``
-
-    The penalty ``beta`` defaults to ``rho``, the strong-convexity modulus of ``f``, and the
-    ``J`` and ``U`` steps use the over-relaxed ``relaxation * Z + (1 - relaxation) * J`` in
-    place of ``Z`` (Boyd et al. 2011, sec. 3.4.3; ``relaxation = 1`` is plain ADMM). Both
-    choices cut the iteration count (see docs/benchmarks.md) without moving the fixed point,
-    hence the answer.
+    for any ``alpha``, in closed form: ``Proj_simplex(-lambda2 * costs / rho)``. On the
+    simplex ``||Z||_1 = 1``, so ``alpha`` adds a constant, and the rest is ``rho / 2`` times
+    the squared distance from ``Z`` to ``-lambda2 costs / rho`` plus a constant. The paper's
+    ``Z`` problem is this with ``rho = 0``: a linear program whose solution is the vertex at
+    the smallest cost (a hard assignment); the paper's ADMM (Algorithm 3) run for a finite
+    number of steps from the uniform start is what made its ``Z`` soft. The ``rho`` term
+    makes that explicit and well-posed, and ``rho -> 0`` recovers the hard assignment. The
+    paper's ADMM converges to this point: ``tests/core/test_solvers.py`` runs it (with the
+    appendix's sign typos fixed) and scipy's SLSQP on the problem and compares.
     """
     costs = np.asarray(costs, dtype=float)
-    beta = rho if beta is None else beta
-    k = costs.size
-    J = np.full(k, 1.0 / k) if z0 is None else np.array(z0, dtype=float)
-    Z = J.copy()
-    U = np.zeros(k)
-    if not (np.isfinite(costs).all() and np.isfinite(J).all()):
+    if not np.isfinite(costs).all():
         raise FloatingPointError("assignment costs are not finite")
-    shift = (lambda2 / beta) * costs
-    shrink, inv_beta, tol2, dual_tol2 = 1.0 / (rho + beta), 1.0 / beta, tol * tol, (tol / beta) ** 2
-    for _ in range(max_iter):
-        w = beta * J - U
-        Z = soft_threshold(w, alpha)
-        Z *= shrink
-        relaxed = relaxation * Z + (1.0 - relaxation) * J
-        v = relaxed - shift
-        v += inv_beta * U
-        J_new = _project_simplex(v)
-        U += beta * (relaxed - J_new)
-        gap = Z - J_new
-        step = J_new - J
-        J = J_new
-        if gap @ gap <= tol2 and step @ step <= dual_tol2:
-            break
-    # J is feasible by construction; at convergence Z == J.
-    return J
+    return _project_simplex((-lambda2 / rho) * costs)
 
 
 def plus_kron_terms(

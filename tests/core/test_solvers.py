@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import scipy.optimize
 
-from core.solvers import (_lasso_objective, admm_assignment, fista_quadratic_l1, lasso_gram, least_squares,
-                          project_simplex, soft_threshold, solve_ridge_ball, solve_rows_in_ball)
+from core.solvers import (_lasso_objective, fista_quadratic_l1, lasso_gram, least_squares, project_simplex,
+                          simplex_assignment, soft_threshold, solve_ridge_ball, solve_rows_in_ball)
 
 SIMPLEX = {"type": "eq", "fun": lambda z: z.sum() - 1.0}
 
@@ -113,26 +113,55 @@ def test_soft_threshold_is_the_prox_of_the_l1_norm():
         np.testing.assert_allclose(soft_threshold(u, t), ref, atol=1e-6)
 
 
+def paper_admm(costs, lambda2, alpha, rho, beta=None, relaxation=1.0, max_iter=20000, tol=1e-12):
+    """The paper's ADMM for the ``Z`` step (Algorithm 3, the appendix's sign typos fixed), on
+    the problem with the ``rho`` term: split ``Z = J`` with ``f(Z) = alpha ||Z||_1 + rho/2
+    ||Z||^2`` and ``g(J) = lambda2 <costs, J> + indicator_simplex(J)``, scaled form, penalty
+    ``beta`` (default ``rho``), over-relaxed by ``relaxation`` (Boyd et al. 2011, 3.4.3), from
+    the uniform ``Z``."""
+    beta = rho if beta is None else beta
+    k = costs.size
+    J, U = np.full(k, 1.0 / k), np.zeros(k)
+    for _ in range(max_iter):
+        Z = soft_threshold(beta * J - U, alpha) / (rho + beta)
+        relaxed = relaxation * Z + (1.0 - relaxation) * J
+        J_new = project_simplex(relaxed + (U - lambda2 * costs) / beta)
+        U = U + beta * (relaxed - J_new)
+        done = np.sum((Z - J_new) ** 2) <= tol * tol and np.sum((J_new - J) ** 2) <= (tol / beta) ** 2
+        J = J_new
+        if done:
+            return J
+    raise AssertionError("ADMM did not converge")
+
+
 @pytest.mark.parametrize("relaxation, beta", [(1.8, None), (1.0, None), (1.0, 1.0)])
 @pytest.mark.parametrize("seed", range(6))
-def test_admm_solves_the_stated_z_problem(seed, relaxation, beta):
+def test_the_z_step_is_the_point_the_papers_admm_and_scipy_reach(seed, relaxation, beta):
     rng = np.random.default_rng(seed)
     k = rng.integers(2, 7)
     costs = rng.uniform(0, 2, size=k)
     lambda2, alpha, rho = [(1.0, 1e-3, 0.1), (0.5, 0.2, 1.0), (2.0, 0.0, 0.05)][seed % 3]
-    z = admm_assignment(costs, lambda2, alpha, rho, beta=beta, relaxation=relaxation)
-    closed = project_simplex(-lambda2 * costs / rho)
-    np.testing.assert_allclose(z, closed, atol=1e-7)
+    z = simplex_assignment(costs, lambda2, rho)
+    np.testing.assert_allclose(z, paper_admm(costs, lambda2, alpha, rho, beta=beta, relaxation=relaxation),
+                               atol=1e-9)
     obj = lambda x: lambda2 * costs @ x + alpha * np.abs(x).sum() + rho / 2 * x @ x
     ref = slsqp(obj, np.full(k, 1 / k), SIMPLEX, [(0, 1)] * k)
-    assert obj(z) <= obj(ref) + 1e-9
+    assert obj(z) <= obj(ref) + 1e-12
     np.testing.assert_allclose(z, ref, atol=1e-5)
+    # no feasible point does better: the objective at random points of the simplex
+    for p in rng.dirichlet(np.ones(k), size=200):
+        assert obj(z) <= obj(p) + 1e-12
 
 
-def test_admm_small_rho_recovers_hard_assignment_of_the_paper_lp():
+def test_the_z_step_with_a_small_rho_is_the_hard_assignment_of_the_papers_lp():
     costs = np.array([0.7, 0.2, 0.5, 0.9])
-    z = admm_assignment(costs, lambda2=1.0, alpha=1e-3, rho=1e-4)
-    np.testing.assert_allclose(z, [0, 1, 0, 0], atol=1e-8)
+    np.testing.assert_array_equal(simplex_assignment(costs, lambda2=1.0, rho=1e-4), [0, 1, 0, 0])
+    np.testing.assert_allclose(paper_admm(costs, 1.0, 1e-3, 1e-4), [0, 1, 0, 0], atol=1e-8)
+
+
+def test_the_z_step_refuses_costs_that_are_not_finite():
+    with pytest.raises(FloatingPointError):
+        simplex_assignment(np.array([0.1, np.nan]), 1.0, 0.1)
 
 
 @pytest.mark.parametrize("max_norm", [None, 0.5])
