@@ -4,10 +4,11 @@ import sys
 
 import numpy as np
 import pytest
+import scipy.linalg
 import scipy.optimize
 
-from core.solvers import (_lasso_objective, fista_quadratic_l1, lasso_gram, least_squares, project_simplex,
-                          simplex_assignment, soft_threshold, solve_ridge_ball, solve_rows_in_ball)
+from core.solvers import (_lasso_objective, cholesky_solve, fista_quadratic_l1, lasso_gram, least_squares,
+                          project_simplex, simplex_assignment, soft_threshold, solve_ridge_ball, solve_rows_in_ball)
 
 SIMPLEX = {"type": "eq", "fun": lambda z: z.sum() - 1.0}
 
@@ -162,6 +163,21 @@ def test_the_z_step_with_a_small_rho_is_the_hard_assignment_of_the_papers_lp():
 def test_the_z_step_refuses_costs_that_are_not_finite():
     with pytest.raises(FloatingPointError):
         simplex_assignment(np.array([0.1, np.nan]), 1.0, 0.1)
+
+
+@pytest.mark.parametrize("n", [1, 3, 10, 60])
+def test_cholesky_solve_is_scipys_cho_solve(n):
+    rng = np.random.default_rng(n)
+    B = rng.normal(size=(n + 2, n))
+    A, b = B.T @ B + 0.1 * np.eye(n), rng.normal(size=n)
+    expected = scipy.linalg.cho_solve(scipy.linalg.cho_factor(A), b)
+    np.testing.assert_array_equal(cholesky_solve(A.copy(), b), expected)  # the same LAPACK calls
+    np.testing.assert_allclose(A @ cholesky_solve(A.copy(), b, overwrite_a=True), b, rtol=1e-10, atol=1e-10)
+
+
+def test_cholesky_solve_refuses_a_matrix_that_is_not_positive_definite():
+    with pytest.raises(np.linalg.LinAlgError):
+        cholesky_solve(np.diag([1.0, -1.0, 2.0]), np.ones(3))
 
 
 @pytest.mark.parametrize("max_norm", [None, 0.5])
