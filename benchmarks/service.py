@@ -336,9 +336,13 @@ def group_commit_matrix(port: int, pids: list[int], clients: tuple[int, ...], mo
                         params: dict | None = None, warm_batches: int = WARM_BATCHES) -> dict:
     """Committed updates/s and latency with ``c`` concurrent clients sending ONE-ROW batches,
     spread over ``m`` models (client ``i`` to model ``i % m``), for each ``c`` of ``clients``
-    and ``m`` of ``models``, ``seconds`` each; keep-alive connections placed by the kernel
-    on the workers. The models are ``gc-1``, ``gc-2``, ... (created here, each taught
-    ``warm_batches`` batches over its tasks, one client, before the clock starts)."""
+    and ``m`` of ``models``, ``seconds`` each. Client ``i``'s keep-alive connection is served
+    by worker ``pids[i % len(pids)]``, the even split a round-robin balancer in front of the
+    workers gives: left to the kernel, the split varies from run to run (8 clients of one
+    model: all on one worker, which commits them in groups of 8 and never reloads, or 5 and 3,
+    or 4 and 4, whose workers take the model's lock in turns and each reloads the other's
+    version), and so does the figure. The models are ``gc-1``, ``gc-2``, ... (created here,
+    each taught ``warm_batches`` batches over its tasks, one client, before the clock starts)."""
     names = [f"gc-{k + 1}" for k in range(max(models))]
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
         for name in names:
@@ -359,7 +363,8 @@ def group_commit_matrix(port: int, pids: list[int], clients: tuple[int, ...], mo
         for c in clients:
             say(f"  group commit: {c} clients, {m} model(s) ...")
             client_bodies = [bodies[names[i % m]][i * per_client:(i + 1) * per_client] for i in range(c)]
-            writers = [Writer(port, b, None, pids) for b in client_bodies]
+            writers = [Writer(port, b, pids[i % len(pids)] if len(pids) > 1 else None, pids)
+                       for i, b in enumerate(client_bodies)]
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
                 at_start = {n: client.get(f"/models/{n}").json()["version"] for n in names[:m]}
             before = scrape(f"http://127.0.0.1:{port}")
@@ -376,7 +381,8 @@ def group_commit_matrix(port: int, pids: list[int], clients: tuple[int, ...], mo
                                "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99),
                                "server_cpu_ms_per_update": round(use["server_cpu_s"] * 1e3 / committed, 2)
                                if committed else None,
-                               "machine_busy_share": round(use["machine_busy_share"], 2)}
+                               "machine_busy_share": round(use["machine_busy_share"], 2),
+                               "clients_per_worker": [sum(w.placed_on == p for w in writers) for p in pids]}
     return out
 
 
@@ -855,6 +861,8 @@ def table(results: dict) -> str:
             f"{r['group_commit'][case]['p99_ms']:.1f} ms, "
             f"{r['group_commit'][case].get('server_cpu_ms_per_update') or float('nan'):.2f} ms, "
             f"{r['group_commit'][case].get('mean_group') or float('nan'):.1f}"
+            + (f", clients per worker {'+'.join(map(str, r['group_commit'][case]['clients_per_worker']))}"
+               if len(r['group_commit'][case].get('clients_per_worker', ())) > 1 else "")
             + (f" ({r['group_commit'][case]['not_committed']} not 200)"
                if r['group_commit'][case]['not_committed'] else ""))
 

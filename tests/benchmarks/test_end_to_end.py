@@ -63,6 +63,9 @@ def test_service_benchmark_short_run(backends, tmp_path, capsys):
     for case in ("one_model", "two_models"):  # each client on its own worker
         on = rnd[case]["clients_on_workers"]
         assert len(set(on)) == 2 and None not in on, rnd[case]
+    for case in run["group_commit"].values():  # clients split evenly over the two workers
+        c = case["clients"]
+        assert case["clients_per_worker"] == [c - c // 2, c // 2], case
     assert "GET /predict ÷ bare route" in capsys.readouterr().out
     assert databases("fcl3_bench_") <= before  # the throwaway database is dropped
 

@@ -57,6 +57,7 @@ def test_embedded_short_run(tmp_path, capsys):
     for case in run["group_commit"].values():
         assert case["committed"] > 0 and case["not_committed"] == 0 and case["p99_ms"] >= case["p50_ms"] > 0
         assert 1 <= case["mean_group"] <= case["clients"]  # batches per group commit, from /metrics
+        assert case["clients_per_worker"] == [case["clients"]]  # one worker serves them all
     assert run["engine_one_row_ceiling"]["updates_per_s"] > 0
     school = run["school_sequential"]
     assert school["batches"] == 25 and school["ratio_http_vs_engine_p50"] > 0  # two turns of SCHOOL_CHUNK
