@@ -70,6 +70,18 @@ def test_service_benchmark_short_run(backends, tmp_path, capsys):
     assert databases("fcl3_bench_") <= before  # the throwaway database is dropped
 
 
+def test_commit_statements_postgres(backends):
+    from benchmarks import commit_statements
+
+    before = databases("fcl3_statements_")
+    res = commit_statements.main(["--postgres", "--batches", "8", "--quiet", *backends])
+    assert res["database"] == "postgresql" and res["updates"] == 8
+    kinds = res["statements"]
+    assert kinds["COMMIT"]["count"] == 8 and kinds["INSERT INTO batches"]["count"] == 8
+    assert any(k.startswith("SELECT pg_notify") for k in kinds)  # the other processes' version watch
+    assert databases("fcl3_statements_") <= before  # the throwaway database is dropped
+
+
 def test_loadtest_short_run(backends, tmp_path):
     from benchmarks import loadtest
 

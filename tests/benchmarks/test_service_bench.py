@@ -1,9 +1,11 @@
 """The service benchmark's parts that need no PostgreSQL: the bare route, the split of an
-update's time read from /metrics, a short run on the embedded default."""
+update's time read from /metrics, a short run on the embedded default; the SQL statements of
+a sequential stream timed on the embedded default (``benchmarks.commit_statements``)."""
 from __future__ import annotations
 
 import json
 
+import pytest
 from fastapi.testclient import TestClient
 
 from benchmarks import service
@@ -66,3 +68,29 @@ def test_embedded_short_run(tmp_path, capsys):
     table = capsys.readouterr().out
     assert "GET /predict ÷ bare route" in table and "embedded (1 worker)" in table
     assert "group commit 2 clients x 2 models" in table and "bytes written per commit" in table
+
+
+def test_commit_statements_short_run(tmp_path, capsys):
+    from benchmarks import commit_statements
+
+    out = tmp_path / "statements.json"
+    res = commit_statements.main(["--batches", "12", "--json", str(out)])
+    assert json.loads(out.read_text()) == res
+    assert res["database"] == "sqlite" and res["updates"] == 12
+    kinds = res["statements"]
+    # every update rewrites the model row and commits once; every batch gets its row
+    model_row = next(k for k in kinds if k.startswith("UPDATE models SET version"))
+    assert kinds[model_row]["count"] == 12 and kinds["COMMIT"]["count"] == 12
+    assert kinds["INSERT INTO batches"]["count"] == 12
+    assert res["sql_per_update_ms"] == pytest.approx(sum(v["per_update_ms"] for v in kinds.values()), abs=0.01)
+    assert 0 < res["engine_p50_ms"] and 0 < res["request_p50_ms"]
+    assert "UPDATE models SET version" in capsys.readouterr().out
+
+
+def test_statement_kind():
+    from benchmarks.commit_statements import statement_kind
+
+    assert statement_kind("UPDATE tasks SET version=?, meta=? WHERE tasks.model_name = ?") == \
+        "UPDATE tasks SET version, meta"
+    assert statement_kind("INSERT INTO batches (model_name, version) VALUES (?, ?)") == "INSERT INTO batches"
+    assert statement_kind("SELECT models.version FROM models WHERE x") == "SELECT models.version FROM models"
