@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import shutil
 import statistics
@@ -30,7 +29,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from .common import machine
+from .common import add_backend_options, machine
+from .launcher import inprocess_service_env
 from .predict_cost import Lifespan, call
 
 
@@ -92,31 +92,12 @@ class StatementClock:
 
 def main_run(args) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="fcl3-statements-"))
-    env = {"DATABASE_URL": "", "REDIS_URL": "", "MODEL_NAME": "bench", "SQLITE_PATH": str(tmp / "fcl3.db"),
-           "FCL3_ESTIMATOR": "FCL3", "FCL3_PARAMS": "{}", "FCL3_KIND": "regression", "LOG_LEVEL": "WARNING"}
-    dbname = prefix = None
-    if args.postgres:
-        from .launcher import create_throwaway_database, migrate, redis_prefix
-
-        dbname, url = create_throwaway_database(args.pg_admin_url, "statements")
-        prefix = redis_prefix("statements")
-        env.update({"DATABASE_URL": url, "REDIS_URL": args.redis_url, "REDIS_PREFIX": prefix,
-                    "AUTO_CREATE_SCHEMA": "false"})
-        migrate({**os.environ, **env})
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
+    env = {"MODEL_NAME": "bench", "FCL3_ESTIMATOR": "FCL3", "FCL3_PARAMS": "{}", "FCL3_KIND": "regression",
+           "LOG_LEVEL": "WARNING"}
     try:
-        return asyncio.run(run(args))
+        with inprocess_service_env(env, tmp, "statements", args.postgres, args.pg_admin_url, args.redis_url):
+            return asyncio.run(run(args))
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        if dbname is not None:
-            from .launcher import drop_throwaway_backend
-
-            drop_throwaway_backend(args.pg_admin_url, dbname, args.redis_url, prefix)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -176,8 +157,7 @@ def main(argv=None) -> dict:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batches", type=int, default=None, help="School's first batches only (default: all 278)")
     ap.add_argument("--postgres", action="store_true", help="a throwaway PostgreSQL database and Redis locks")
-    ap.add_argument("--pg-admin-url", default="postgresql://postgres@127.0.0.1:5432/test")
-    ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    add_backend_options(ap)
     ap.add_argument("--json", default=None, help="write the result here")
     ap.add_argument("--quiet", action="store_true", help="no table on stdout")
     args = ap.parse_args(argv)

@@ -100,3 +100,11 @@ async def http_request(reader, writer, head: bytes, body: bytes = b"") -> tuple[
         if line.lower().startswith(b"content-length:"):
             length = int(line.split(b":", 1)[1])
     return status, await reader.readexactly(length)
+
+
+def add_backend_options(ap) -> None:
+    """The ``--pg-admin-url`` and ``--redis-url`` options of a benchmark that can run on
+    PostgreSQL and Redis (the local servers by default)."""
+    ap.add_argument("--pg-admin-url", default="postgresql://postgres@127.0.0.1:5432/test",
+                    help="a libpq URL of the PostgreSQL server on which the run makes its throwaway database")
+    ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")

@@ -4,7 +4,8 @@
 loopback port, waits until it answers, stops it (SIGTERM, then SIGKILL) or kills it with
 SIGKILL as a crash would, and can be started again on the same port.
 :func:`create_throwaway_database` / :func:`drop_throwaway_backend` make and remove an empty
-PostgreSQL database and a run's Redis keys; :func:`migrate` runs ``alembic upgrade head``.
+PostgreSQL database and a run's Redis keys; :func:`migrate` runs ``alembic upgrade head``;
+:func:`inprocess_service_env` sets up either backend for an app run in the caller's process.
 
 Standard library only (psycopg and redis are imported by the helpers that need them).
 """
@@ -23,6 +24,8 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 #: The repository root: uvicorn and alembic run from here, so that ``service`` (and the tests'
@@ -189,6 +192,36 @@ def create_throwaway_database(pg_admin_url: str, tag: str) -> tuple[str, str]:
 def redis_prefix(tag: str) -> str:
     """A unique Redis key prefix for one run."""
     return f"fcl3{tag}:{uuid.uuid4().hex[:8]}:"
+
+
+@contextmanager
+def inprocess_service_env(env: dict[str, str], tmp: Path, tag: str, postgres: bool = False,
+                          pg_admin_url: str = "", redis_url: str = "") -> Iterator[None]:
+    """``env`` and the backend's settings in ``os.environ`` for the block, for a service app made
+    in this process: a SQLite file in ``tmp``, or with ``postgres`` a throwaway database (named
+    after ``tag``, migrated) with Redis locks under a key prefix of its own. The environment is
+    restored and the database dropped afterwards."""
+    env = {"DATABASE_URL": "", "REDIS_URL": "", "SQLITE_PATH": str(tmp / "fcl3.db"), **env}
+    dbname = prefix = None
+    if postgres:
+        dbname, url = create_throwaway_database(pg_admin_url, tag)
+        prefix = redis_prefix(tag)
+        env.update({"DATABASE_URL": url, "REDIS_URL": redis_url, "REDIS_PREFIX": prefix,
+                    "AUTO_CREATE_SCHEMA": "false"})
+    saved = {k: os.environ.get(k) for k in env}
+    try:
+        if dbname is not None:
+            migrate({**os.environ, **env})
+        os.environ.update(env)
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        if dbname is not None:
+            drop_throwaway_backend(pg_admin_url, dbname, redis_url, prefix)
 
 
 def drop_throwaway_backend(pg_admin_url: str, dbname: str, redis_url: str, prefix: str) -> None:

@@ -48,7 +48,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from .common import http_request, machine, matplotlib_pyplot, pct, progress_bar
+from .common import add_backend_options, http_request, machine, matplotlib_pyplot, pct, progress_bar
 from .launcher import Server, create_throwaway_database, drop_throwaway_backend, migrate, redis_prefix
 
 WRITE_KEY, READ_KEY = f"load-write-{uuid.uuid4().hex}", f"load-read-{uuid.uuid4().hex}"
@@ -301,8 +301,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--params", default="{}", help="FCL3_PARAMS JSON")
     ap.add_argument("--lock-wait", type=float, default=5.0)
     ap.add_argument("--rss-every", type=float, default=2.0, help="seconds between RSS samples")
-    ap.add_argument("--pg-admin-url", default="postgresql://postgres@127.0.0.1:5432/test")
-    ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    add_backend_options(ap)
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--plot", default=None, help="draw every worker's RSS over time to this PNG")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")

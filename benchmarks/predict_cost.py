@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -30,6 +29,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import numpy as np
+
+from .common import add_backend_options
+from .launcher import inprocess_service_env
 
 
 def _scope(method: str, url: str, body: bytes | None) -> dict:
@@ -120,25 +122,14 @@ async def measure(apps: dict, kinds: dict, requests: int, rounds: int) -> dict[s
 
 def main_async(args) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="fcl3-cost-"))
-    env = {"DATABASE_URL": "", "REDIS_URL": "", "MODEL_NAME": "bench", "SQLITE_PATH": str(tmp / "fcl3.db"),
-           "FCL3_ESTIMATOR": "FCL3", "FCL3_PARAMS": "{}", "FCL3_KIND": "regression", "LOG_LEVEL": args.log_level}
+    env = {"MODEL_NAME": "bench", "FCL3_ESTIMATOR": "FCL3", "FCL3_PARAMS": "{}", "FCL3_KIND": "regression",
+           "LOG_LEVEL": args.log_level}
     if args.multiproc:
         env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp / "prometheus")
-    dbname = prefix = None
-    if args.postgres:
-        from .launcher import create_throwaway_database, drop_throwaway_backend, migrate, redis_prefix
-
-        dbname, url = create_throwaway_database(args.pg_admin_url, "cost")
-        prefix = redis_prefix("cost")
-        env.update({"DATABASE_URL": url, "REDIS_URL": args.redis_url, "REDIS_PREFIX": prefix,
-                    "AUTO_CREATE_SCHEMA": "false"})
-        migrate({**os.environ, **env})
-    os.environ.update(env)
     try:
-        asyncio.run(run(args, tmp))
+        with inprocess_service_env(env, tmp, "cost", args.postgres, args.pg_admin_url, args.redis_url):
+            asyncio.run(run(args, tmp))
     finally:
-        if dbname is not None:
-            drop_throwaway_backend(args.pg_admin_url, dbname, args.redis_url, prefix)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -205,8 +196,7 @@ def main(argv=None) -> None:
     ap.add_argument("--d", type=int, default=10)
     ap.add_argument("--log-level", default="INFO")
     ap.add_argument("--postgres", action="store_true", help="a throwaway PostgreSQL database and Redis locks")
-    ap.add_argument("--pg-admin-url", default="postgresql://postgres@127.0.0.1:5432/test")
-    ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    add_backend_options(ap)
     ap.add_argument("--multiproc", action="store_true", help="PROMETHEUS_MULTIPROC_DIR set (several workers)")
     ap.add_argument("--profile", default=None, help="a kind to profile instead of measuring")
     ap.add_argument("--sort", default="tottime")

@@ -58,7 +58,7 @@ import numpy as np
 
 import core
 
-from .common import http_request, machine, pct, percentile, progress_bar
+from .common import add_backend_options, http_request, machine, pct, percentile, progress_bar
 from .launcher import Server, create_throwaway_database, drop_throwaway_backend, migrate, redis_prefix
 
 BARE_APP = "benchmarks.bare_app:app"
@@ -916,8 +916,7 @@ def main(argv=None) -> dict:
                     "measurement ('': none)")
     ap.add_argument("--estimator", default="FCL3")
     ap.add_argument("--params", default="{}", help="FCL3_PARAMS JSON")
-    ap.add_argument("--pg-admin-url", default="postgresql://postgres@127.0.0.1:5432/test")
-    ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    add_backend_options(ap)
     ap.add_argument("--json", default=None, help="write the results here (e.g. docs/results/service.json)")
     ap.add_argument("--quiet", action="store_true", help="no progress output")
     args = ap.parse_args(argv)
