@@ -95,8 +95,10 @@ def main_run(args) -> dict:
     env = {"MODEL_NAME": "bench", "FCL3_ESTIMATOR": "FCL3", "FCL3_PARAMS": "{}", "FCL3_KIND": "regression",
            "LOG_LEVEL": "WARNING"}
     try:
-        with inprocess_service_env(env, tmp, "statements", args.postgres, args.pg_admin_url, args.redis_url):
-            return asyncio.run(run(args))
+        with inprocess_service_env(env, tmp, "statements", args.postgres, args.pg_admin_url,
+                                   args.redis_url) as dbname:
+            res = asyncio.run(run(args))
+        return {**res, "throwaway_database": dbname}  # dropped by now
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

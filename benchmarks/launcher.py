@@ -196,11 +196,11 @@ def redis_prefix(tag: str) -> str:
 
 @contextmanager
 def inprocess_service_env(env: dict[str, str], tmp: Path, tag: str, postgres: bool = False,
-                          pg_admin_url: str = "", redis_url: str = "") -> Iterator[None]:
+                          pg_admin_url: str = "", redis_url: str = "") -> Iterator[str | None]:
     """``env`` and the backend's settings in ``os.environ`` for the block, for a service app made
     in this process: a SQLite file in ``tmp``, or with ``postgres`` a throwaway database (named
     after ``tag``, migrated) with Redis locks under a key prefix of its own. The environment is
-    restored and the database dropped afterwards."""
+    restored and the database dropped afterwards. Yields the database's name (None: SQLite)."""
     env = {"DATABASE_URL": "", "REDIS_URL": "", "SQLITE_PATH": str(tmp / "fcl3.db"), **env}
     dbname = prefix = None
     if postgres:
@@ -213,7 +213,7 @@ def inprocess_service_env(env: dict[str, str], tmp: Path, tag: str, postgres: bo
         if dbname is not None:
             migrate({**os.environ, **env})
         os.environ.update(env)
-        yield
+        yield dbname
     finally:
         for k, v in saved.items():
             if v is None:

@@ -241,6 +241,7 @@ def run_topology(processes: int, workers: int, args, base_env: dict, logdir: Pat
         ack_times = [t - t_start for t in rec["ack_t"]]
         n_pred, n_upd = len(rec["predict_ms"]), len(rec["update_ms"])
         return {
+            "throwaway_database": dbname,  # dropped at the end
             "topology": f"{processes} process(es) x {workers} worker(s)",
             "seconds": round(elapsed, 1),
             "requests_per_s": round((n_pred + n_upd) / elapsed, 1),

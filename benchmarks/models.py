@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     env = {"DATABASE_URL": url, "REDIS_URL": args.redis_url, "REDIS_PREFIX": prefix,
            "MODEL_CACHE_SIZE": str(args.cache_size), "LOG_LEVEL": "WARNING", "OPENBLAS_NUM_THREADS": "1"}
     report: dict[str, Any] = {"command": "python -m benchmarks.models " + " ".join(argv if argv is not None else sys.argv[1:]),
-                              "machine": machine(), "cache_size": args.cache_size, "groups": {}}
+                              "machine": machine(), "cache_size": args.cache_size, "groups": {},
+                              "throwaway_database": dbname}  # dropped at the end
     server = Server(env, access_log=False)
     try:
         migrate({**os.environ, **env})

@@ -637,6 +637,8 @@ def run_setup(kind: str, workers: int, args, tmp: Path) -> dict:
     out: dict = {"setup": {"database": "sqlite" if kind == "embedded" else "postgresql",
                            "lock": "file" if kind == "embedded" else "redis", "uvicorn_workers": workers,
                            "server_log": str(log)}}
+    if dbname is not None:
+        out["setup"]["throwaway_database"] = dbname  # dropped at the end
     try:
         if kind != "embedded":
             migrate(full_env)

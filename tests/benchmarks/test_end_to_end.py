@@ -41,7 +41,6 @@ def databases(prefix: str) -> set[str]:
 def test_service_benchmark_short_run(backends, tmp_path, capsys):
     from benchmarks import service
 
-    before = databases("fcl3_bench_")
     out = tmp_path / "bench.json"
     res = service.main(["--postgres", "--updates", "12", "--tasks", "3", "--rows", "5", "--d", "4", "--seconds", "0.3",
                         "--rounds", "1", "--update-seconds", "0.5", "--update-rounds", "1", "--concurrency", "2",
@@ -67,25 +66,23 @@ def test_service_benchmark_short_run(backends, tmp_path, capsys):
         c = case["clients"]
         assert case["clients_per_worker"] == [c - c // 2, c // 2], case
     assert "GET /predict ÷ bare route" in capsys.readouterr().out
-    assert databases("fcl3_bench_") <= before  # the throwaway database is dropped
+    assert run["setup"]["throwaway_database"] not in databases("fcl3_bench_")  # dropped
 
 
 def test_commit_statements_postgres(backends):
     from benchmarks import commit_statements
 
-    before = databases("fcl3_statements_")
     res = commit_statements.main(["--postgres", "--batches", "8", "--quiet", *backends])
     assert res["database"] == "postgresql" and res["updates"] == 8
     kinds = res["statements"]
     assert kinds["COMMIT"]["count"] == 8 and kinds["INSERT INTO batches"]["count"] == 8
     assert any(k.startswith("SELECT pg_notify") for k in kinds)  # the other processes' version watch
-    assert databases("fcl3_statements_") <= before  # the throwaway database is dropped
+    assert res["throwaway_database"] not in databases("fcl3_statements_")  # dropped
 
 
 def test_loadtest_short_run(backends, tmp_path):
     from benchmarks import loadtest
 
-    before = databases("fcl3_load_")
     out, plot = tmp_path / "load.json", tmp_path / "rss.png"
     res = loadtest.main(["--seconds", "3", "--topologies", "1x1", "--clients", "2", "--tasks", "2", "--rows", "4",
                          "--d", "3", "--update-fraction", "0.3", "--rss-every", "0.5", "--estimator", "STL",
@@ -98,13 +95,12 @@ def test_loadtest_short_run(backends, tmp_path):
     assert rss["samples"] >= 2 and rss["max_mb"] > 0
     assert json.loads(out.read_text())["runs"][0]["consistency"] == run["consistency"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert databases("fcl3_load_") <= before
+    assert run["throwaway_database"] not in databases("fcl3_load_")  # dropped
 
 
 def test_models_benchmark_short_run(backends, tmp_path):
     from benchmarks import models
 
-    before = databases("fcl3_models_")
     out = tmp_path / "models.json"
     assert models.main(["--small", "6", "--large", "0", "--predictions", "20", "--cache-size", "4",
                         "--json", str(out), "--quiet", *backends]) == 0
@@ -113,7 +109,7 @@ def test_models_benchmark_short_run(backends, tmp_path):
     assert small["models"] == 6 and res["cache_size"] == 4
     assert 0 < small["predict_ms"]["p50"] <= small["predict_ms"]["p99"] and small["predict_per_s"] > 0
     assert small["worker_rss_mb"]["all_loaded"] > 0
-    assert databases("fcl3_models_") <= before
+    assert res["throwaway_database"] not in databases("fcl3_models_")  # dropped
 
 
 def test_evaluation_benchmark_short_run(tmp_path, capsys):
