@@ -138,8 +138,7 @@ async def run(args) -> dict:
     kinds = {k: {"count": len(v), "median_ms": round(statistics.median(v) * 1e3, 3),
                  "per_update_ms": round(sum(v) * 1e3 / n, 3)}
              for k, v in sorted(clock.seconds.items(), key=lambda kv: -sum(kv[1]))}
-    return {"command": "python -m benchmarks.commit_statements " + " ".join(sys.argv[1:]), "machine": machine(),
-            "database": "postgresql" if args.postgres else "sqlite", "source": source, "updates": n,
+    return {"machine": machine(), "database": "postgresql" if args.postgres else "sqlite", "source": source, "updates": n,
             "engine_p50_ms": round(statistics.median(engine_ms), 3),
             "request_p50_ms": round(statistics.median(request_ms), 3),
             "sql_per_update_ms": round(sum(v["per_update_ms"] for v in kinds.values()), 3), "statements": kinds}
@@ -163,7 +162,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--json", default=None, help="write the result here")
     ap.add_argument("--quiet", action="store_true", help="no table on stdout")
     args = ap.parse_args(argv)
-    res = main_run(args)
+    command = "python -m benchmarks.commit_statements " + " ".join(sys.argv[1:] if argv is None else argv)
+    res = {"command": command, **main_run(args)}
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1))
     if not args.quiet:

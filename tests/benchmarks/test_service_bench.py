@@ -76,7 +76,8 @@ def test_commit_statements_short_run(tmp_path, capsys):
     out = tmp_path / "statements.json"
     res = commit_statements.main(["--batches", "12", "--json", str(out)])
     assert json.loads(out.read_text()) == res
-    assert res["database"] == "sqlite" and res["updates"] == 12
+    assert res["database"] == "sqlite" and res["updates"] == 12 and res["throwaway_database"] is None
+    assert res["command"] == f"python -m benchmarks.commit_statements --batches 12 --json {out}"
     kinds = res["statements"]
     # every update rewrites the model row and commits once; every batch gets its row
     model_row = next(k for k in kinds if k.startswith("UPDATE models SET version"))
