@@ -30,7 +30,7 @@ from .population import (LOGISTIC_SPREAD_SCALE, Population, choose_logistic_popu
                          logistic_mode, marginal_objective, pooled_intercept, population_structure, posterior_mean,
                          refit_due, task_noises, without_task)
 from .preprocessing import SCALER_WARMUP_ROWS, Scaler, as_matrix, as_targets, label_convention
-from .state import ModelState, SquaredLossMoments, TaskData, TaskRecord, TaskRows, check_format
+from .state import ModelState, SquaredLossMoments, TaskData, TaskRecord, TaskRows, check_format, copy_meta
 from .task_map import TaskMap
 
 
@@ -866,7 +866,7 @@ class LifelongLearner:
         arrays = {**r.data.to_arrays(), "w": r.w, "omega": r.omega}
         arrays.update({f"arr_{k}": v for k, v in r.arrays.items()})
         return {"arrays": {k: np.array(v, copy=True) for k, v in arrays.items()},
-                "meta": {"labels": r.labels, **copy.deepcopy(r.meta)}}
+                "meta": {"labels": r.labels, **copy_meta(r.meta)}}
 
     def get_state(self, tasks: list[str] | None = None) -> ModelState:
         """The model as named arrays plus JSON-able settings; see :func:`load_state`.
@@ -884,14 +884,14 @@ class LifelongLearner:
             meta["scaler_rows"] = int(getattr(self, "scaler_rows_", SCALER_WARMUP_ROWS))
             meta["evidence_cursor"] = int(getattr(self, "evidence_cursor_", 0))
             if getattr(self, "stream_choice_", None):
-                meta["stream_choice"] = copy.deepcopy(self.stream_choice_)
+                meta["stream_choice"] = copy_meta(self.stream_choice_)
             meta["task_order"] = self.task_ids
-            meta.update({a.rstrip("_"): copy.deepcopy(getattr(self, a)) for a in self._meta_attrs})
+            meta.update({a.rstrip("_"): copy_meta(getattr(self, a)) for a in self._meta_attrs})
             arrays.update({f"scaler_{k}": v.copy() for k, v in self.scaler_.to_arrays().items()})
             for attr in self._state_attrs:
                 arrays[attr.rstrip("_")] = np.array(getattr(self, attr), copy=True)
             tasks = {tid: self.task_state(tid) for tid in (self.task_ids if wanted is None else wanted)}
-        return ModelState(type(self).__name__, copy.deepcopy(self.get_params()), meta, arrays, tasks)
+        return ModelState(type(self).__name__, copy_meta(self.get_params()), meta, arrays, tasks)
 
     @classmethod
     def _from_state(cls, state: ModelState) -> "LifelongLearner":
@@ -911,7 +911,7 @@ class LifelongLearner:
         self.scaler_ = Scaler.from_arrays({k[len("scaler_"):]: v for k, v in state.arrays.items() if k.startswith("scaler_")})
         # a state from before the warm-up keeps its scaling frozen
         self.scaler_rows_ = int(state.meta.get("scaler_rows", SCALER_WARMUP_ROWS))
-        self.stream_choice_ = copy.deepcopy(state.meta.get("stream_choice"))
+        self.stream_choice_ = copy_meta(state.meta.get("stream_choice"))
         self.evidence_cursor_ = int(state.meta.get("evidence_cursor", 0))
         defaults = self._state_defaults()
         for attr in self._state_attrs:
@@ -921,7 +921,7 @@ class LifelongLearner:
         for attr in self._meta_attrs:
             name = attr.rstrip("_")
             value = state.meta[name] if name in state.meta or attr not in defaults else defaults[attr]
-            setattr(self, attr, copy.deepcopy(value))
+            setattr(self, attr, copy_meta(value))
 
     def _check_global_shapes(self) -> None:
         """Refuse global arrays whose shapes a learner of these settings and features cannot

@@ -7,6 +7,7 @@ sufficient statistics, regression) or :class:`TaskRows` (the rows, classificatio
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,3 +139,22 @@ def check_format(state: ModelState) -> None:
         raise ValueError(
             f"state format {state.format_version} is not supported (this version reads {READABLE_FORMAT_VERSIONS})"
         )
+
+
+#: The types a JSON-able value's leaves have that are immutable: shared, never copied.
+_IMMUTABLE_LEAVES = frozenset({float, int, str, bool, type(None)})
+
+
+def copy_meta(value: Any) -> Any:
+    """A deep copy of a JSON-able value (a learner's meta, settings or stream choice): its dicts
+    and lists are new, its numbers and strings shared (immutable); anything else goes to
+    :func:`copy.deepcopy`. What ``copy.deepcopy`` gives, at a fifth of its cost: it dispatches
+    and memoises every number of the evidence curves (a task's meta holds hundreds)."""
+    t = type(value)
+    if t is dict:
+        return {k: copy_meta(v) for k, v in value.items()}
+    if t is list:
+        return [v if type(v) in _IMMUTABLE_LEAVES else copy_meta(v) for v in value]
+    if t in _IMMUTABLE_LEAVES:
+        return value
+    return copy.deepcopy(value)
