@@ -26,7 +26,7 @@ from .events import Hub
 from .idempotency import IdempotencyKeys
 from .registry import ModelRegistry, Shared
 from .locks import make_locks
-from .memory import limit_malloc_arenas
+from .memory import freeze_startup_heap, limit_malloc_arenas
 from .watch import make_watch
 from .middleware import BodyGate, BodyRule, RequestContext, RouteRules
 from .api.deps import model_name
@@ -73,6 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         except (sa_exc.OperationalError, sa_exc.ProgrammingError, sa_exc.InterfaceError) as exc:
             # Start anyway: /readyz says what is missing, requests answer 503 until it is back.
             log.warning("model %r not ready at start-up: %s", settings.MODEL_NAME, first_line(exc))
+        freeze_startup_heap()  # full collections skip what start-up made (see service/memory.py)
         log.info("worker started (pid %d)", os.getpid(), extra={"event": "started", "pid": os.getpid()})
         yield
         watch.close()  # ends the event streams (its subscriber, the hub)
