@@ -148,7 +148,7 @@ _IMMUTABLE_LEAVES = frozenset({float, int, str, bool, type(None)})
 def copy_meta(value: Any) -> Any:
     """A deep copy of a JSON-able value (a learner's meta, settings or stream choice): its dicts
     and lists are new, its numbers and strings shared (immutable); anything else goes to
-    :func:`copy.deepcopy`. What ``copy.deepcopy`` gives, at a fifth of its cost: it dispatches
+    :func:`copy.deepcopy`. What ``copy.deepcopy`` gives, at a quarter of its cost: it dispatches
     and memoises every number of the evidence curves (a task's meta holds hundreds)."""
     t = type(value)
     if t is dict:
