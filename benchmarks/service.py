@@ -221,6 +221,12 @@ def socket_owner(server_port: int, client_port: int, pids: list[int]) -> int | N
     return None
 
 
+def worker_for(i: int, pids: list[int]) -> int | None:
+    """The worker that serves client ``i``: ``pids[i mod n]`` (the even split a round-robin
+    balancer in front of the workers gives), or None (any) when there is one worker."""
+    return pids[i % len(pids)] if len(pids) > 1 else None
+
+
 class Writer(threading.Thread):
     """One client: posts pre-encoded batches to one model on a keep-alive connection held by
     the worker ``pid`` until ``deadline``."""
@@ -293,9 +299,8 @@ def run_writers(writers: list, pids: list[int], seconds: float) -> dict:
 
 def update_rate(port: int, models: list[str], bodies: dict[str, list[tuple[str, bytes]]], seconds: float,
                 pids: list[int]) -> dict:
-    """Clients ``i`` posting to ``models[i]`` (on worker ``pids[i % len(pids)]``) for ``seconds``."""
-    writers = [Writer(port, bodies[m], pids[i % len(pids)] if len(pids) > 1 else None, pids)
-               for i, m in enumerate(models)]
+    """Clients ``i`` posting to ``models[i]`` (on worker :func:`worker_for` ``(i)``) for ``seconds``."""
+    writers = [Writer(port, bodies[m], worker_for(i, pids), pids) for i, m in enumerate(models)]
     url = f"http://127.0.0.1:{port}"
     before = scrape(url)
     use = run_writers(writers, pids, seconds)
@@ -337,8 +342,7 @@ def group_commit_matrix(port: int, pids: list[int], clients: tuple[int, ...], mo
     """Committed updates/s and latency with ``c`` concurrent clients sending ONE-ROW batches,
     spread over ``m`` models (client ``i`` to model ``i % m``), for each ``c`` of ``clients``
     and ``m`` of ``models``, ``seconds`` each. Client ``i``'s keep-alive connection is served
-    by worker ``pids[i % len(pids)]``, the even split a round-robin balancer in front of the
-    workers gives: left to the kernel, the split varies from run to run (8 clients of one
+    by worker :func:`worker_for` ``(i)``: left to the kernel, the split varies from run to run (8 clients of one
     model: all on one worker, which commits them in groups of 8 and never reloads, or 5 and 3,
     or 4 and 4, whose workers take the model's lock in turns and each reloads the other's
     version), and so does the figure. The models are ``gc-1``, ``gc-2``, ... (created here,
@@ -363,8 +367,7 @@ def group_commit_matrix(port: int, pids: list[int], clients: tuple[int, ...], mo
         for c in clients:
             say(f"  group commit: {c} clients, {m} model(s) ...")
             client_bodies = [bodies[names[i % m]][i * per_client:(i + 1) * per_client] for i in range(c)]
-            writers = [Writer(port, b, pids[i % len(pids)] if len(pids) > 1 else None, pids)
-                       for i, b in enumerate(client_bodies)]
+            writers = [Writer(port, b, worker_for(i, pids), pids) for i, b in enumerate(client_bodies)]
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
                 at_start = {n: client.get(f"/models/{n}").json()["version"] for n in names[:m]}
             before = scrape(f"http://127.0.0.1:{port}")

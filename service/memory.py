@@ -87,9 +87,6 @@ def trim_after_model_change(now: float | None = None) -> bool:
         _trim_lock.release()
 
 
-_frozen = False
-
-
 def freeze_startup_heap() -> bool:
     """Once per process, after its first start-up: collect, then move every object alive (the
     modules, the app with its routes and schemas, the loaded model: most of a worker's tracked
@@ -99,11 +96,10 @@ def freeze_startup_heap() -> bool:
     (docs/operations.md), a pause that fell on whichever update or prediction triggered it.
     Frozen objects are still freed when their last reference goes; only cycles among them are
     never collected (start-up's, made once). Later start-ups in the same process (tests
-    making many apps) leave the heap alone. Returns whether it froze."""
-    global _frozen
-    if _frozen:
+    making many apps) find objects frozen already and leave the heap alone. Returns whether
+    it froze."""
+    if gc.get_freeze_count():
         return False
-    _frozen = True
     gc.collect()
     gc.freeze()
     return True
