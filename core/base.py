@@ -160,6 +160,7 @@ class LifelongLearner:
         self.tasks_: TaskMap[TaskRecord] = TaskMap()
         self.stream_choice_: dict[str, Any] | None = None
         self.evidence_cursor_ = 0
+        self.evidence_due_: tuple[str, ...] = ()
 
     @property
     def task_ids(self) -> list[str]:
@@ -182,11 +183,14 @@ class LifelongLearner:
 
         ``defer_refits``: the stream-level estimates over every task (the population, the
         stream's family and its priors over ``omega``) are not refitted by this batch, nor is
-        another task's evidence, which only the family's choice reads, measured again; the
-        next batch learned without it refits them if they are due by then (their schedules
-        count every batch, deferred or not). For a group of batches learned one after another,
-        where only the estimates after the last batch are kept: the group pays for one refit
-        and one measurement.
+        another task's evidence, which only the family's choice reads, measured again; nor is
+        this task's own evidence when it has some already (a new task's is measured: its
+        predictions need one), which is left due. The next batch learned without it measures
+        every due task's evidence (against the library and population without that task, as
+        then learned) and refits the estimates if they are due by then (their schedules count
+        every batch, deferred or not). For a group of batches learned one after another, where
+        only the estimates after the last batch are kept: the group pays for one refit and one
+        measurement per task it learned, however many of its batches that task had.
 
         Raises :class:`InputError` for a bad batch, leaving the model exactly as it was.
         """
@@ -323,9 +327,12 @@ class LifelongLearner:
         """Learn one summarised batch (in the current scaling) of task ``task_id``
         (``defer_refits``: :meth:`learn`)."""
         previous = self.tasks_.get(task_id)
+        # a deferred batch of a task with evidence leaves its measurement due (:meth:`learn`)
+        measure = self.task_models == "empirical_bayes" and not (
+            defer_refits and previous is not None and previous.meta.get("evidence"))
         # the prior this task's evidence is measured against: the library and population without it
         library = population = None
-        if self.task_models == "empirical_bayes":
+        if measure:
             population = self._population_without(previous)
             library = self._safe_library(task_id, previous, population)
         data = self._merged(task_id, previous.data if previous else None, batch)
@@ -339,13 +346,20 @@ class LifelongLearner:
         record.w, record.omega = self._single_task(record.data)
         result = self._update(task_id, record, previous)
         if self.task_models == "empirical_bayes":
-            self._record_evidence(task_id, library, population)
+            due = tuple(getattr(self, "evidence_due_", ()))
+            if measure:
+                self._record_evidence(task_id, library, population)
+                due = tuple(t for t in due if t != task_id)
+            elif task_id not in due:
+                due += (task_id,)
+            self.evidence_due_ = due
             if self._keeps_population:
                 self._update_population(defer_refits)
-            again = None if defer_refits else self._measure_evidence_again(task_id)
-            if again is not None:
-                result = dataclasses.replace(result, changed_tasks=(*result.changed_tasks, again),
-                                             remeasured_tasks=(*result.remeasured_tasks, again))
+            if not defer_refits:
+                again = self._measure_due_evidence(task_id)
+                again += self._measure_evidence_again((task_id, *again))
+                result = dataclasses.replace(result, changed_tasks=(*result.changed_tasks, *again),
+                                             remeasured_tasks=(*result.remeasured_tasks, *again))
             self._update_stream_choice(defer_refits)
         return result
 
@@ -442,11 +456,11 @@ class LifelongLearner:
         not copies: learning replaces attributes (``tasks_`` included: a new
         :class:`~core.task_map.TaskMap` with the task's new record), never mutates them in
         place, so the snapshot costs nothing however many tasks there are."""
-        attrs = ("n_features_in_", "scaler_", "scaler_rows_", "stream_choice_", "evidence_cursor_", "tasks_") + self._state_attrs + self._meta_attrs
+        attrs = ("n_features_in_", "scaler_", "scaler_rows_", "stream_choice_", "evidence_cursor_", "evidence_due_", "tasks_") + self._state_attrs + self._meta_attrs
         return {a: getattr(self, a) for a in attrs if hasattr(self, a)}
 
     def _restore(self, snapshot: dict[str, Any]) -> None:
-        attrs = ("n_features_in_", "scaler_", "scaler_rows_", "stream_choice_", "evidence_cursor_", "tasks_") + self._state_attrs + self._meta_attrs
+        attrs = ("n_features_in_", "scaler_", "scaler_rows_", "stream_choice_", "evidence_cursor_", "evidence_due_", "tasks_") + self._state_attrs + self._meta_attrs
         for a in attrs:
             if a in snapshot:
                 setattr(self, a, snapshot[a])
@@ -727,29 +741,44 @@ class LifelongLearner:
             except (np.linalg.LinAlgError, ArithmeticError):
                 return pop
 
-    def _measure_evidence_again(self, learned: str) -> str | None:
-        """Measure one more task's evidence again (:meth:`_record_evidence`), against the
-        current library and population without it, and return its id: the tasks in their
-        order, one per update that does not defer the refits, the task just ``learned``
-        skipped. A task's evidence is measured when it is learned, against the library and
-        population of that moment; the stream's family, chosen from every task's evidence,
+    def _measure_due_evidence(self, learned: str) -> tuple[str, ...]:
+        """Measure the evidence of every task left due by deferred batches (:meth:`learn`),
+        ``learned`` (just measured) aside, against the current library and population without
+        each; their ids, in the order they fell due."""
+        due = tuple(t for t in getattr(self, "evidence_due_", ()) if t != learned and t in self.tasks_)
+        self.evidence_due_ = ()
+        for task_id in due:
+            self._measure_evidence(task_id)
+        return due
+
+    def _measure_evidence_again(self, measured: tuple[str, ...]) -> tuple[str, ...]:
+        """Measure one more task's evidence again, against the current library and population
+        without it, and return its id (one id, or none): the tasks in their order, one per
+        update that does not defer the refits, the tasks this update ``measured`` (its own
+        first) skipped. A task's evidence is measured when it is learned, against the library
+        and population of that moment; the stream's family, chosen from every task's evidence,
         would otherwise judge the first tasks by the first populations for ever. Every task's
         evidence is thus at most as many updates old as there are tasks, for one task's
         evidence per update."""
         n = len(self.tasks_)
-        if n < 2:
-            return None
+        skip = set(measured)
+        if n <= len(skip):
+            return ()
         position = int(getattr(self, "evidence_cursor_", 0)) % n
-        if self.tasks_.key_at(position) == learned:
+        while self.tasks_.key_at(position) in skip:
             position = (position + 1) % n
         self.evidence_cursor_ = (position + 1) % n
         task_id = self.tasks_.key_at(position)
+        self._measure_evidence(task_id)
+        return (task_id,)
+
+    def _measure_evidence(self, task_id: str) -> None:
+        """:meth:`_record_evidence` of a stored task, against the current library and
+        population without it (its record replaced, never mutated: stored records are shared)."""
         stored = self.tasks_[task_id]
-        record = dataclasses.replace(stored, meta=dict(stored.meta))  # stored records are shared: never mutated
-        self.tasks_ = self.tasks_.set(task_id, record)
+        self.tasks_ = self.tasks_.set(task_id, dataclasses.replace(stored, meta=dict(stored.meta)))
         population = self._population_without(stored)
         self._record_evidence(task_id, self._safe_library(task_id, stored, population), population)
-        return task_id
 
     def _noise_terms(self, record: TaskRecord) -> tuple[float, float]:
         """A regression task's residual sum of squares at its single-task fit and its degrees
@@ -883,6 +912,8 @@ class LifelongLearner:
             meta["n_features"] = int(self.n_features_in_)
             meta["scaler_rows"] = int(getattr(self, "scaler_rows_", SCALER_WARMUP_ROWS))
             meta["evidence_cursor"] = int(getattr(self, "evidence_cursor_", 0))
+            if getattr(self, "evidence_due_", ()):
+                meta["evidence_due"] = list(self.evidence_due_)
             if getattr(self, "stream_choice_", None):
                 meta["stream_choice"] = copy_meta(self.stream_choice_)
             meta["task_order"] = self.task_ids
@@ -913,6 +944,7 @@ class LifelongLearner:
         self.scaler_rows_ = int(state.meta.get("scaler_rows", SCALER_WARMUP_ROWS))
         self.stream_choice_ = copy_meta(state.meta.get("stream_choice"))
         self.evidence_cursor_ = int(state.meta.get("evidence_cursor", 0))
+        self.evidence_due_ = tuple(state.meta.get("evidence_due", ()))
         defaults = self._state_defaults()
         for attr in self._state_attrs:
             name = attr.rstrip("_")

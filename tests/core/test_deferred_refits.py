@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from core import load_state
 from core.evidence import choose_family
 from core.exceptions import InputError
 from core.fcl3 import FCL3
@@ -32,7 +33,9 @@ def test_deferred_batches_keep_the_stream_estimates_and_count_toward_their_sched
         result = m.learn(tid, X[:5], y[:5], defer_refits=True)
         assert result.changed_tasks == ()  # no other task's evidence measured again
     assert m.evidence_cursor_ == cursor
-    assert all(r.meta["evidence"] is evidence[t] for t, r in m.tasks_.items() if t not in tids)
+    # no task's evidence measured, the learned ones' left due
+    assert all(r.meta["evidence"] is evidence[t] for t, r in m.tasks_.items())
+    assert m.evidence_due_ == tuple(tids)
     assert m.population_ is population
     assert m.stream_choice_["family"] == choice["family"] and m.stream_choice_["priors"] == choice["priors"]
     assert m.population_updates_ == pop_updates + 3
@@ -40,7 +43,11 @@ def test_deferred_batches_keep_the_stream_estimates_and_count_toward_their_sched
     fitted, since = m.population_tasks_, m.population_updates_ + 1
 
     X, y = rest[tids[0]]
-    assert len(m.learn(tids[0], X[5:], y[5:]).changed_tasks) == 1  # not deferred: refits what is due by now
+    # not deferred: measures the due tasks and one more, and refits what is due by now
+    changed = m.learn(tids[0], X[5:], y[5:]).changed_tasks
+    assert changed[:2] == tuple(tids[1:]) and len(changed) == 3 and changed[2] not in tids
+    assert m.evidence_due_ == ()
+    assert all(m.tasks_[t].meta["evidence"] != evidence[t] for t in tids)
     family, priors = choose_family(m._choice_evidence(), m._families, m._n_omega, m._reference_families,
                                    start=choice["priors"])  # warm-started from the choice the batches kept
     assert m.stream_choice_["updates"] == 0  # at most EVERY_UPDATE_TASKS tasks: chosen at every refit
@@ -65,7 +72,45 @@ def test_a_deferred_batch_updates_its_task_and_the_library_exactly_as_an_ordinar
     ra, rb = deferred.tasks_[tid], ordinary.tasks_[tid]
     np.testing.assert_array_equal(ra.w, rb.w)
     np.testing.assert_array_equal(ra.omega, rb.omega)
-    assert ra.meta["evidence"] == rb.meta["evidence"]
+    # its evidence, which only the stream's choice reads, is left due: its predictions are those
+    # it would have with its evidence measured
+    assert ra.meta["evidence"] is m.tasks_[tid].meta["evidence"] and deferred.evidence_due_ == (tid,)
+    measured = deferred.copy()
+    measured._measure_evidence(tid)
+    assert measured.tasks_[tid].meta["evidence"] != ra.meta["evidence"]
+    np.testing.assert_array_equal(deferred.predict(tid, X), measured.predict(tid, X))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_due_evidence_is_measured_against_the_library_without_the_task_as_the_next_batch_leaves_it(kind):
+    m, rest = _stream(kind)
+    first, second = list(rest)[:2]
+    m.learn(first, *rest[first], defer_refits=True)
+    m.learn(second, *rest[second])
+    assert m.evidence_due_ == ()
+    # measured again on what the next batch left: the same curves (measured then, not before the
+    # batch changed the library)
+    again = m.copy()
+    again._measure_evidence(first)
+    assert again.tasks_[first].meta["evidence"] == m.tasks_[first].meta["evidence"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_new_task_deferred_is_measured_at_once_and_due_evidence_survives_the_state(kind):
+    m, _ = _stream(kind, n_tasks=5)
+    tid, X, y = basis_tasks(n_tasks=6, d=4, n=30, seed=0, kind=kind)[5]
+    X, y = X[:6], y[:6]  # past the scaling's warm-up, which learns every task again, deferring nothing
+    m.learn(tid, X, y, defer_refits=True)
+    assert m.tasks_[tid].meta["evidence"] and m.evidence_due_ == ()  # predicted with its own evidence
+    known = m.task_ids[0]
+    m.learn(known, X, y, defer_refits=True)
+    assert m.evidence_due_ == (known,)
+    loaded = load_state(m.get_state())
+    assert loaded.evidence_due_ == (known,)
+    m.learn(tid, X[:3], y[:3])
+    loaded.learn(tid, X[:3], y[:3])
+    assert loaded.evidence_due_ == m.evidence_due_ == ()
+    assert loaded.tasks_[known].meta["evidence"] == m.tasks_[known].meta["evidence"]
 
 
 def test_the_first_batches_deferred_leave_the_stream_without_estimates_until_one_is_not():
