@@ -99,7 +99,7 @@ import numpy as np
 
 from benchmarks.common import machine, progress_bar, write_json
 from benchmarks.launcher import (ROOT, PgCluster, RedisProcess, Server, create_throwaway_database,
-                                 drop_throwaway_backend, find_pg_bindir, free_port, migrate, redis_prefix)
+                                 drop_throwaway_backend, find_pg_bindir, migrate, redis_prefix)
 
 MODEL = "faults"
 WRITE_KEY = "faults-write-key"

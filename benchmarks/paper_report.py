@@ -15,8 +15,6 @@ import json
 import sys
 from typing import Any
 
-import numpy as np
-
 from .common import matplotlib_pyplot
 from .paper import MODELS, ORDER_MODELS, _p, finish, save_figure
 

@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.common import machine, pct, write_json
-from benchmarks.faults import Batch, account, batch_label, read_back
+from benchmarks.faults import Batch, account, read_back
 
 D, ROWS, TASKS = 4, 8, 4
 #: Small, fast hyper-parameters (the tests' own).

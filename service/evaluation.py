@@ -194,7 +194,6 @@ class ModelEvaluation:
         one of a later version is stored already (called by the committing request after its
         commit, with the update lock released, before it answers). Returns how many scores were
         stored (0: the model is gone or was created again)."""
-        kind = job.learner.kind
         with self._guard:  # an update of this process meanwhile picks other sets
             for t in job.sets:
                 self._pending[t] = max(self._pending.get(t, -1), job.version)

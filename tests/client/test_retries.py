@@ -6,14 +6,13 @@ import json
 import random
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 import fcl3.client as fc
-from fcl3 import AsyncClient, Client, Conflict, ConnectionFailed, InvalidInput, Unavailable, schemas
+from fcl3 import AsyncClient, Conflict, ConnectionFailed, InvalidInput, Unavailable, schemas
 
 from .conftest import UPDATE, Script, scripted
 

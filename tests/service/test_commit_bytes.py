@@ -10,7 +10,6 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from benchmarks.service import bytes_per_commit
-from service import usecases
 from service.reads import ModelReader
 from service.state_files import to_npz
 

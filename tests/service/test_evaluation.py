@@ -255,7 +255,6 @@ def test_accuracy_matrix_and_transfer_follow_their_definitions(make_client, kind
         c.post(f"/models/{name}/tasks/{t}/evaluation", json={"X": Xh.tolist(), "y": yh.tolist()}).raise_for_status()
     metric = "rmse" if kind == "regression" else "accuracy"
     R, B, versions, learned = [], [], [], []
-    events = []
     for task, X, y in batches:
         body = c.post(f"/models/{name}/tasks/{task}/data", json={"X": X.tolist(), "y": y.tolist()}).json()
         stl.learn(task, X, y)
