@@ -342,10 +342,10 @@ def group_commit_matrix(port: int, pids: list[int], clients: tuple[int, ...], mo
     """Committed updates/s and latency with ``c`` concurrent clients sending ONE-ROW batches,
     spread over ``m`` models (client ``i`` to model ``i % m``), for each ``c`` of ``clients``
     and ``m`` of ``models``, ``seconds`` each. Client ``i``'s keep-alive connection is served
-    by worker :func:`worker_for` ``(i)``: left to the kernel, the split varies from run to run (8 clients of one
-    model: all on one worker, which commits them in groups of 8 and never reloads, or 5 and 3,
-    or 4 and 4, whose workers take the model's lock in turns and each reloads the other's
-    version), and so does the figure. The models are ``gc-1``, ``gc-2``, ... (created here,
+    by worker :func:`worker_for` ``(i)``: left to the kernel, the split varies from run to run
+    (8 clients of one model: all on one worker, which commits them in groups of 8 and never
+    reloads, or 5 and 3, or 4 and 4, whose workers take the model's lock in turns and each
+    reloads the other's version), and so does the figure. The models are ``gc-1``, ``gc-2``, ... (created here,
     each taught ``warm_batches`` batches over its tasks, one client, before the clock starts)."""
     names = [f"gc-{k + 1}" for k in range(max(models))]
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:

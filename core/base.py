@@ -356,7 +356,7 @@ class LifelongLearner:
             if self._keeps_population:
                 self._update_population(defer_refits)
             if not defer_refits:
-                again = self._measure_due_evidence(task_id)
+                again = self._measure_due_evidence()  # this task, just measured, is not among them
                 again += self._measure_evidence_again((task_id, *again))
                 result = dataclasses.replace(result, changed_tasks=(*result.changed_tasks, *again),
                                              remeasured_tasks=(*result.remeasured_tasks, *again))
@@ -741,11 +741,11 @@ class LifelongLearner:
             except (np.linalg.LinAlgError, ArithmeticError):
                 return pop
 
-    def _measure_due_evidence(self, learned: str) -> tuple[str, ...]:
+    def _measure_due_evidence(self) -> tuple[str, ...]:
         """Measure the evidence of every task left due by deferred batches (:meth:`learn`),
-        ``learned`` (just measured) aside, against the current library and population without
-        each; their ids, in the order they fell due."""
-        due = tuple(t for t in getattr(self, "evidence_due_", ()) if t != learned and t in self.tasks_)
+        against the current library and population without each; their ids, in the order they
+        fell due."""
+        due = tuple(t for t in getattr(self, "evidence_due_", ()) if t in self.tasks_)
         self.evidence_due_ = ()
         for task_id in due:
             self._measure_evidence(task_id)
