@@ -10,8 +10,8 @@ data_version`` on SQLite, ``LISTEN``/``NOTIFY`` on PostgreSQL) says nothing chan
 last check, for at most the watch's ``poll`` seconds; otherwise (or with a ``min_version``
 above the cached version) it costs one ``SELECT version``. When the version moved, the process
 re-reads the model row and only the task rows written after its cached version, in one
-snapshot (REPEATABLE READ on PostgreSQL), and swaps in a new learner. Writers check the stored
-version, except where the watch is exact (SQLite's: an unchanged ``data_version`` proves that
+statement (one snapshot of the database), and swaps in a new learner. Writers read the stored
+version and what changed since the cached one in that same statement, except where the watch is exact (SQLite's: an unchanged ``data_version`` proves that
 nothing was committed since the last check, or since this process's own last commit). Readers
 never take the update lock, and nothing here writes: a missing model row is
 :class:`ModelMissing` (answered 503 with Retry-After).
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, case, cast, func, null, select, union_all
 
 import core
 
@@ -93,9 +93,9 @@ class ModelReader:
         self._seen: tuple[Any, float, Snapshot] | None = None
         self._cache: Snapshot | None = None
         self._cache_lock = threading.Lock()
-        self._postgres = engine.dialect.name == "postgresql"
         # Single-statement reads need no transaction: one round trip instead of BEGIN/SELECT/ROLLBACK.
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._bulk_autocommit = self.bulk.execution_options(isolation_level="AUTOCOMMIT")
 
     # ------------------------------------------------------------------ the cached learner
     @property
@@ -124,7 +124,8 @@ class ModelReader:
         """The model at its stored version: no query while the watch says nothing changed
         (and the cached version is at least ``min_version``, and has learned ``task`` if one is
         named; with ``check``, which writers use, only if the watch is exact), else one cheap
-        query when the cache is current. :class:`VersionBehind` when the stored version is below
+        query when the cache is current (for a writer, the query that also reads what changed:
+        :meth:`_caught_up`). :class:`VersionBehind` when the stored version is below
         ``min_version``. A ``task`` the cached version has not learned is looked for at the
         stored version: another process may have learned it since the watch last spoke (its
         notification on its way).
@@ -137,7 +138,7 @@ class ModelReader:
             fresh = self._fresh(token, min_version)
             if fresh is not None and (task is None or task in getattr(fresh.learner, "tasks_", {})):
                 return fresh
-        snap = self._checked()
+        snap = self._caught_up() if check else self._checked()
         if token is not None:
             self._seen = (token, time.monotonic() + self.watch.poll, snap)
         if min_version is not None and snap.version < min_version:
@@ -199,32 +200,58 @@ class ModelReader:
                 or current.info.get("created_at") != snap.info.get("created_at")):
             self._cache = snap
 
+    def _caught_up(self) -> Snapshot:
+        """The model at its stored version, for a writer (who holds the model's update lock):
+        one statement reads the stored version and whatever changed since the cached one
+        (:meth:`_changes`), where a check and then a re-read would cost two or more."""
+        with self._cache_lock:
+            cached = self._cache
+            snap = self._refresh(cached)
+        if snap is not cached:
+            memory.trim_after_model_change()  # the old version's buffers are garbage now
+        return snap
+
+    def _changes(self, since: int) -> tuple[Any, list[Any]]:
+        """The model row (None if there is none; its ``arrays`` only when its version is past
+        ``since``) and the rows of its tasks written after version ``since`` (every task for
+        -1): one ``UNION ALL`` statement, so both come from one snapshot of the database in
+        any isolation level, in one round trip."""
+        model = select(*_MODEL_INFO_COLS, case((models_t.c.version > since, models_t.c.arrays)).label("arrays"),
+                       cast(null(), tasks_t.c.task_id.type).label("task_id"),
+                       cast(null(), tasks_t.c.position.type).label("position"),
+                       cast(null(), tasks_t.c.meta.type).label("task_meta")).where(models_t.c.name == self.name)
+        tasks = select(*(null() for _ in _MODEL_INFO_COLS), tasks_t.c.arrays, tasks_t.c.task_id,
+                       tasks_t.c.position, tasks_t.c.meta).where(tasks_t.c.model_name == self.name,
+                                                                 tasks_t.c.version > since)
+        with self._bulk_autocommit.connect() as conn:
+            rows = conn.execute(union_all(model, tasks)).mappings().all()
+        model_rows = [r for r in rows if r["task_id"] is None]
+        return (model_rows[0] if model_rows else None), [r for r in rows if r["task_id"] is not None]
+
     def _refresh(self, cached: Snapshot | None) -> Snapshot:
-        conn = self.bulk.connect()
-        if self._postgres:  # model row and task rows from one snapshot
-            conn = conn.execution_options(isolation_level="REPEATABLE READ")
-        with conn, conn.begin():
-            row = conn.execute(select(models_t).where(models_t.c.name == self.name)).mappings().first()
+        """The stored version, built from ``cached`` and what changed since it (or read whole);
+        installed. Called under ``_cache_lock``."""
+        row, rows = self._changes(cached.version if cached is not None else -1)
+        if row is None:
+            self._cache = None  # deleted: keep nothing of it
+            raise ModelMissing(self.name)
+        if cached is not None and (cached.info.get("created_at") != row["created_at"]  # another model of the name
+                                   or _take_backs(cached.info) != _take_backs(row)):  # rebuilt (may drop a task)
+            cached = None
+            row, rows = self._changes(-1)
             if row is None:
+                self._cache = None
                 raise ModelMissing(self.name)
-            if cached is not None and cached.info.get("created_at") != row["created_at"]:
-                cached = None
-            if cached is not None and cached.version == row["version"]:
-                return cached
-            if cached is not None and _take_backs(cached.info) != _take_backs(row):
-                cached = None  # a take-back rebuilt the model (and may have dropped a task): read every task
-            q = (select(tasks_t.c.task_id, tasks_t.c.position, tasks_t.c.arrays, tasks_t.c.meta)
-                 .where(tasks_t.c.model_name == self.name))
-            if cached is not None:
-                q = q.where(tasks_t.c.version > cached.version)
-            rows = conn.execute(q).all()
-        changed = {t.task_id: {"arrays": t.arrays, "meta": t.meta} for t in rows}
+        if cached is not None and cached.version == row["version"]:
+            return cached
+        changed = {t["task_id"]: {"arrays": t["arrays"], "meta": t["task_meta"]} for t in rows}
         meta = dict(row["meta"])
         if meta.get("fitted") and "task_order" not in meta:  # the order is kept by the task rows' positions
             known = list(cached.learner.task_ids) if cached is not None else []
             seen = set(known)
-            added = sorted((t for t in rows if t.task_id not in seen), key=lambda t: (t.position is None, t.position))
-            meta["task_order"] = known + [t.task_id for t in added]
+            added = sorted((t for t in rows if t["task_id"] not in seen),
+                           key=lambda t: (t["position"] is None, t["position"]))
+            meta["task_order"] = known + [t["task_id"] for t in added]
         del rows
         state = core.ModelState(estimator=row["estimator"], params=row["params"], meta=meta,
                                 arrays=row["arrays"], tasks=changed, format_version=row["format_version"])
@@ -233,7 +260,7 @@ class ModelReader:
         else:  # rebuild only the global arrays and the tasks written since the cached version
             learner = cached.learner.with_state(state)
         del state, changed  # the learner copied what it needs: keep no second copy of the arrays
-        info = {k: v for k, v in row.items() if k != "arrays"}
+        info = {c.name: row[c.name] for c in _MODEL_INFO_COLS}
         snap = Snapshot(int(row["version"]), learner, info)
         self._install(snap)
         return snap
