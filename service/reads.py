@@ -11,8 +11,9 @@ last check, for at most the watch's ``poll`` seconds; otherwise (or with a ``min
 above the cached version) it costs one ``SELECT version``. When the version moved, the process
 re-reads the model row and only the task rows written after its cached version, in one
 statement (one snapshot of the database), and swaps in a new learner. Writers read the stored
-version and what changed since the cached one in that same statement, except where the watch is exact (SQLite's: an unchanged ``data_version`` proves that
-nothing was committed since the last check, or since this process's own last commit). Readers
+version and what changed since the cached one in that same statement, except where the watch
+is exact (SQLite's: an unchanged ``data_version`` proves that nothing was committed since the
+last check, or since this process's own last commit). Readers
 never take the update lock, and nothing here writes: a missing model row is
 :class:`ModelMissing` (answered 503 with Retry-After).
 """
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine, case, cast, func, null, select, union_all
+from sqlalchemy import Engine, bindparam, case, cast, func, null, select, union_all
 
 import core
 
@@ -38,6 +39,17 @@ batches_t = BatchRow.__table__
 
 _MODEL_INFO_COLS = [c for c in models_t.c if c.name != "arrays"]
 _TASK_INFO_COLS = [c for c in tasks_t.c if c.name != "arrays"]
+
+#: The model row (its ``arrays`` only when its version is past ``w_since``) and the rows of its
+#: tasks written after version ``w_since``, in one statement (:meth:`ModelReader._changes`).
+_CHANGES = union_all(
+    select(*_MODEL_INFO_COLS, case((models_t.c.version > bindparam("w_since"), models_t.c.arrays)).label("arrays"),
+           cast(null(), tasks_t.c.task_id.type).label("task_id"),
+           cast(null(), tasks_t.c.position.type).label("position"),
+           cast(null(), tasks_t.c.meta.type).label("task_meta")).where(models_t.c.name == bindparam("w_model")),
+    select(*(null() for _ in _MODEL_INFO_COLS), tasks_t.c.arrays, tasks_t.c.task_id, tasks_t.c.position,
+           tasks_t.c.meta).where(tasks_t.c.model_name == bindparam("w_model"),
+                                 tasks_t.c.version > bindparam("w_since")))
 
 
 class ModelMissing(Exception):
@@ -216,15 +228,8 @@ class ModelReader:
         ``since``) and the rows of its tasks written after version ``since`` (every task for
         -1): one ``UNION ALL`` statement, so both come from one snapshot of the database in
         any isolation level, in one round trip."""
-        model = select(*_MODEL_INFO_COLS, case((models_t.c.version > since, models_t.c.arrays)).label("arrays"),
-                       cast(null(), tasks_t.c.task_id.type).label("task_id"),
-                       cast(null(), tasks_t.c.position.type).label("position"),
-                       cast(null(), tasks_t.c.meta.type).label("task_meta")).where(models_t.c.name == self.name)
-        tasks = select(*(null() for _ in _MODEL_INFO_COLS), tasks_t.c.arrays, tasks_t.c.task_id,
-                       tasks_t.c.position, tasks_t.c.meta).where(tasks_t.c.model_name == self.name,
-                                                                 tasks_t.c.version > since)
         with self._bulk_autocommit.connect() as conn:
-            rows = conn.execute(union_all(model, tasks)).mappings().all()
+            rows = conn.execute(_CHANGES, {"w_model": self.name, "w_since": since}).mappings().all()
         model_rows = [r for r in rows if r["task_id"] is None]
         return (model_rows[0] if model_rows else None), [r for r in rows if r["task_id"] is not None]
 

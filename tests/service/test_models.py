@@ -590,6 +590,31 @@ def test_a_model_deleted_and_recreated_by_another_replica_is_never_served_stale(
     assert again == predict(b, name, "t")
 
 
+
+def test_a_writer_learns_on_a_model_deleted_and_recreated_by_another_replica(make_client, request):
+    """A writer whose cached model was deleted and created again elsewhere, at the very
+    version number it caches, learns on the new model's stored state, not on its cache."""
+    a = make_client("postgres", _request=request)
+    s = a.app.state.settings
+    b = make_client("postgres", _request=request, MODEL_NAME=s.MODEL_NAME, REDIS_PREFIX=s.REDIS_PREFIX)
+    name = new_model(a)
+    rng = np.random.default_rng(17)
+    for _ in range(2):
+        learn(a, name, "t", *regression_batch(rng, task=0))
+    assert b.delete(f"/models/{name}").status_code == 204
+    new_model(b, name)
+    alone = core.learner_class(ESTIMATOR)(kind="regression", **PARAMS)
+    batches = [("u", *regression_batch(rng, task=2)) for _ in range(2)] + [("t", *regression_batch(rng, task=1))]
+    for task, X, y in batches[:2]:
+        learn(b, name, task, X, y)
+    task, X, y = batches[2]
+    assert learn(a, name, task, X, y)["version"] == 3  # a's cache is of the deleted model's version 2
+    for task, X, y in batches:
+        alone.learn(task, np.asarray(X), np.asarray(y))
+    served = predict(b, name, "t")
+    assert served["version"] == 3 and served["predictions"] == alone.predict("t", np.asarray(PROBE)).tolist()
+    assert predict(a, name, "u") == predict(b, name, "u")
+
 # ----------------------------------------------------------------------------- schema upgrade
 def _write_release_0001_database(url: str, rng) -> dict:
     """A database at revision 0001 holding two models written as the single-model release
