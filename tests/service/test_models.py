@@ -570,11 +570,17 @@ def test_write_key_for_lifecycle_and_learning_read_key_for_the_rest(make_client)
 
 
 # ----------------------------------------------------------------------------- replicas
-def test_a_model_deleted_and_recreated_by_another_replica_is_never_served_stale(make_client, request):
+def two_replicas(make_client, request):
+    """Two replicas (clients of two apps) on one PostgreSQL database and one Redis, and a model
+    created on the first: (a, b, name)."""
     a = make_client("postgres", _request=request)
     s = a.app.state.settings
     b = make_client("postgres", _request=request, MODEL_NAME=s.MODEL_NAME, REDIS_PREFIX=s.REDIS_PREFIX)
-    name = new_model(a)
+    return a, b, new_model(a)
+
+
+def test_a_model_deleted_and_recreated_by_another_replica_is_never_served_stale(make_client, request):
+    a, b, name = two_replicas(make_client, request)
     rng = np.random.default_rng(16)
     for _ in range(2):
         learn(a, name, "t", *regression_batch(rng, task=0))
@@ -590,14 +596,10 @@ def test_a_model_deleted_and_recreated_by_another_replica_is_never_served_stale(
     assert again == predict(b, name, "t")
 
 
-
 def test_a_writer_learns_on_a_model_deleted_and_recreated_by_another_replica(make_client, request):
     """A writer whose cached model was deleted and created again elsewhere, at the very
     version number it caches, learns on the new model's stored state, not on its cache."""
-    a = make_client("postgres", _request=request)
-    s = a.app.state.settings
-    b = make_client("postgres", _request=request, MODEL_NAME=s.MODEL_NAME, REDIS_PREFIX=s.REDIS_PREFIX)
-    name = new_model(a)
+    a, b, name = two_replicas(make_client, request)
     rng = np.random.default_rng(17)
     for _ in range(2):
         learn(a, name, "t", *regression_batch(rng, task=0))
