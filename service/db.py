@@ -13,6 +13,7 @@ import urllib.parse
 import weakref
 from pathlib import Path
 
+from pydantic_core import from_json, to_json
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
@@ -46,6 +47,14 @@ def sqlite_file(url: str) -> Path | None:
     return Path(database).resolve()
 
 
+def json_text(value) -> str:
+    """A JSON column's value as text, by pydantic-core's encoder (the engines' serializer;
+    read back by its ``from_json``): a few times faster than the standard library's, SQLAlchemy's
+    default, on an update's meta and scores. Non-finite floats are written ``NaN`` and
+    ``Infinity``, as the standard library writes them; every float reads back equal."""
+    return to_json(value, inf_nan_mode="constants").decode()
+
+
 def make_engine(settings: Settings, pool_size: int | None = None) -> Engine:
     """The engine of ``settings``; ``pool_size`` overrides ``DB_POOL_SIZE`` (as many again may overflow).
 
@@ -54,7 +63,8 @@ def make_engine(settings: Settings, pool_size: int | None = None) -> Engine:
     connection is checked before use (``pool_pre_ping``, see :func:`_quiet_socket_ping`)."""
     url = settings.database_url
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30},
+                               json_serializer=json_text, json_deserializer=from_json)
         guard = StoreFile.of(engine)
 
         @event.listens_for(engine, "connect")
@@ -80,7 +90,8 @@ def make_engine(settings: Settings, pool_size: int | None = None) -> Engine:
     # The pool is as large as the request concurrency one process sees: a smaller pool makes
     # threads open and close overflow connections on every request.
     size = pool_size or settings.DB_POOL_SIZE
-    engine = create_engine(url, pool_pre_ping=True, pool_size=size, max_overflow=size, connect_args=connect_args)
+    engine = create_engine(url, pool_pre_ping=True, pool_size=size, max_overflow=size, connect_args=connect_args,
+                           json_serializer=json_text, json_deserializer=from_json)
     _quiet_socket_ping(engine)
     return engine
 
