@@ -508,18 +508,20 @@ class WrittenBytes:
     def __init__(self, *engines):
         from sqlalchemy import event
 
+        from service.db import json_text  # the engines' JSON encoder
+
+        self.json_text = json_text
         self.by_statement: dict[str, int] = {}
         self.on = False
         for e in engines:
             event.listen(e, "before_cursor_execute", self._count)
 
-    @staticmethod
-    def size(v) -> int:
+    def size(self, v) -> int:
         v = getattr(v, "obj", v)  # psycopg's Json / Binary wrappers
         if v is None:
             return 0
         if isinstance(v, (dict, list)):
-            return len(json.dumps(v).encode())
+            return len(self.json_text(v).encode())
         if isinstance(v, (bytes, bytearray, memoryview)):
             return len(v)
         if isinstance(v, str):
