@@ -13,9 +13,9 @@ re-reads the model row and only the task rows written after its cached version, 
 statement (one snapshot of the database), and swaps in a new learner. Writers read the stored
 version and what changed since the cached one in that same statement, except where the watch
 is exact (SQLite's: an unchanged ``data_version`` proves that nothing was committed since the
-last check, or since this process's own last commit). Readers
-never take the update lock, and nothing here writes: a missing model row is
-:class:`ModelMissing` (answered 503 with Retry-After).
+last check, or since this process's own last commit). Readers never take the update lock, and
+nothing here writes: a missing model row is :class:`ModelMissing` (answered 503 with
+Retry-After).
 """
 from __future__ import annotations
 
@@ -236,17 +236,15 @@ class ModelReader:
     def _refresh(self, cached: Snapshot | None) -> Snapshot:
         """The stored version, built from ``cached`` and what changed since it (or read whole);
         installed. Called under ``_cache_lock``."""
-        row, rows = self._changes(cached.version if cached is not None else -1)
-        if row is None:
-            self._cache = None  # deleted: keep nothing of it
-            raise ModelMissing(self.name)
-        if cached is not None and (cached.info.get("created_at") != row["created_at"]  # another model of the name
-                                   or _take_backs(cached.info) != _take_backs(row)):  # rebuilt (may drop a task)
-            cached = None
-            row, rows = self._changes(-1)
+        while True:
+            row, rows = self._changes(cached.version if cached is not None else -1)
             if row is None:
-                self._cache = None
+                self._cache = None  # deleted: keep nothing of it
                 raise ModelMissing(self.name)
+            if cached is None or (cached.info.get("created_at") == row["created_at"]  # not another model of the name
+                                  and _take_backs(cached.info) == _take_backs(row)):  # nor rebuilt (may drop a task)
+                break
+            cached = None  # read every task
         if cached is not None and cached.version == row["version"]:
             return cached
         changed = {t["task_id"]: {"arrays": t["arrays"], "meta": t["task_meta"]} for t in rows}
