@@ -619,7 +619,9 @@ class FCL3(LifelongLearner):
         reps = [r for r in self.representatives_ if r != task_id]
         stats = self._environment_stats()
         own = self.tasks_.get(task_id)
-        own_env = self._environment_of(own) if own is not None and exclude is not None else None
+        # the environment the task is counted in (its own, if it is a representative: then none of reps)
+        own_env = (self._environment_key(task_id, own, self.representatives_)
+                   if own is not None and exclude is not None else None)
         counts, centres = [], []
         for r in reps:
             count, weight, weighted = stats.get(r, (0, None, None))

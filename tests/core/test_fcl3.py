@@ -455,6 +455,41 @@ def test_environment_sums_kept_by_each_update_equal_the_sums_over_every_task(kin
     np.testing.assert_array_equal(back.env_counts_, counts)
 
 
+
+@pytest.mark.parametrize("kind", ["regression", "classification"])
+def test_the_library_without_a_task_weighs_each_environment_by_its_other_members(kind):
+    """``D_{-t}``'s library: every other representative's environment weighs as many as the
+    tasks counted in it besides ``t`` (the representative and the tasks whose largest
+    assignment it holds), and an environment with other members than its representative is
+    centred on their pooled fit. Summed here from the tasks themselves, for every task: a
+    representative that leans most on another representative is not counted in that one's
+    environment, so removing it takes nothing from it."""
+    from .helpers import basis_tasks
+
+    m = FCL3(kind=kind, random_state=0, n_components=3)
+    tasks = basis_tasks(n_tasks=6, d=4, n=30, seed=0 if kind == "regression" else 1, kind=kind)
+    for tid, X, y in tasks:
+        m.learn(tid, X[:20], y[:20])
+    tid, X, y = tasks[0]
+    m.learn(tid, X[20:], y[20:])
+    reps = list(m.representatives_)
+    key = {t: t if t in reps else m._environment_of(r) for t, r in m.tasks_.items()}
+    assert any(t in reps and m._environment_of(r) not in (None, t) for t, r in m.tasks_.items()), \
+        "no representative leaning most on another: the case this test is for"
+    for tid, record in m.tasks_.items():
+        library = m._library(tid, record)
+        others = [r for r in reps if r != tid]
+        members = {r: [t for t in m.tasks_ if t != tid and key[t] == r] for r in others}
+        sizes = np.array([len(members[r]) for r in others], dtype=float)
+        np.testing.assert_allclose(library.log_weights, np.log(sizes / sizes.sum()), rtol=1e-12)
+        for r, centre in zip(others, library.centres):
+            if len(members[r]) < 2:  # the representative alone: D_{-t} s_r
+                continue
+            terms = [m._pooling_terms(m.tasks_[t]) for t in members[r]]
+            W, Ww = sum(w for w, _ in terms), sum(ww for _, ww in terms)
+            want = np.linalg.solve(W + 1e-9 * np.trace(W) / W.shape[0] * np.eye(W.shape[0]), Ww)
+            np.testing.assert_allclose(centre, want[:centre.shape[0]], rtol=1e-6, atol=1e-9)
+
 def test_a_population_that_cannot_be_fitted_is_not_taken_as_fitted(monkeypatch):
     """EM failing on a singular system keeps the last fitted population; a stream without
     one stays without (its initial population, N(0, I), is never used as a prior)."""
