@@ -195,13 +195,17 @@ def handed_over(holder, waiter, name: str = "m") -> bool:
         with waiter.hold(name):
             taken.set()
 
-    threading.Thread(target=hold, daemon=True).start()
+    holding, waiting = threading.Thread(target=hold, daemon=True), threading.Thread(target=wait, daemon=True)
+    holding.start()
     assert held.wait(5)
-    threading.Thread(target=wait, daemon=True).start()
+    waiting.start()
     time.sleep(0.3)  # the waiter has tried once and waits between tries
     assert not taken.is_set()
     release.set()
-    return taken.wait(10)
+    ok = taken.wait(10)
+    for thread in (holding, waiting):  # both released, their wakes written: nothing of theirs comes later
+        thread.join(10)
+    return ok
 
 
 def test_a_redis_release_wakes_a_waiter_of_another_process_at_once(redis_server):
