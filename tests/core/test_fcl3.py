@@ -7,6 +7,8 @@ import scipy.optimize
 from core import CL3, FCL3, FCL3WithoutDecoder
 from core.fcl3 import phi_inverse
 
+from .helpers import basis_tasks
+
 
 def clustered_stream(n_tasks=12, d=6, n=40, seed=0, kind="regression", n_clusters=3, spread=0.3):
     rng = np.random.default_rng(seed)
@@ -464,8 +466,6 @@ def test_the_library_without_a_task_weighs_each_environment_by_its_other_members
     centred on their pooled fit. Summed here from the tasks themselves, for every task: a
     representative that leans most on another representative is not counted in that one's
     environment, so removing it takes nothing from it."""
-    from .helpers import basis_tasks
-
     m = FCL3(kind=kind, random_state=0, n_components=3)
     tasks = basis_tasks(n_tasks=6, d=4, n=30, seed=0 if kind == "regression" else 1, kind=kind)
     for tid, X, y in tasks:
