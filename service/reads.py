@@ -40,10 +40,21 @@ batches_t = BatchRow.__table__
 _MODEL_INFO_COLS = [c for c in models_t.c if c.name != "arrays"]
 _TASK_INFO_COLS = [c for c in tasks_t.c if c.name != "arrays"]
 
-#: The model row (its ``arrays`` only when its version is past ``w_since``) and the rows of its
-#: tasks written after version ``w_since``, in one statement (:meth:`ModelReader._changes`).
+#: What identifies a stored model's version (another model of the same name has another
+#: ``created_at``); the model row's other columns change only with its version.
+_MODEL_KEY_COLS = [models_t.c.name, models_t.c.version, models_t.c.created_at]
+
+
+def _if_moved(column):
+    """``column`` when the model row's version is past ``w_since``, else NULL (not sent)."""
+    return case((models_t.c.version > bindparam("w_since"), column)).label(column.name)
+
+
+#: The model row (its other columns than :data:`_MODEL_KEY_COLS` only when its version is past
+#: ``w_since``) and the rows of its tasks written after version ``w_since``, in one statement
+#: (:meth:`ModelReader._changes`).
 _CHANGES = union_all(
-    select(*_MODEL_INFO_COLS, case((models_t.c.version > bindparam("w_since"), models_t.c.arrays)).label("arrays"),
+    select(*(c if c in _MODEL_KEY_COLS else _if_moved(c) for c in _MODEL_INFO_COLS), _if_moved(models_t.c.arrays),
            cast(null(), tasks_t.c.task_id.type).label("task_id"),
            cast(null(), tasks_t.c.position.type).label("position"),
            cast(null(), tasks_t.c.meta.type).label("task_meta")).where(models_t.c.name == bindparam("w_model")),
@@ -224,10 +235,10 @@ class ModelReader:
         return snap
 
     def _changes(self, since: int) -> tuple[Any, list[Any]]:
-        """The model row (None if there is none; its ``arrays`` only when its version is past
-        ``since``) and the rows of its tasks written after version ``since`` (every task for
-        -1): one ``UNION ALL`` statement, so both come from one snapshot of the database in
-        any isolation level, in one round trip."""
+        """The model row (None if there is none; its columns other than name, version and
+        ``created_at`` only when its version is past ``since``) and the rows of its tasks
+        written after version ``since`` (every task for -1): one ``UNION ALL`` statement, so
+        both come from one snapshot of the database in any isolation level, in one round trip."""
         with self._bulk_autocommit.connect() as conn:
             rows = conn.execute(_CHANGES, {"w_model": self.name, "w_since": since}).mappings().all()
         model_rows = [r for r in rows if r["task_id"] is None]
@@ -241,12 +252,13 @@ class ModelReader:
             if row is None:
                 self._cache = None  # deleted: keep nothing of it
                 raise ModelMissing(self.name)
-            if cached is None or (cached.info.get("created_at") == row["created_at"]  # not another model of the name
+            same_model = cached is not None and cached.info.get("created_at") == row["created_at"]
+            if same_model and cached.version == row["version"]:
+                return cached  # nothing committed since (the row's other columns were not sent)
+            if cached is None or (same_model  # not another model of the name
                                   and _take_backs(cached.info) == _take_backs(row)):  # nor rebuilt (may drop a task)
                 break
             cached = None  # read every task
-        if cached is not None and cached.version == row["version"]:
-            return cached
         changed = {t["task_id"]: {"arrays": t["arrays"], "meta": t["task_meta"]} for t in rows}
         meta = dict(row["meta"])
         if meta.get("fitted") and "task_order" not in meta:  # the order is kept by the task rows' positions
