@@ -168,7 +168,7 @@ def send_batches(c: Client, rows: Rows, batches: list[PlannedBatch], held: dict[
             done += 1
             if b.task not in seen_tasks:
                 seen_tasks.add(b.task)
-                new_tasks += bool(r is not None and r.update.new_task)
+                new_tasks += bool(r is not None and not r.replayed and r.update.new_task)  # new in this run
             if r is not None and r.replayed:
                 replayed_batches += 1
                 replayed_rows += len(y)

@@ -183,6 +183,7 @@ def test_replay_text_summary_with_holdout(service, model_name):
         assert None not in (ev.forward_transfer, ev.backward_transfer, ev.forgetting)
         again = run(*args)  # run again: neither a batch nor an evaluation row is sent twice
         assert again.exit_code == 0 and "batches          48 (0 learned now, 48 already applied)" in again.output
+        assert "tasks            12 (0 new)" in again.output, again.output  # a replayed answer's task is not new now
         ev = c.evaluation(model_name)
         assert all(t.n_rows == t.n_received == 4 for t in ev.tasks) and c.get_model(model_name).version == 12 * 4
 
