@@ -47,6 +47,7 @@ the process's wall clock neither expires a live claim nor purges a key early. Ro
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -162,16 +163,14 @@ _OURS = (*_KEY, keys_t.c.owner == bindparam("w_owner"), keys_t.c.response.is_(No
 _ROW = select(keys_t).where(*_KEY)
 _ANSWER = select(keys_t.c.response, keys_t.c.request_hash).where(*_KEY)
 _RELEASE = delete(keys_t).where(*_OURS)
-_STAMPED: dict[str, tuple] = {}
 
 
+@functools.cache
 def _stamped(dialect: str):
     """``(INSERT, UPDATE ... WHERE the claim is the owner's and unanswered)``, each stamping
     ``touched_at`` with the database's clock."""
-    if dialect not in _STAMPED:
-        now = db_now(dialect)
-        _STAMPED[dialect] = (insert(keys_t).values(touched_at=now), update(keys_t).where(*_OURS).values(touched_at=now))
-    return _STAMPED[dialect]
+    now = db_now(dialect)
+    return insert(keys_t).values(touched_at=now), update(keys_t).where(*_OURS).values(touched_at=now)
 
 
 def _key(claim: "Claim", owner: str | None = None) -> dict[str, str]:

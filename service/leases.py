@@ -22,6 +22,7 @@ shares one :class:`PgLease`, hence one connection (:meth:`PgLease.of`).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -81,39 +82,35 @@ def process_gone(pid: int, start: int) -> bool:
     return started is not None and start != 0 and started != start
 
 
-_machine: str | None = None
-
-
+@functools.cache
 def machine() -> str:
     """This machine and pid namespace (a short hash of the kernel's boot id and the namespace's
-    inode): the scope in which a process id names one process."""
-    global _machine
-    if _machine is None:
-        parts = []
-        for read in (lambda: Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
-                     lambda: os.readlink("/proc/self/ns/pid")):
-            try:
-                parts.append(read())
-            except OSError:
-                parts.append("?")
-        _machine = hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
-    return _machine
+    inode): the scope in which a process id names one process. Fixed for the process's life."""
+    parts = []
+    for read in (lambda: Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+                 lambda: os.readlink("/proc/self/ns/pid")):
+        try:
+            parts.append(read())
+        except OSError:
+            parts.append("?")
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
 
 
-_own: tuple[int, str] | None = None
+@functools.lru_cache(maxsize=1)
+def _process_tag(pid: int) -> str:
+    """``p<pid>-<start>`` (hex) of the process ``pid`` (called with this process's own, so a
+    forked child, whose pid differs, gets its own)."""
+    try:
+        start = process_start(pid) or 0
+    except ProcessLookupError:  # pragma: no cover - we exist
+        start = 0
+    return f"p{pid:x}-{start:x}"
 
 
 def local_holder(scoped: bool = True) -> str:
     """This process on one machine: ``p<pid>-<start>`` (hex), followed by ``@<machine>`` if ``scoped``."""
-    global _own
-    pid = os.getpid()
-    if _own is None or _own[0] != pid:  # computed again in a forked child
-        try:
-            start = process_start(pid) or 0
-        except ProcessLookupError:  # pragma: no cover - we exist
-            start = 0
-        _own = (pid, f"p{pid:x}-{start:x}")
-    return f"{_own[1]}@{machine()}" if scoped else _own[1]
+    tag = _process_tag(os.getpid())
+    return f"{tag}@{machine()}" if scoped else tag
 
 
 def local_gone(holder: str) -> bool:

@@ -90,8 +90,6 @@ class _Stderr(logging.StreamHandler):
             pass
 
 
-_installed: _Stderr | None = None
-
 
 def access(method: str, path: str, status: int, duration_ms: float, rid: str, client: str | None = None) -> None:
     """Log the access line of a request: the ``service.access`` record ``request`` with the
@@ -118,13 +116,18 @@ def take_over_server_access_log() -> bool:
     return True
 
 
+def installed() -> logging.Handler | None:
+    """The handler :func:`configure` put on the ``service`` logger (None before it ran)."""
+    return next((h for h in logging.getLogger("service").handlers if isinstance(h, _Stderr)), None)
+
+
 def configure(level: str = "INFO", redact=None) -> None:
     """Send the ``service`` loggers to stderr as JSON lines (idempotent: re-configures in place)."""
-    global _installed
     logger = logging.getLogger("service")
-    if _installed is None:
-        _installed = _Stderr()
-        logger.addHandler(_installed)
-    _installed.setFormatter(JsonFormatter(redact))
+    handler = installed()
+    if handler is None:
+        handler = _Stderr()
+        logger.addHandler(handler)
+    handler.setFormatter(JsonFormatter(redact))
     logger.setLevel(level.upper())
     logger.propagate = False

@@ -57,34 +57,39 @@ def limit_malloc_arenas(n: int = DEFAULT_ARENAS) -> int | None:
     return n
 
 
-TRIM_INTERVAL = 10.0  # seconds between two malloc_trim calls of one process, at most
-_trim_lock = threading.Lock()
-_last_trim = 0.0
+TRIM_INTERVAL = 10.0  # seconds between two malloc_trim calls of one trimmer, at most
 
 
-def trim_after_model_change(now: float | None = None) -> bool:
-    """Hand free heap pages back to the OS (``malloc_trim(0)``), at most every
-    ``TRIM_INTERVAL`` seconds; called after the cached model moved to a new version.
+class HeapTrimmer:
+    """Hands free heap pages back to the OS (``malloc_trim(0)``) after the cached model moved
+    to a new version, at most every ``interval`` seconds; one per app (``service.registry.Shared``).
 
     Why: each update frees buffers as large as its task's row (a classification row grows
     with its task's data), and glibc returns free memory to the OS only from the top of a
     heap, so the holes stay resident even with 2 arenas. ``malloc_trim(0)`` releases whole
     free pages anywhere in the heaps; it takes a few milliseconds and is paid by the request
-    that refreshed the model, at most once per interval. Returns whether it ran (False off
-    glibc)."""
-    global _last_trim
-    libc = _GLIBC
-    if libc is None:
-        return False
-    now = time.monotonic() if now is None else now
-    if now - _last_trim < TRIM_INTERVAL or not _trim_lock.acquire(blocking=False):
-        return False
-    try:
-        _last_trim = now
-        libc.malloc_trim(0)
-        return True
-    finally:
-        _trim_lock.release()
+    that refreshed the model, at most once per interval. Off glibc it does nothing."""
+
+    def __init__(self, interval: float = TRIM_INTERVAL, libc=None):
+        self.interval = interval
+        self.libc = libc if libc is not None else _GLIBC
+        self._lock = threading.Lock()
+        self._last = float("-inf")
+
+    def after_model_change(self, now: float | None = None) -> bool:
+        """Trim unless the last trim is less than ``interval`` seconds old or another thread
+        is trimming; whether it ran."""
+        if self.libc is None:
+            return False
+        now = time.monotonic() if now is None else now
+        if now - self._last < self.interval or not self._lock.acquire(blocking=False):
+            return False
+        try:
+            self._last = now
+            self.libc.malloc_trim(0)
+            return True
+        finally:
+            self._lock.release()
 
 
 def freeze_startup_heap() -> bool:

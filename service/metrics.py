@@ -9,6 +9,7 @@ workers the maximum is reported.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
@@ -57,17 +58,16 @@ BACKWARD_TRANSFER = Gauge("fcl3_backward_transfer", "Backward transfer over the 
 REFUSED_STATUSES = {401, 403, 404, 409, 413, 422, 503}
 
 
-#: Labelled children of the per-request metrics, by label values: ``labels()`` costs more than
-#: the increment itself, and every request pays it.
-_CHILDREN: dict[tuple, tuple] = {}
+@functools.lru_cache(maxsize=256)
+def _children(method: str, status: int) -> tuple:
+    """The labelled children of the per-request metrics for ``method`` and ``status``, looked up
+    once: ``labels()`` costs more than the increment itself, and every request pays it."""
+    return (REQUESTS.labels(method, str(status)), REQUEST_SECONDS.labels(method),
+            REFUSED.labels(str(status)) if status in REFUSED_STATUSES else None)
 
 
 def observe_status(method: str, status: int, seconds: float) -> None:
-    children = _CHILDREN.get((method, status))
-    if children is None:
-        children = _CHILDREN[(method, status)] = (
-            REQUESTS.labels(method, str(status)), REQUEST_SECONDS.labels(method),
-            REFUSED.labels(str(status)) if status in REFUSED_STATUSES else None)
+    children = _children(method, status)
     children[0].inc()
     children[1].observe(seconds)
     if children[2] is not None:

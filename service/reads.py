@@ -102,13 +102,16 @@ class Snapshot:
 class ModelReader:
     """Reads of the model ``name``, with the process's cached :class:`Snapshot`."""
 
-    def __init__(self, engine: Engine, name: str, bulk_engine: Engine | None = None, watch=None):
+    def __init__(self, engine: Engine, name: str, bulk_engine: Engine | None = None, watch=None,
+                 heap: memory.HeapTrimmer | None = None):
         """``engine``: small queries (the ``SELECT version``, task listings);
         ``bulk_engine`` (default: ``engine``): the statements that move the model's arrays
         (the model row and changed task rows, batches); see :data:`service.db.BULK_POOL_SIZE`.
         ``watch`` (:mod:`service.watch`; default: none, a ``SELECT version`` per request): says
-        when the stored model may have changed."""
+        when the stored model may have changed. ``heap``: the app's trimmer, told when the
+        cached model changed (default: one of its own)."""
         self.engine = engine
+        self.heap = heap if heap is not None else memory.HeapTrimmer()
         self.bulk = bulk_engine if bulk_engine is not None else engine
         self.name = name
         self.watch = watch if watch is not None else NoWatch()
@@ -202,7 +205,7 @@ class ModelReader:
             if cached is not None and cached.version >= version:
                 return cached if cached.version == version else self._refresh(None)
             snap = self._refresh(cached)
-        memory.trim_after_model_change()  # the old version's buffers are garbage now
+        self.heap.after_model_change()  # the old version's buffers are garbage now
         return snap
 
     def offer(self, snap: Snapshot) -> None:
@@ -215,7 +218,7 @@ class ModelReader:
                 token = self.watch.token(self.name)
                 if token is not None:
                     self._seen = (token, time.monotonic() + self.watch.poll, snap)
-        memory.trim_after_model_change()
+        self.heap.after_model_change()
 
     def _install(self, snap: Snapshot) -> None:
         current = self._cache
@@ -231,7 +234,7 @@ class ModelReader:
             cached = self._cache
             snap = self._refresh(cached)
         if snap is not cached:
-            memory.trim_after_model_change()  # the old version's buffers are garbage now
+            self.heap.after_model_change()  # the old version's buffers are garbage now
         return snap
 
     def _changes(self, since: int) -> tuple[Any, list[Any]]:

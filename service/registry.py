@@ -43,13 +43,14 @@ class ServedGauges:
 class Shared:
     """What every model of one app shares: the updates running (to which background work gives
     way), the background worker of the accuracy matrix, the event hub of ``GET .../events``,
-    the served-model gauges and the evaluation settings."""
+    the served-model gauges, the evaluation settings and the heap trimmer (:mod:`service.memory`)."""
 
     foreground: Foreground = field(default_factory=Foreground)
     worker: MatrixWorker = field(default_factory=MatrixWorker)
     events: Hub = field(default_factory=Hub)
     gauges: ServedGauges = field(default_factory=ServedGauges)
     evaluation: EvaluationSettings = EvaluationSettings()
+    heap: memory.HeapTrimmer = field(default_factory=memory.HeapTrimmer)
 
     def close(self) -> None:
         self.worker.shutdown()
@@ -84,7 +85,7 @@ class HostedModel:
         (the default model only); ``watch``: the process's version watch (:mod:`service.watch`);
         ``shared``: the app's (a new one if not given)."""
         shared = shared if shared is not None else Shared()
-        reader = ModelReader(engine, name, bulk_engine, watch)
+        reader = ModelReader(engine, name, bulk_engine, watch, heap=shared.heap)
         keys = keys if keys is not None else IdempotencyKeys(engine, claim_ttl=getattr(locks, "ttl", 30.0))
         evaluation = ModelEvaluation(reader, shared.foreground, shared.worker, shared.evaluation)
         return cls(reader, ModelWriter(reader, model_settings), locks, default, keys, evaluation, shared,
@@ -156,7 +157,7 @@ class ModelRegistry:
             while len(self._lru) > self.cache_size:
                 self._lru.popitem(last=False)
         if evicted:
-            memory.trim_after_model_change()
+            self.shared.heap.after_model_change()
         return model
 
     def transient(self, name: str) -> HostedModel:

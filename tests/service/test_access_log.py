@@ -38,7 +38,7 @@ def stderr(monkeypatch):
     def take() -> io.StringIO:
         logs.configure("INFO")
         out = io.StringIO()
-        monkeypatch.setattr(logging.getLogger("service"), "handlers", [logs._installed])
+        monkeypatch.setattr(logging.getLogger("service"), "handlers", [logs.installed()])
         monkeypatch.setattr(sys, "stderr", out)
         return out
 
@@ -76,19 +76,19 @@ def test_the_line_is_the_formatters_rendering_of_the_record(stderr):
     (record,) = keep.records
     assert (record.getMessage(), record.method, record.path, record.status, record.duration_ms) == (
         "request", "GET", "/predict", 200, 0.5)
-    assert out.getvalue() == logs._installed.formatter.format(record) + "\n"
+    assert out.getvalue() == logs.installed().formatter.format(record) + "\n"
 
 
 def test_filters_and_levels_are_loggings(stderr, monkeypatch):
     out = stderr()
     dropped = logging.Filter("nothing")
-    for where in (logs.access_log, logs._installed):
+    for where in (logs.access_log, logs.installed()):
         where.addFilter(dropped)
         try:
             logs.access("GET", "/predict", 200, 0.5, "rid-2")
         finally:
             where.removeFilter(dropped)
-    monkeypatch.setattr(logs._installed, "level", logging.WARNING)  # the handler's level
+    monkeypatch.setattr(logs.installed(), "level", logging.WARNING)  # the handler's level
     logs.access("GET", "/predict", 200, 0.5, "rid-3")
     assert out.getvalue() == ""
 
@@ -174,7 +174,7 @@ def test_an_unwritable_stderr_loses_the_line_and_never_fails_the_request(make_cl
     import os
 
     c = make_client()
-    monkeypatch.setattr(logging.getLogger("service"), "handlers", [logs._installed])
+    monkeypatch.setattr(logging.getLogger("service"), "handlers", [logs.installed()])
     if broken == "none":
         stream = None
     elif broken == "closed":

@@ -98,16 +98,46 @@ def test_old_model_versions_are_released(make_client):
     assert len(alive) <= 4, f"{len(alive)} snapshots/learners still alive (expected one of each per process)"
 
 
-def test_malloc_trim_is_rate_limited(monkeypatch):
+def test_malloc_trim_is_rate_limited():
     from service import memory
 
-    if memory._GLIBC is None:
-        pytest.skip("not glibc")
     calls = []
-    monkeypatch.setattr(memory, "_last_trim", 0.0)
-    monkeypatch.setattr(memory, "_GLIBC", type("L", (), {"malloc_trim": staticmethod(lambda pad: calls.append(pad))})())
-    ran = [memory.trim_after_model_change(now=t) for t in (1000.0, 1001.0, 1009.9, 1010.0, 1010.5)]
+    trimmer = memory.HeapTrimmer(10.0, libc=type("L", (), {"malloc_trim": staticmethod(lambda pad: calls.append(pad))})())
+    ran = [trimmer.after_model_change(now=t) for t in (1000.0, 1001.0, 1009.9, 1010.0, 1010.5)]
     assert ran == [True, False, False, True, False] and calls == [0, 0]
+
+
+def test_each_app_trims_its_own_heap_after_its_models_change(tmp_path):
+    """The models of one app tell the app's trimmer (service.registry.Shared) when their cached
+    version changes; nothing of it is a process global."""
+    import core
+    from service import memory
+    from service.config import Settings
+    from service.db import make_engine, upgrade_schema
+    from service.locks import LocalLocks
+    from service.registry import HostedModel, Shared
+    from service.usecases import learn_batch
+    from service.writes import NewModel
+
+    class Counting(memory.HeapTrimmer):
+        def __init__(self):
+            super().__init__(0.0, libc=type("L", (), {"malloc_trim": staticmethod(lambda pad: None)})())
+            self.told = 0
+
+        def after_model_change(self, now=None):
+            self.told += 1
+            return super().after_model_change(now)
+
+    one, other = Shared(heap=Counting()), Shared(heap=Counting())
+    settings = Settings(_env_file=None, SQLITE_PATH=str(tmp_path / "fcl3.db"), DATABASE_URL=None, REDIS_URL=None)
+    engine = make_engine(settings)
+    upgrade_schema(engine)
+    model = HostedModel.open(engine, LocalLocks(30.0, 5.0), "m", settings.model_settings(), shared=one)
+    model.writer.create(NewModel(core.LEARNERS["FCL3"](kind="regression"), settings.model_settings()))
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(6, 3))
+    learn_batch(model, "t", X, X.sum(axis=1))
+    assert one.heap.told >= 1 and other.heap.told == 0
 
 
 class FakeLibc:
