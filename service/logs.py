@@ -90,7 +90,6 @@ class _Stderr(logging.StreamHandler):
             pass
 
 
-
 def access(method: str, path: str, status: int, duration_ms: float, rid: str, client: str | None = None) -> None:
     """Log the access line of a request: the ``service.access`` record ``request`` with the
     fields ``event``, ``method``, ``path``, ``status``, ``duration_ms`` and ``client`` (the
