@@ -38,6 +38,7 @@ class Spec:
     slope: str | None = None  # regression: the design column with a random slope in MixedLM
     min_rows: int = 6
     max_tasks: int | None = None  # a seeded subset of this many groups (fixed for every seed)
+    max_rows: int | None = None  # a seeded subset of at most this many rows per group (fixed for every seed)
     collapse: dict = field(default_factory=dict)  # categorical column -> levels kept (others "other")
     why: str = ""
 
@@ -71,6 +72,12 @@ SPECS: dict[str, Spec] = {s.name: s for s in (
              "(grade is year plus a constant except for retained children), retained, female, black, "
              "hispanic. School size, low income and mobility are school-level. Random slope: year, the "
              "school's growth rate."),
+    Spec("egsingle_child", "mlmRev", "egsingle", "regression", ("childid",), "math",
+         numeric=("year",), categorical=("retained",), slope="year", min_rows=4,
+         why="The same maths scores at their finest grouping: task = child (1,174 children with >= 4 "
+             "yearly rows, 2-3 training rows each; many small tasks with one strong shared slope, the "
+             "growth per year). Covariates: year and retained (the only ones that change inside a "
+             "child; sex and ethnicity are child-level). Random slope: year, the child's growth rate."),
     Spec("star", "mlmRev", "star", "regression", ("sch",), "math",
          categorical=("gr", "cltype", "ses", "sx", "eth"), slope="cltype=small",
          collapse={"eth": ("W", "B")},
@@ -79,6 +86,13 @@ SPECS: dict[str, Spec] = {s.name: s for s in (
              "free-lunch status, sex, ethnicity (white, black, other: the other four levels have "
              "14-66 rows). Teacher and school columns are left out. Random slope: the small-class "
              "dummy, the class-size effect per school."),
+    Spec("star_pupil", "mlmRev", "star", "regression", ("id",), "math",
+         categorical=("gr", "cltype", "ses"), min_rows=4,
+         why="The STAR maths scores at their finest grouping: task = pupil (2,433 pupils with a maths score in "
+             "all four grades K-3, 2 training rows each: thousands of tasks of two rows). Covariates: grade "
+             "(one-hot, the growth every pupil shares), class type and free-lunch status, which change "
+             "for some pupils between grades. Sex and ethnicity are pupil-level. A random intercept "
+             "per pupil: two rows cannot tell a random slope."),
     Spec("InstEval", "lme4", "InstEval", "regression", ("d",), "y",
          categorical=("studage", "lectage", "service"), slope="service=1", max_tasks=400,
          why="ETH Zurich lecture ratings 1-5. Task = lecturer (1,128 lecturers, all with >= 10 ratings); "
@@ -87,6 +101,13 @@ SPECS: dict[str, Spec] = {s.name: s for s in (
              "lecture's age, service course or not. The department is lecturer-level and the student "
              "a crossed grouping, so neither is a covariate. Random slope: service, whether a "
              "lecturer is rated differently in service courses."),
+    Spec("InstEval_student", "lme4", "InstEval", "regression", ("s",), "y",
+         categorical=("lectage", "service"), slope="service=1", min_rows=4, max_rows=20,
+         why="The lecture ratings at the other grouping: task = student (2,946 students with >= 4 "
+             "ratings), each kept to a fixed seeded 20 of its ratings at most, so <= 10 training rows. "
+             "Covariates: the lecture's age and service course or not, which change from rating to "
+             "rating; the student's semester is student-level, the lecturer a crossed grouping. "
+             "Random slope: service, whether a student rates service courses differently."),
     Spec("VerbAgg", "lme4", "VerbAgg", "classification", ("id",), "r2", positive="Y",
          categorical=("btype", "situ", "mode"),
          why="Verbal aggression questionnaire: does the person answer yes/perhaps to an item. Task = "
@@ -168,6 +189,9 @@ def build(spec: Spec, df) -> Dataset:
     keys = df[list(spec.group)].astype(str).agg("/".join, axis=1)
     task_ids, Xs, ys = [], [], []
     for key, idx in keys.groupby(keys, sort=True).groups.items():
+        if spec.max_rows is not None and len(idx) > spec.max_rows:
+            rng = np.random.default_rng([zlib.crc32(spec.name.encode()), zlib.crc32(str(key).encode())])
+            idx = idx[np.sort(rng.choice(len(idx), spec.max_rows, replace=False))]
         if len(idx) >= spec.min_rows:
             task_ids.append(f"{'/'.join(spec.group)}={key}")
             Xs.append(design.loc[idx].to_numpy(dtype=float))

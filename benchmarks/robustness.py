@@ -130,6 +130,10 @@ class Family:
     * ``noise``: a key of :data:`NOISE` (regression; default ``"moderate"``);
     * ``offsets`` / ``scales``: ``(lo, hi)``: ``|a_t| = 10^U(lo, hi)`` with a random sign and
       ``b_t = 10^U(lo, hi)`` (regression; defaults ``a_t ~ N(0, 0.5^2)``, ``b_t = 1``);
+    * ``intercept_sd``: the tasks' intercepts ``a_t ~ N(0, intercept_sd^2)``: regression (instead
+      of 0.5), and classification's logit (instead of a positive rate per task);
+    * ``target`` / ``features``: ``(offset, scale)``: every target ``offset + scale y``
+      (regression), every feature ``offset + scale x`` (the same for all tasks);
     * ``uneven``: columns multiplied by ``10^U(-3, 3)`` and shifted by ``±10^U(0, 4)``;
     * ``corr``: AR(1) correlation of adjacent features;
     * ``task_shift``: per-task feature means ``N(0, task_shift^2)`` and scales ``e^N(0, 0.3^2)``;
@@ -244,16 +248,23 @@ def make_stream(family: Family, seed: int, quick: bool = False) -> Stream:
         f = Z @ w
         if family.kind == "regression":
             a = (rng.choice([-1.0, 1.0]) * 10.0 ** rng.uniform(*o["offsets"]) if "offsets" in o
-                 else rng.normal(0.0, 0.5))
+                 else rng.normal(0.0, float(o.get("intercept_sd", 0.5))))
             b = 10.0 ** rng.uniform(*o["scales"]) if "scales" in o else 1.0
             y = a + b * (f + noise * rng.normal(size=2 * n))
+            if "target" in o:
+                y = o["target"][0] + o["target"][1] * y
         else:
-            lo, hi = o.get("pos_rate", (0.5, 0.5))
-            rate = rng.uniform(lo, hi)
-            population = sharpness * (draw(4000, t_mean, t_scale) @ w)
-            a = _intercept_for_rate(population, rate)
+            if "intercept_sd" in o:
+                a = rng.normal(0.0, float(o["intercept_sd"]))
+            else:
+                lo, hi = o.get("pos_rate", (0.5, 0.5))
+                rate = rng.uniform(lo, hi)
+                population = sharpness * (draw(4000, t_mean, t_scale) @ w)
+                a = _intercept_for_rate(population, rate)
             y = (rng.random(2 * n) < _sigmoid(sharpness * f + a)).astype(float)
         X = Z * col_scale + col_offset
+        if "features" in o:
+            X = o["features"][0] + o["features"][1] * X
         if o.get("task_uneven"):
             X = X * 10.0 ** rng.uniform(-2, 2, d) + rng.choice([-1.0, 1.0], d) * 10.0 ** rng.uniform(0, 3, d)
         perm = rng.permutation(2 * n)
@@ -340,6 +351,12 @@ def _families() -> dict[str, Family]:
                {"envs": 1, "uneven": True}),
         Family("clf_rare_few", "3 environments, rare positives (3-5%), d=20, 40 rows", C, "clustered", 20, 30, 40,
                {"envs": 3, "pos_rate": (0.03, 0.05)}),
+        Family("reg_clustered_intercepts", "4 environments, per-task intercepts 10x the noise, targets 300 + 50 y, "
+               "12 rows, d=5", R, "clustered", 5, 40, 12,
+               {"envs": 4, "intercept_sd": 5.0, "target": (300.0, 50.0)}),
+        Family("clf_clustered_intercepts", "4 environments, per-task logit intercepts (sd 2), features 300 + 50 x, "
+               "14 rows, d=5", C, "clustered", 5, 40, 14,
+               {"envs": 4, "intercept_sd": 2.0, "features": (300.0, 50.0)}),
     ]
     return {f.name: f for f in fams}
 

@@ -21,14 +21,15 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+from scipy.special import logsumexp
 
-from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, POPULATION, RIDGE, Family, Library, choose_family,
-                       family_curves, posterior_fit)
+from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, POPULATION, RIDGE, Family, Library, family_curves,
+                       family_priors, posterior_fit, prequential_family)
 from .exceptions import InputError, UnknownTaskError
 from .losses import KINDS, curvature_scale, fit_single_task, fit_squared_from_moments, sigmoid
-from .population import (LOGISTIC_SPREAD_SCALE, Population, choose_logistic_population, fit_population,
-                         logistic_mode, marginal_objective, pooled_intercept, population_structure, posterior_mean,
-                         refit_due, task_noises, without_task)
+from .population import (LOGISTIC_SPREAD_SCALE, NOISE_PSEUDO_DOF, Population, choose_logistic_population,
+                         fit_gaussian_population, logistic_mode, marginal_objective, noise_precisions, pooled_intercept,
+                         population_structure, posterior_mean, refit_due, task_noises, without_task)
 from .preprocessing import SCALER_WARMUP_ROWS, Scaler, as_matrix, as_targets, label_convention
 from .state import ModelState, SquaredLossMoments, TaskData, TaskRecord, TaskRows, check_format, copy_meta
 from .task_map import TaskMap
@@ -345,10 +346,12 @@ class LifelongLearner:
             )
         record.w, record.omega = self._single_task(record.data)
         result = self._update(task_id, record, previous)
+        scores = None
         if self.task_models == "empirical_bayes":
             due = tuple(getattr(self, "evidence_due_", ()))
             if measure:
-                self._record_evidence(task_id, library, population)
+                curves = self._record_evidence(task_id, library, population)
+                scores = self._prequential_scores(task_id, previous, curves, library, population)
                 due = tuple(t for t in due if t != task_id)
             elif task_id not in due:
                 due += (task_id,)
@@ -360,7 +363,7 @@ class LifelongLearner:
                 again += self._measure_evidence_again((task_id, *again))
                 result = dataclasses.replace(result, changed_tasks=(*result.changed_tasks, *again),
                                              remeasured_tasks=(*result.remeasured_tasks, *again))
-            self._update_stream_choice(defer_refits)
+            self._update_stream_choice(defer_refits, scores)
         return result
 
     def _learn_with_refitted_scaling(self, task_id: str, batch: TaskData, labels: str, rows: int) -> UpdateResult:
@@ -531,23 +534,76 @@ class LifelongLearner:
         Xd, y, _ = self._design(data)
         return Xd, y
 
-    def _record_evidence(self, task_id: str, library: Library | None, population: Population | None) -> None:
+    def _record_evidence(self, task_id: str, library: Library | None,
+                         population: Population | None) -> dict[str, np.ndarray] | None:
         """Store the task's log evidence curve (over the ``omega`` grid) for every family,
-        measured against ``library`` and ``population`` (:meth:`_intercept_prior`)."""
+        measured against ``library`` and ``population`` (:meth:`_intercept_prior`,
+        :meth:`_noise_prior`), and return it (``None`` when it has none)."""
         record = self.tasks_[task_id]
         data = self._evidence_data(record)
         evidence = None
         if data is not None:
-            try:
-                curves = family_curves(self.kind, data, self._with_task_noise(library, record), self._families,
-                                       self._intercept_prior(population), self.grow_features, posterior_means=False)
-            except (np.linalg.LinAlgError, ArithmeticError):  # values of extreme magnitude
-                curves = {}
-            evidence = {name: [float(v) for v in c.log_evidence] for name, c in curves.items()
-                        if np.all(np.isfinite(c.log_evidence))}
+            evidence = self._curves(data, library, population)
+            evidence = {name: [float(v) for v in E] for name, E in evidence.items()}
             if RIDGE.name not in evidence:
                 evidence = None
         record.meta = {**record.meta, "evidence": evidence}
+        return None if evidence is None else {name: np.asarray(E) for name, E in evidence.items()}
+
+    def _curves(self, data, library: Library | None, population: Population | None, design=None
+                ) -> dict[str, np.ndarray]:
+        """Every family's finite log evidence curve of a task's ``data`` against ``library``
+        and ``population`` (``design``: :func:`core.evidence.family_curves`'s)."""
+        try:
+            curves = family_curves(self.kind, data, library, self._families, self._intercept_prior(population),
+                                   self.grow_features, posterior_means=False, design=design,
+                                   noise_prior=self._noise_prior(population))
+        except (np.linalg.LinAlgError, ArithmeticError):  # values of extreme magnitude
+            return {}
+        return {name: c.log_evidence for name, c in curves.items() if np.all(np.isfinite(c.log_evidence))}
+
+    def _noise_prior(self, population: Population | None = None) -> tuple[float, float] | None:
+        """The prior ``(k, s^2)`` of a regression task's noise variance once a population is
+        fitted: ``Scaled-Inv-chi^2`` with the population's typical noise and
+        :data:`core.population.NOISE_PSEUDO_DOF` (:func:`core.evidence.gaussian_fits`); ``None``
+        (profiled) before and for a learner that keeps none."""
+        if self.kind != "regression" or not self._keeps_population or not int(getattr(self, "population_tasks_", 0)):
+            return None
+        return NOISE_PSEUDO_DOF, float((self._population() if population is None else population).noise)
+
+    def _prequential_scores(self, task_id: str, previous: TaskRecord | None, curves: dict[str, np.ndarray] | None,
+                            library: Library | None, population: Population | None) -> dict[str, float] | None:
+        """Each family's log predictive density of the batch of task ``task_id`` just learned,
+        before it was learned: ``log p(y_B | y_P)`` for a task whose earlier rows are ``P``
+        (its record ``previous``), ``log p(y_B)`` for a new one, under the family's prior as the
+        stream had it before the batch (the library and population without the task, the
+        stream's prior ``pi`` over ``omega``, the noise prior; every per-task scale of the prior
+        set by the design of all the task's rows, ``X`` alone): ``log sum_j pi_j p(y_P, y_B |
+        omega_j) - log sum_j pi_j p(y_P | omega_j)``, from the task's evidence ``curves`` of all
+        its rows (measured against that prior) and those of its earlier rows. A family the
+        library cannot define for the task scores as ``ridge``. ``None``: no score (no
+        evidence)."""
+        if not curves or RIDGE.name not in curves:
+            return None
+        before: dict[str, np.ndarray] = {}
+        if previous is not None:
+            data = self._evidence_data(previous)
+            if data is None:
+                return None
+            before = self._curves(data, library, population, design=self._evidence_data(self.tasks_[task_id]))
+            if RIDGE.name not in before:
+                return None
+        priors = self._stream_priors()[1] if getattr(self, "stream_choice_", None) else {}
+        uniform = np.full(self._n_omega, -np.log(self._n_omega))
+        scores = {}
+        for family in self._families:
+            name = family.name if family.name in curves and (previous is None or family.name in before) else RIDGE.name
+            log_pi = np.asarray(priors.get(name, uniform))
+            score = float(logsumexp(log_pi + curves[name]))
+            if previous is not None:
+                score -= float(logsumexp(log_pi + before[name]))
+            scores[family.name] = score
+        return scores
 
     @property
     def _n_omega(self) -> int:
@@ -561,40 +617,52 @@ class LifelongLearner:
             return choice["family"], {k: np.asarray(v) for k, v in choice["priors"].items()}
 
         def compute():
-            return choose_family(self._choice_evidence(), self._families, self._n_omega, self._reference_families)
+            priors = family_priors(self._choice_evidence(), self._families, self._n_omega)
+            return prequential_family(None, self._families, self._reference_families), priors
         return self._stream_value("priors", compute)
 
     def _choice_evidence(self) -> list[dict]:
-        """Every task's evidence curves, which the stream's choice reads."""
+        """Every task's evidence curves, which the stream's priors over ``omega`` read."""
         return [e for e in (r.meta.get("evidence") for r in getattr(self, "tasks_", {}).values()) if e]
 
     @property
     def _reference_families(self) -> tuple[str, ...]:
-        """The families, in order, that another must beat by
-        :data:`core.evidence.STRONG_EVIDENCE` to be used (:func:`core.evidence.choose_family`):
-        the stream's population (the mixed model) once one is fitted, then ``ridge`` (each
-        task alone)."""
+        """The families, in order, that win ties and a stream with no scores
+        (:func:`core.evidence.prequential_family`): the stream's population (the mixed model)
+        once one is fitted, then ``ridge`` (each task alone)."""
         fitted = self._keeps_population and int(getattr(self, "population_tasks_", 0))
         return (POPULATION.name, RIDGE.name) if fitted else (RIDGE.name,)
 
-    def _update_stream_choice(self, defer: bool = False) -> None:
-        """Choose the stream's family and its priors over ``omega`` again from every task's
+    def _update_stream_choice(self, defer: bool = False, scores: dict[str, float] | None = None) -> None:
+        """Add the batch's prequential ``scores`` (:meth:`_prequential_scores`) to the stream's
+        sums and sums of products and choose the family (:func:`core.evidence.prequential_family`)
+        at every update; estimate every family's prior over ``omega`` again from every task's
         evidence when :func:`refit_due` says so (at every update while there are at most
         :data:`EVERY_UPDATE_TASKS` tasks) and the update does not ``defer`` it: a geometric
-        schedule, so the choice, which reads every task, costs a bounded amount per update on
-        average however many tasks there are. Each family's prior over ``omega`` is
-        warm-started from the last choice's (:func:`core.evidence.omega_prior`'s ``start``)."""
+        schedule, so the priors, which read every task, cost a bounded amount per update on
+        average however many tasks there are. Each family's prior is warm-started from the
+        last one (:func:`core.evidence.omega_prior`'s ``start``)."""
         choice = getattr(self, "stream_choice_", None)
         if defer and not choice:
             return
+        sums = dict((choice or {}).get("scores") or {})
+        products = {f: dict(row) for f, row in ((choice or {}).get("products") or {}).items()}
+        batches = int((choice or {}).get("batches", 0))
+        if scores:
+            sums = {f: sums.get(f, 0.0) + value for f, value in scores.items()}
+            products = {f: {g: products.get(f, {}).get(g, 0.0) + value * scores[g] for g in scores}
+                        for f, value in scores.items()}
+            batches += 1
+        family = prequential_family(sums, self._families, self._reference_families, products, batches)
+        tally = {"family": family, "scores": sums, "products": products, "batches": batches}
         if choice and (defer or len(self.tasks_) > EVERY_UPDATE_TASKS):
             since = int(choice.get("updates", 0)) + 1
             if defer or not refit_due(choice["tasks"], since, len(self.tasks_)):
-                self.stream_choice_ = {**choice, "updates": since}
+                self.stream_choice_ = {**choice, **tally, "updates": since}
                 return
-        family, priors = choose_family(self._choice_evidence(), self._families, self._n_omega,
-                                       self._reference_families, start=(choice or {}).get("priors"))
-        self.stream_choice_ = {"family": family, "priors": {k: [float(x) for x in v] for k, v in priors.items()},
+        priors = family_priors(self._choice_evidence(), self._families, self._n_omega,
+                               start=(choice or {}).get("priors"))
+        self.stream_choice_ = {**tally, "priors": {k: [float(x) for x in v] for k, v in priors.items()},
                                "tasks": len(self.tasks_), "updates": 0}
 
     def task_family(self) -> str:
@@ -625,14 +693,15 @@ class LifelongLearner:
             if np.all(np.isfinite(theta)):
                 return theta
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            library = (None if family is RIDGE or family.own_scale
-                       else self._with_task_noise(self._safe_library(task_id, record), record))
+            library = None if family is RIDGE or family.own_scale else self._safe_library(task_id, record)
             try:
-                intercept = self._intercept_prior()
-                curve = family_curves(self.kind, data, library, (family,), intercept, self.grow_features).get(name)
+                intercept, noise = self._intercept_prior(), self._noise_prior()
+                curve = family_curves(self.kind, data, library, (family,), intercept, self.grow_features,
+                                      noise_prior=noise).get(name)
                 if curve is None:  # the library cannot define the family for this task
                     name = RIDGE.name
-                    curve = family_curves(self.kind, data, None, (RIDGE,), intercept, self.grow_features)[name]
+                    curve = family_curves(self.kind, data, None, (RIDGE,), intercept, self.grow_features,
+                                          noise_prior=noise)[name]
                 fit = posterior_fit(curve, priors.get(name))
                 # a logistic fit has the population's intercept in its prior already; a task
                 # alone on its own scales keeps its own intercept, as the user's per-task fit does
@@ -791,9 +860,12 @@ class LifelongLearner:
         return (rss if np.isfinite(rss) else 0.0), float(data.n - params)
 
     def _task_noise(self, record: TaskRecord, pop: Population) -> float:
-        """A regression task's noise variance, shrunk toward the stream's typical one."""
-        rss, dof = self._noise_terms(record)
-        return float(task_noises(np.array([rss]), np.array([dof]), pop.noise)[0][0])
+        """A regression task's noise variance under the population ``pop`` (slopes and
+        intercept): ``1 / E[1 / sigma_t^2]`` of :func:`core.population.noise_precisions`, its
+        expected residual under ``pop``'s posterior pooled with the typical noise."""
+        data = record.data
+        w, _ = noise_precisions(np.array([data.n]), data.gram[None], data.moment[None], np.array([data.yy]), pop)
+        return float(1.0 / w[0])
 
     def _update_population(self, defer: bool = False) -> None:
         """Refit the population over every task when :func:`refit_due` says so and the update
@@ -825,20 +897,17 @@ class LifelongLearner:
             self.population_updates_ = 0
 
     def _fit_population(self, records: list[TaskRecord], start: Population | None) -> Population:
-        """The population over ``records``, warm-started from ``start``."""
+        """The population over ``records``: for logistic tasks warm-started from ``start``; for
+        squared-loss tasks always from the initial population and each task's own noise
+        estimate (:func:`core.population.task_noises`), so that it is one function of the tasks
+        whatever the stream's path: a stream's first tasks of one or two rows fit their rows with
+        no noise at all, and EM warm-started from that fit stays on that boundary long after the
+        tasks have grown to tell noise from spread."""
         if self.kind == "regression":
             rss, dof = np.array([self._noise_terms(r) for r in records]).T
-            noises, typical = task_noises(rss, dof)
-            return fit_population([(r.data.gram / v, r.data.moment / v) for r, v in zip(records, noises)],
-                                  start, typical)
+            stats = [(r.data.n, r.data.gram, r.data.moment, r.data.yy) for r in records]
+            return fit_gaussian_population(stats, None, task_noises(rss, dof)[0])[0]
         return choose_logistic_population([self._design(r.data)[:2] for r in records], start)
-
-    def _with_task_noise(self, library: Library | None, record: TaskRecord) -> Library | None:
-        """``library`` with its population's noise set to the task's own (regression)."""
-        if library is None or library.population is None or self.kind != "regression":
-            return library
-        pop = library.population
-        return dataclasses.replace(library, population=dataclasses.replace(pop, noise=self._task_noise(record, pop)))
 
     # ----------------------------------------------------------------- prediction
     def _theta(self, task_id: str) -> np.ndarray:

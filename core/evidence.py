@@ -36,18 +36,18 @@ integrates ``omega`` out under ``pi`` (:func:`posterior_fit`). One task's best `
 noisy and often at the lower edge of the grid (the task declared equal to the prior's
 centre); the stream pools the tasks' curves, as the family choice does.
 
-The family itself is chosen for the whole stream (:func:`choose_family`): each task's
-evidence curve for every family is measured when the task is learned, against the library
-*as it was without that task*; a family's stream total is the marginal likelihood of all the
-tasks at its own ``pi``, and a family other than the *reference* is used only when its total
-beats the reference's by a log Bayes factor of at least :data:`STRONG_EVIDENCE` (3, "strong"
-on the scale of Kass & Raftery 1995). The reference is the stream's population (the mixed
-model, the statistician's default for grouped data) once the learner has fitted one, then,
-when another family beats the population so, ``ridge`` (each task alone): on tasks of two or
-three rows neither the population nor ``ridge`` can show strong evidence against the other,
-and the population is what borrows strength. Pooling over
-tasks makes the choice reliable where a single task's evidence is not; measuring against the
-library without the task keeps the task's own data from vouching for a prior fitted to it.
+The family itself is chosen for the whole stream by how well each family predicted the
+stream's batches before they were learned (:func:`prequential_family`): every batch, when it
+arrives, is scored under every family by its predictive density given the task's earlier
+rows, against the library and population *as they were without that task* and with the
+stream's ``pi`` of that moment (:meth:`core.LifelongLearner._prequential_scores`), and the
+family with the largest sum is used. The sum is the stream's prequential log likelihood: a
+family that fits the rows it has learned more closely gains nothing unless it predicts the
+next rows better, so no penalty for what it fits and no threshold is needed. The evidence
+curves themselves give each family's ``pi`` and, for squared loss, integrate the noise
+variance out under the population's noise model (``noise_prior``) instead of profiling it on
+the task's own rows, whose profile on a task of two or three rows rewards an exact fit
+without bound.
 """
 from __future__ import annotations
 
@@ -55,15 +55,16 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import logsumexp
+from scipy.special import gammaln, logsumexp
 
 from .population import QUADRATURE_ROWS, Population, logistic_modes, small_task_posteriors
 
 #: Prior variance ``omega`` (relative to ``tr(G) / d``, and for squared loss to ``sigma^2``).
 GAUSSIAN_OMEGAS = 10.0 ** np.arange(-5.0, 8.01, 0.5)
 LOGISTIC_OMEGAS = 10.0 ** np.arange(-3.0, 3.01, 0.5)
-#: Log Bayes factor a family must reach over ``ridge``, summed over the stream's tasks.
-STRONG_EVIDENCE = 3.0
+#: Standard errors by which a family's summed prequential log score must beat the reference's
+#: to replace it (:func:`prequential_family`): a one-sided test at about 2 %.
+PREQUENTIAL_Z = 2.0
 #: Weight ``a`` of the Dirichlet(1 + a) prior on the stream's distribution of ``omega``
 #: (:func:`omega_prior`): ``a = 1`` is Laplace's rule of succession, every grid point counted
 #: once a priori; ``0`` is plain maximum likelihood.
@@ -166,9 +167,26 @@ def own_scale_factor(G: np.ndarray, n: int, xbar: np.ndarray, weight: float = 1.
     return np.diag(1.0 / np.sqrt(weight * np.where(varying, g, fill)))
 
 
+def gaussian_unit(n: int, gram: np.ndarray, slopes: int | None = None) -> float:
+    """The per-slope scale of a squared-loss task's ``omega`` grid: ``tr(G) / d`` of its
+    centred ``X'X`` (:func:`gaussian_fits`)."""
+    xbar = gram[-1, :-1] / n
+    G = gram[:-1, :-1] - n * np.outer(xbar, xbar)
+    return max(float(np.trace(G)) / (slopes or G.shape[0]), _TINY)
+
+
+def logistic_unit(X: np.ndarray, slopes: int | None = None) -> float:
+    """The per-slope curvature of a logistic task's ``omega`` grid (:func:`logistic_fits`)."""
+    Xc = X[:, :-1] - X[:, :-1].mean(axis=0)
+    n = X.shape[0]
+    curvature = 0.25 * float(np.trace(Xc.T @ Xc)) / (slopes or Xc.shape[1])
+    return curvature if curvature > 1e-10 * n else 0.25 * n
+
+
 def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centres: np.ndarray,
                   basis: np.ndarray | None, rho: float, factor: np.ndarray | None = None,
-                  slopes: int | None = None, posterior_means: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
+                  slopes: int | None = None, posterior_means: bool = True, unit: float | None = None,
+                  noise_prior: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Log evidence and posterior mean of a squared-loss task for every centre and every
     ``omega`` of :data:`GAUSSIAN_OMEGAS`: arrays ``(k, n_omega)`` and ``(k, n_omega, d + 1)``.
 
@@ -177,6 +195,17 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
     ``omega`` not rescaled by the task's design) instead of the family's. ``slopes``: the
     number of slopes the per-slope scales divide by (default ``d``; see :func:`family_curves`).
     ``posterior_means=False``: the evidence alone (the same numbers), ``None`` for the means.
+    ``unit``: the per-slope scale the ``omega`` grid is relative to (default the task's own,
+    ``tr(G) / d`` of its centred ``X'X``; :func:`family_curves` passes another design's).
+
+    ``noise_prior = (k, s^2)``: ``sigma^2`` integrated out under ``Scaled-Inv-chi^2(k, s^2)``
+    (the population's noise model, :func:`core.population.noise_precisions`) instead of profiled
+    on the task's own rows: the exact log marginal likelihood of the rows,
+    ``log G((k + n') / 2) - log G(k / 2) - n'/2 log(pi k s^2) - 1/2 log n - 1/2 log det(I + K G)
+    - (k + n')/2 log(1 + Q / (k s^2))`` with ``n' = n - 1`` (a multivariate t in the rows'
+    centred coordinates; the flat intercept's integral gives ``n^-1/2``). The profile (no
+    ``noise_prior``, the limit ``k -> 0`` up to a constant) rewards a task of two or three rows
+    whose difference a family happens to fit exactly without bound: ``-n'/2 log Q``.
     """
     d = gram.shape[0] - 1
     xbar = gram[-1, :-1] / n
@@ -186,7 +215,7 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
     S = yy - n * ybar * ybar
     dof = max(n - 1, 1)
     if factor is None:
-        omegas = GAUSSIAN_OMEGAS / max(float(np.trace(G)) / (slopes or d), _TINY)
+        omegas = GAUSSIAN_OMEGAS / max(float(np.trace(G)) / (slopes or d) if unit is None else unit, _TINY)
         R = _prior_factor(d, basis, rho, slopes)
     else:
         omegas, R = GAUSSIAN_OMEGAS, factor
@@ -200,6 +229,11 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
     RU = R @ U
     shrink = 1.0 / (1.0 / omegas[None, :] + lam[:, None])  # (d, n_omega)
     logdet = np.sum(np.log1p(omegas[None, :] * lam[:, None]), axis=0)
+    if noise_prior is not None:
+        nu, s2 = (float(v) for v in noise_prior)
+        rows = n - 1.0
+        t_constant = (gammaln(0.5 * (nu + rows)) - gammaln(0.5 * nu) - 0.5 * rows * np.log(np.pi * nu * s2)
+                      - 0.5 * np.log(n))
     k = centres.shape[0]
     E = np.empty((k, omegas.size))
     TH = np.empty((k, omegas.size, d + 1)) if posterior_means else None
@@ -210,8 +244,11 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
         if any_null:
             c = np.where(null, 0.0, c)
         quad = Ss - (c * c) @ shrink
-        quad = np.maximum(quad, EXACT_FIT * max(abs(Ss), _TINY))  # an exact fit: Q is rounding
-        E[i] = -0.5 * dof * np.log(quad / dof) - 0.5 * logdet
+        if noise_prior is None:
+            quad = np.maximum(quad, EXACT_FIT * max(abs(Ss), _TINY))  # an exact fit: Q is rounding
+            E[i] = -0.5 * dof * np.log(quad / dof) - 0.5 * logdet
+        else:
+            E[i] = t_constant - 0.5 * logdet - 0.5 * (nu + rows) * np.log1p(np.maximum(quad, 0.0) / (nu * s2))
         if TH is None:
             continue
         slopes = m[:, None] + RU @ (c[:, None] * shrink)  # (d, n_omega)
@@ -222,8 +259,8 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
 
 def logistic_fits(X: np.ndarray, y: np.ndarray, centres: np.ndarray, basis: np.ndarray | None,
                   rho: float, factor: np.ndarray | None = None,
-                  intercept: tuple[float, float] | None = None, slopes: int | None = None
-                  ) -> tuple[np.ndarray, np.ndarray]:
+                  intercept: tuple[float, float] | None = None, slopes: int | None = None,
+                  unit: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Log evidence and posterior mode of a logistic task for the centre ``0`` (row 0) and
     every centre of ``centres`` (rows 1..), each by the Laplace approximation at its own
     posterior mode, for every ``omega`` of :data:`LOGISTIC_OMEGAS`. (A second-order expansion
@@ -242,15 +279,13 @@ def logistic_fits(X: np.ndarray, y: np.ndarray, centres: np.ndarray, basis: np.n
     ``omega`` is relative to the task's curvature per slope, ``0.25 tr(Xc'Xc) / d``; rows with no
     spread (one row, or equal rows) take the curvature standardised columns have over as many
     rows, ``0.25 n``, where the task's own would set the slopes' prior variance to infinity and
-    its evidence hundreds of nats down.
+    its evidence hundreds of nats down. ``unit``: that curvature from another design
+    (:func:`family_curves`).
     """
     d1 = X.shape[1]
     d = d1 - 1
     if factor is None:
-        Xc = X[:, :-1] - X[:, :-1].mean(axis=0)
-        n = X.shape[0]
-        curvature = 0.25 * float(np.trace(Xc.T @ Xc)) / (slopes or d)
-        omegas = LOGISTIC_OMEGAS / (curvature if curvature > 1e-10 * n else 0.25 * n)
+        omegas = LOGISTIC_OMEGAS / (logistic_unit(X, slopes) if unit is None else unit)
         R = _prior_factor(d, basis, rho, slopes)
     else:
         omegas, R = LOGISTIC_OMEGAS, factor
@@ -324,7 +359,8 @@ def mixed_curve(E: np.ndarray, TH: np.ndarray | None, log_weights: np.ndarray | 
 
 def family_curves(kind: str, data, library: Library | None, families: tuple[Family, ...],
                   prior_population: Population | None = None, skip_zero_columns: bool = False,
-                  posterior_means: bool = True) -> dict[str, Curve]:
+                  posterior_means: bool = True, design=None,
+                  noise_prior: tuple[float, float] | None = None) -> dict[str, Curve]:
     """Every family's :class:`Curve` for one task. ``data`` is the task's sufficient statistics
     ``(n, gram, moment, yy)`` (squared loss) or its rows ``(X, y)`` (logistic loss). A family
     the library cannot define (no basis for ``rho > 0``, no representatives for a mixture)
@@ -338,15 +374,26 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
     new feature, :meth:`core.LifelongLearner.add_features`) changes neither its evidence nor
     its posterior (off by default: the learners' results without new columns stay as they
     were). ``posterior_means=False``: each curve's evidence alone (the same numbers; its
-    ``theta`` ``None`` for squared loss, whose means take about a fifth of the curves' time)."""
+    ``theta`` ``None`` for squared loss, whose means take about a fifth of the curves' time).
+
+    ``design``: the task's data (as ``data``) whose design sets every per-task scale of the
+    priors — the ``omega`` grid's unit, ``own_scale``'s per-slope variances, the mean row
+    ``own_scale`` centres at, the columns that count — instead of ``data``'s own: the curves
+    of a task's earlier rows under the priors of all its rows, for the predictive density of
+    its latest batch (:meth:`core.LifelongLearner._prequential_scores`). The scales read
+    ``X`` alone, never ``y``, so a prior set by the whole task's design is a prior for each of
+    its batches. ``noise_prior``: :func:`gaussian_fits`'s (squared loss)."""
+    design = data if design is None else design
     intercept = None
     if prior_population is not None and kind != "regression":
         intercept = (float(prior_population.mean[-1]), float(prior_population.cov[-1, -1]))
     d = data[1].shape[0] - 1 if kind == "regression" else data[0].shape[1] - 1
     slopes = None
     if skip_zero_columns:
-        nonzero = np.diag(data[1])[:-1] != 0.0 if kind == "regression" else np.any(data[0][:, :-1] != 0.0, axis=0)
+        nonzero = (np.diag(design[1])[:-1] != 0.0 if kind == "regression"
+                   else np.any(design[0][:, :-1] != 0.0, axis=0))
         slopes = max(int(np.count_nonzero(nonzero)), 1)
+    unit = gaussian_unit(design[0], design[1], slopes) if kind == "regression" else logistic_unit(design[0], slopes)
     has_basis = library is not None and library.basis is not None and bool(np.any(library.basis))
     has_centres = library is not None and len(library.centres) > 0
     curves: dict[str, Curve] = {}
@@ -362,27 +409,28 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
         if has_centres and not library.shared_slopes:
             centres = np.vstack([centres, library.centres])
         return gaussian_fits(n, gram, moment, yy, centres, None, 0.0, np.linalg.cholesky(pop.cov / pop.noise),
-                             posterior_means=posterior_means)
+                             posterior_means=posterior_means, noise_prior=noise_prior)
     for fam in families:
         if fam.own_scale:
             if kind == "regression":
                 n, gram, moment, yy = data
-                xbar = gram[-1, :-1] / n
-                factor = own_scale_factor(gram[:-1, :-1] - n * np.outer(xbar, xbar), n, xbar)
+                n_d, gram_d = design[0], design[1]
+                xbar = gram_d[-1, :-1] / n_d
+                factor = own_scale_factor(gram_d[:-1, :-1] - n_d * np.outer(xbar, xbar), n_d, xbar)
                 E, TH = gaussian_fits(n, gram, moment, yy, np.zeros((1, d)), None, 0.0, factor,
-                                      posterior_means=posterior_means)
+                                      posterior_means=posterior_means, noise_prior=noise_prior)
                 curves[fam.name] = mixed_curve(E, TH)
             else:
+                Xd = design[0][:, :-1]
+                xbar = Xd.mean(axis=0)
+                factor = own_scale_factor((Xd - xbar).T @ (Xd - xbar), Xd.shape[0], xbar, 0.25)
                 X = data[0][:, :-1]
-                xbar = X.mean(axis=0)
-                Xc = X - xbar
-                factor = own_scale_factor(Xc.T @ Xc, X.shape[0], xbar, 0.25)
                 centred = None
                 if prior_population is not None:  # the population's logit at the mean row
                     row = np.append(xbar, 1.0)
                     centred = (float(row @ prior_population.mean), float(row @ prior_population.cov @ row))
-                E, TH = logistic_fits(np.hstack([Xc, np.ones((X.shape[0], 1))]), data[1], np.empty((0, d)), None,
-                                      0.0, factor, centred)
+                E, TH = logistic_fits(np.hstack([X - xbar, np.ones((X.shape[0], 1))]), data[1], np.empty((0, d)),
+                                      None, 0.0, factor, centred)
                 TH = TH.copy()
                 TH[..., -1] -= TH[..., :-1] @ xbar  # back to the intercept at x = 0
                 curves[fam.name] = mixed_curve(E[:1], TH[:1])
@@ -415,9 +463,10 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
         if kind == "regression":
             n, gram, moment, yy = data
             E, TH = gaussian_fits(n, gram, moment, yy, np.vstack([np.zeros((1, d)), centres]), basis, rho,
-                                  slopes=slopes, posterior_means=posterior_means)
+                                  slopes=slopes, posterior_means=posterior_means, unit=unit,
+                                  noise_prior=noise_prior)
         else:
-            E, TH = logistic_fits(data[0], data[1], centres, basis, rho, None, intercept, slopes)
+            E, TH = logistic_fits(data[0], data[1], centres, basis, rho, None, intercept, slopes, unit)
         for fam in fams:
             rows = slice(1, None) if fam.centred_on_representatives else slice(0, 1)
             curves[fam.name] = mixed_curve(E[rows], None if TH is None else TH[rows],
@@ -574,19 +623,13 @@ def _evidence_curve(value, n_omega: int) -> np.ndarray | None:
     return arr if arr.size == n_omega else None
 
 
-def choose_family(evidence: list[dict[str, list[float] | float | None]], families: tuple[Family, ...],
-                  n_omega: int, references: tuple[str, ...] = (RIDGE.name,),
-                  start: dict[str, np.ndarray] | None = None) -> tuple[str, dict[str, np.ndarray]]:
-    """The family used for every task of a stream and each family's prior over ``omega``.
-
-    ``evidence`` holds each task's evidence curve per family (``None`` or missing: the family
-    was not defined for that task, which counts as ``ridge``'s curve). Each family's stream
-    total is its log marginal likelihood at its :func:`omega_prior`. The first of
-    ``references`` (those among ``families``; ``ridge`` always is) that no family beats by
-    :data:`STRONG_EVIDENCE` is used, and the family with the largest total when every
-    reference is beaten so. Returns the family's name and ``{family: log pi}`` (empty for an
-    empty stream: ``pi`` uniform); ``start`` (such a dict, the stream's previous choice)
-    warm-starts each family's :func:`omega_prior`."""
+def family_priors(evidence: list[dict[str, list[float] | float | None]], families: tuple[Family, ...],
+                  n_omega: int, start: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Each family's prior over ``omega`` for a stream: its :func:`omega_prior` over every
+    task's evidence curve. ``evidence`` holds each task's curve per family (``None`` or missing:
+    the family was not defined for that task, which counts as ``ridge``'s curve). Returns
+    ``{family: log pi}`` (empty for an empty stream: ``pi`` uniform); ``start`` (such a dict, the
+    stream's previous priors) warm-starts each family's :func:`omega_prior`."""
     rows: dict[str, list[np.ndarray]] = {f.name: [] for f in families}
     for ev in evidence:
         base = _evidence_curve(ev.get(RIDGE.name), n_omega)
@@ -596,13 +639,54 @@ def choose_family(evidence: list[dict[str, list[float] | float | None]], familie
             value = _evidence_curve(ev.get(name), n_omega)
             rows[name].append(base if value is None else value)
     if not rows[RIDGE.name]:
-        return RIDGE.name, {}
+        return {}
     names = list(rows)
-    log_pi, stream_totals = omega_priors(np.array([rows[name] for name in names]),
-                                         starts=[(start or {}).get(name) for name in names])
-    priors, totals = dict(zip(names, log_pi)), dict(zip(names, stream_totals.tolist()))
-    best = max(totals, key=totals.get)
-    for reference in (r for r in references if r in totals):
-        if totals[best] - totals[reference] < STRONG_EVIDENCE:
-            return reference, priors
-    return best, priors
+    log_pi, _ = omega_priors(np.array([rows[name] for name in names]),
+                             starts=[(start or {}).get(name) for name in names])
+    return dict(zip(names, log_pi))
+
+
+def prequential_margins(scores: dict[str, float], products: dict[str, dict[str, float]], batches: int,
+                        families: tuple[Family, ...], reference: str) -> dict[str, tuple[float, float]]:
+    """Each family's summed prequential log score less ``reference``'s, and the standard error
+    of that sum: ``sqrt(n var(d_b))`` over the ``batches`` per-batch differences ``d_b``, from the
+    sums (``scores``) and sums of products (``products``) of the families' per-batch scores (a
+    family missing from them scores as ``ridge``). The forecast comparison of Diebold & Mariano
+    (1995) on the log score, with the batches taken as independent."""
+    def name(f):
+        return f if f in scores else RIDGE.name
+    out = {}
+    r = name(reference)
+    for fam in families:
+        f = name(fam.name)
+        total = scores[f] - scores[r]
+        second = products[f][f] - 2.0 * products[f][r] + products[r][r]
+        var = max(second / max(batches, 1) - (total / max(batches, 1)) ** 2, 0.0)
+        out[fam.name] = (float(total), float(np.sqrt(batches * var)))
+    return out
+
+
+def prequential_family(scores: dict[str, float] | None, families: tuple[Family, ...],
+                       references: tuple[str, ...] = (RIDGE.name,),
+                       products: dict[str, dict[str, float]] | None = None, batches: int = 0,
+                       z: float = PREQUENTIAL_Z) -> str:
+    """The family whose predictions of the stream's batches, each made before the batch was
+    learned, had the largest summed log density (``scores``: family -> sum of
+    :meth:`core.LifelongLearner._prequential_scores`; ``products``: the sums of their products,
+    over ``batches`` batches) among those whose sum beats the first of ``references`` (the
+    stream's population once fitted, else ``ridge``) by at least ``z`` standard errors
+    (:func:`prequential_margins`); the reference when none does, or when there are no scores.
+
+    The sum is the stream's prequential log likelihood under the family (Dawid 1984): a
+    batch's rows count only through how well the family predicted them from what came before,
+    so a family that fits the rows it has learned more closely gains nothing unless it predicts
+    new rows better, and no penalty for what a family fits is needed. Families whose sums differ
+    by less than their noise predict alike as far as the stream can tell, and then the
+    reference, the model a statistician fits to grouped data, is kept."""
+    names = [f.name for f in families]
+    order = [r for r in references if r in names] + [n for n in names if n not in references]
+    if not scores or not products or batches < 2:
+        return order[0]
+    margins = prequential_margins(scores, products, batches, families, order[0])
+    winners = [f for f in order[1:] if margins[f][0] > z * margins[f][1] and margins[f][0] > 0.0]
+    return max(winners, key=lambda f: margins[f][0]) if winners else order[0]

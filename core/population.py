@@ -54,7 +54,7 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize_scalar
+from scipy.optimize import brentq, minimize_scalar
 
 from .losses import sigmoid
 
@@ -70,6 +70,12 @@ PRIOR_SCALE = 1e-2
 LOGISTIC_SPREAD_SCALE = 100.0
 #: Degrees of freedom of the stream's typical noise added to a task's own (:func:`task_noises`).
 NOISE_PSEUDO_DOF = 10.0
+#: :func:`noise_precisions` stops when no precision moves by more than ``NOISE_TOL`` (relative)
+#: or after ``NOISE_MAX_ITER`` iterations; :func:`fit_gaussian_population` alternates the
+#: population and the precisions at most ``NOISE_ROUNDS`` times.
+NOISE_TOL = 1e-6
+NOISE_MAX_ITER = 500
+NOISE_ROUNDS = 200
 #: The population and the stream's family are computed again when the tasks have grown by this
 #: factor, or this factor minus one times the tasks have been updated, since the last time.
 REFIT_GROWTH = 1.25
@@ -198,14 +204,24 @@ def fit_population(tasks: list, start: Population | None = None, noise: float = 
     J, h = (np.array(c, dtype=float) for c in zip(*tasks))
     T, d = h.shape
     x = (Population.initial(d) if start is None else start).to_array()[:-1]
-    step = lambda v, value=False: _em_step(v, J, h, prior_weight, mean_scale, spread_scale, structure, value)
+    x = _squarem(x, lambda v, value=False: _em_step(v, J, h, prior_weight, mean_scale, spread_scale, structure,
+                                                     value), d, T, tol, max_iter, objective_tol)
+    pop = Population(x[:d].copy(), x[d:].reshape(d, d).copy(), noise)
+    return dataclasses.replace(pop, mean_cov=mean_covariance(J, pop, mean_scale)) if with_mean_cov else pop
+
+
+def _squarem(x: np.ndarray, step, d: int, T: int, tol: float, max_iter: int, objective_tol: float) -> np.ndarray:
+    """EM's fixed point from ``x`` (a mean of ``d`` and a covariance, flattened, then any
+    unconstrained entries: logarithms, whose moves count as relative ones) by SQUAREM rounds
+    of ``step(x, value=False)`` (``step(x, True)`` also returns the log posterior at ``x``):
+    :func:`fit_population`'s stopping rules over ``T`` tasks."""
+    size = d + d * d
     before = None
     for _ in range(max_iter // 3):
         if objective_tol > 0:
             x1, value = step(x, True)  # value: the log posterior at x
             if before is not None and 0.0 <= value - before < objective_tol * T:
-                x = x1
-                break
+                return x1
             before = value
         else:
             x1 = step(x)
@@ -216,16 +232,17 @@ def fit_population(tasks: list, start: Population | None = None, noise: float = 
         if nv > 0:
             alpha = -max(float(np.linalg.norm(r)) / nv, 1.0)
             trial = x - 2.0 * alpha * r + alpha * alpha * v
-            if _valid(trial, d):
+            if _valid(trial[:size], d) and np.all(np.isfinite(trial)):
                 new = step(trial)
-                if not _valid(new, d):
+                if not (_valid(new[:size], d) and np.all(np.isfinite(new))):
                     new = x2
-        moved = _moved(x, new, d)
+        moved = _moved(x[:size], new[:size], d)
+        if x.size > size:
+            moved = max(moved, float(np.max(np.abs(new[size:] - x[size:]))))
         x = new
         if moved < tol:
             break
-    pop = Population(x[:d].copy(), x[d:].reshape(d, d).copy(), noise)
-    return dataclasses.replace(pop, mean_cov=mean_covariance(J, pop, mean_scale)) if with_mean_cov else pop
+    return x
 
 
 def choose_logistic_population(tasks: list, start: Population | None = None) -> Population:
@@ -638,10 +655,22 @@ def _moved(x: np.ndarray, new: np.ndarray, d: int) -> float:
                float(np.max(np.abs(new[d:] - x[d:]))) / float(np.max(np.abs(x[d:]))))
 
 
+def _task_posteriors(mean: np.ndarray, cov: np.ndarray, J: np.ndarray, h: np.ndarray) -> tuple:
+    """Every task's posterior under ``N(mean, cov)`` given its pseudo-observation ``(J, h)``:
+    ``(P, M, C, mu)`` with ``P = cov^-1``, the posterior precisions ``M = J + P``, covariances
+    ``C = M^-1`` and means ``mu = C (h + P mean)`` (EM's E-step)."""
+    prec = np.linalg.inv(cov)
+    M = J + prec
+    C = np.linalg.inv(M)
+    return prec, M, C, np.einsum("tij,tj->ti", C, h + prec @ mean)
+
+
 def _em_step(x: np.ndarray, J: np.ndarray, h: np.ndarray, prior_weight: float,
              mean_scale: float | None = None, spread_scale: float | None = None,
-             structure: str = "full", value: bool = False) -> np.ndarray | tuple[np.ndarray, float]:
-    """One EM step over every task; ``x`` is the mean and the covariance, flattened. With
+             structure: str = "full", value: bool = False,
+             posteriors: tuple | None = None) -> np.ndarray | tuple[np.ndarray, float]:
+    """One EM step over every task; ``x`` is the mean and the covariance, flattened
+    (``posteriors``: :func:`_task_posteriors` at ``x``, when already computed). With
     ``mean_scale`` the mean has the prior ``N(0, mean_scale^2 I)`` (an ECM step: the mean given
     the covariance, then the covariance given the mean). The covariance has the inverse-Wishart
     prior of ``prior_weight`` pseudo-tasks, or with ``spread_scale`` the Wishart prior of
@@ -660,13 +689,10 @@ def _em_step(x: np.ndarray, J: np.ndarray, h: np.ndarray, prior_weight: float,
     priors above: ``(step, value)``."""
     diagonal, tied = structure in ("diagonal", "isotropic"), structure == "isotropic"
     T, d = h.shape
-    mean, cov = x[:d], x[d:].reshape(d, d)
-    prec = np.linalg.inv(cov)
-    M = J + prec
-    C = np.linalg.inv(M)  # (T, d, d): every task's posterior covariance
+    mean, cov = x[:d], x[d:d + d * d].reshape(d, d)
+    prec, M, C, mu = _task_posteriors(mean, cov, J, h) if posteriors is None else posteriors
     pm = prec @ mean
     b = h + pm
-    mu = np.einsum("tij,tj->ti", C, b)
     log_posterior = None
     if value:
         logdet_cov = float(np.linalg.slogdet(cov)[1])
@@ -723,6 +749,151 @@ def task_noises(rss: np.ndarray, dof: np.ndarray, typical: float | None = None,
         log_typical = float(np.sum(dof[own] * log_own[own]) / np.sum(dof[own])) if np.any(own) else 0.0
     weight = np.where(own, dof, 0.0)
     return np.exp((weight * log_own + pseudo_dof * log_typical) / (weight + pseudo_dof)), float(np.exp(log_typical))
+
+
+def noise_precisions(n: np.ndarray, gram: np.ndarray, moment: np.ndarray, yy: np.ndarray, pop: Population,
+                     pseudo_dof: float = NOISE_PSEUDO_DOF, weights: np.ndarray | None = None,
+                     estimate_typical: bool = False, tol: float = NOISE_TOL,
+                     max_iter: int = NOISE_MAX_ITER) -> tuple[np.ndarray, float]:
+    """Every squared-loss task's noise precision ``E[1 / sigma_t^2]`` under ``pop``, and the
+    stream's typical noise variance (``pop.noise``, or estimated with ``estimate_typical``).
+
+    The model: ``y_t = X_t theta_t + e``, ``e ~ N(0, sigma_t^2 I)``, ``theta_t ~ N(m, Sigma)``
+    and ``sigma_t^2 ~ Scaled-Inv-chi^2(k, s^2)`` with ``k = pseudo_dof`` and ``s^2`` the
+    typical noise. Mean-field variational Bayes over ``q(theta_t) q(sigma_t^2)`` (Bishop,
+    *PRML* sec. 10.1; the variance-components step of the mixed model's EM for ``k`` infinite)
+    alternates the task's Gaussian posterior ``N(mu_t, C_t)`` given the precision ``w_t`` (the
+    pseudo-observation ``(w_t X'X, w_t X'y)``) and ``q(sigma_t^2)``, an inverse gamma of shape
+    ``(k + n_t) / 2`` and scale ``(k s^2 + r_t) / 2``, whose ``E[1 / sigma^2]`` is
+    ``w_t = (k + n_t) / (k s^2 + r_t)``, with ``r_t = E||y_t - X_t theta_t||^2 = ||y_t - X_t mu_t||^2
+    + tr(X_t'X_t C_t)``, the expected residual under the posterior, not the residual of the
+    task's own fit: a task of two rows and three parameters fits its rows exactly and says
+    nothing of its noise alone, but under the population its rows do. ``estimate_typical``
+    also sets ``s^2`` to its maximum, ``T / sum_t w_t``; with ``pseudo_dof = inf`` every task
+    shares one noise, ``sum_t r_t / sum_t n_t``: the mixed model's maximum-likelihood step.
+
+    Each iteration is ``O(T d)``: the tasks' ``X'X`` are diagonalised once in the
+    population's whitened coordinates (``theta = m + L u``, ``Sigma = L L'``). ``weights``:
+    where the iteration starts (``1 / s^2`` when ``None``); it stops when no precision moves by
+    more than ``tol`` (relative) or after ``max_iter`` iterations."""
+    n, yy = np.asarray(n, dtype=float), np.asarray(yy, dtype=float)
+    gram, moment = np.asarray(gram, dtype=float), np.asarray(moment, dtype=float)
+    L = np.linalg.cholesky(pop.cov)
+    lam, U = np.linalg.eigh(np.einsum("ji,tjk,kl->til", L, gram, L))
+    lam = np.maximum(lam, 0.0)
+    centred = moment - gram @ pop.mean
+    c = np.einsum("tji,tj->ti", U, centred @ L)  # the data's projections, in each task's eigenbasis
+    S = yy - 2.0 * moment @ pop.mean + np.einsum("i,tij,j->t", pop.mean, gram, pop.mean)  # residual at the mean
+    typical = float(pop.noise)
+    w = np.full(n.size, 1.0 / typical) if weights is None else np.asarray(weights, dtype=float).copy()
+
+    def residuals(w):  # E||y - X theta||^2 under the posterior of precision w, and its derivative in w
+        g = w[:, None] * lam + 1.0
+        r = S - np.sum(c * c * w[:, None] * (w[:, None] * lam + 2.0) / (g * g), axis=1) + np.sum(lam / g, axis=1)
+        return np.maximum(r, 0.0), -np.sum(2.0 * c * c / (g * g * g) + lam * lam / (g * g), axis=1)
+
+    if not np.isfinite(pseudo_dof):  # one noise for every task: the mixed model's EM step
+        for _ in range(max_iter):
+            r, _ = residuals(w)
+            if estimate_typical:
+                typical = max(float(r.sum() / n.sum()), _TINY)
+            moved = abs(1.0 / typical - w[0]) * typical
+            w = np.full(n.size, 1.0 / typical)
+            if moved <= tol or not estimate_typical:
+                break
+        return w, typical
+    k = float(pseudo_dof)
+
+    def solve(typical, w):  # each task's w = (k + n) / (k s^2 + r(w)) given s^2: Newton in log w
+        for _ in range(max_iter):
+            r, dr = residuals(w)
+            target = (k + n) / (k * typical + r)
+            # log w - log target(w) = 0; its derivative in log w, 1 - w target' / target, is
+            # positive at a stable root; where it is not, the plain step w = target
+            slope = 1.0 + w * dr / (k * typical + r)
+            gap = np.log(w / target)
+            step = np.where(slope > 1e-3, gap / np.where(slope > 1e-3, slope, 1.0), gap)
+            w = w * np.exp(-step)
+            if float(np.max(np.abs(step))) <= tol:
+                break
+        return w
+
+    if not estimate_typical:
+        return solve(typical, w), typical
+    # s^2 = T / sum_t w_t(s^2): the root in log s^2 of log(s^2 sum_t w_t / T), which rises with
+    # s^2 (each w_t s^2 = (k + n_t) s^2 / (k s^2 + r_t) does, r_t moving less), by Brent's method
+    # from a bracket grown around the last s^2; every solve starts from the same w, so that the
+    # function Brent's method reads is one function
+    def excess(log_s2):
+        return float(np.log(np.exp(log_s2) * np.sum(solve(float(np.exp(log_s2)), w)) / n.size))
+
+    lo, hi = np.log(typical) - 0.05, np.log(typical) + 0.05
+    f_lo, f_hi = excess(lo), excess(hi)
+    for _ in range(200):
+        if f_lo <= 0.0 <= f_hi:
+            break
+        if f_lo > 0.0:
+            lo, hi, f_hi = lo - 2.0 * (hi - lo), lo, f_lo
+            f_lo = excess(lo)
+        else:
+            lo, hi, f_lo = hi, hi + 2.0 * (hi - lo), f_hi
+            f_hi = excess(hi)
+    log_s2 = brentq(excess, lo, hi, xtol=tol) if f_lo < 0.0 < f_hi else (lo if f_lo == 0.0 else hi)
+    typical = float(np.exp(log_s2))
+    w = solve(typical, w)
+    return w, typical
+
+
+def fit_gaussian_population(tasks: list, start: Population | None = None, noises: np.ndarray | None = None,
+                            pseudo_dof: float = NOISE_PSEUDO_DOF, prior_weight: float = PRIOR_WEIGHT,
+                            tol: float = EM_TOL, max_iter: int = EM_MAX_ITER, with_mean_cov: bool = True,
+                            objective_tol: float = EM_OBJECTIVE_TOL) -> tuple[Population, np.ndarray]:
+    """The population of squared-loss tasks ``[(n, X'X, X'y, y'y), ...]`` with every task's
+    noise and the typical one estimated with it (:func:`noise_precisions`'s model), by
+    variational EM (:func:`noise_precisions`'s coordinate ascent in one step with EM's: each
+    task's posterior given its precision ``w_t``, then the precisions given the posteriors' expected
+    residuals and ``s^2 = T / sum_t w_t``, then the population), accelerated by SQUAREM over the
+    population, ``log w_t`` and ``log s^2`` together: the fixed point is the joint one, where each
+    task's posterior, its noise and the population agree (the mixed model's ML estimates, noise
+    included, for ``pseudo_dof = inf``). A first fit (``start`` ``None``) starts the
+    precisions from ``1 / noises`` (each task's own estimate, :func:`task_noises`; the scaled
+    target's variance 1 when ``None``), a refit from ``start`` and its noise. Returns the
+    population (``noise``: ``s^2``) and the precisions."""
+    n, gram, moment, yy = (np.array(c, dtype=float) for c in zip(*tasks))
+    T, d = moment.shape
+    if start is None:
+        w = 1.0 / (np.ones(T) if noises is None else np.asarray(noises, dtype=float))
+        start = dataclasses.replace(Population.initial(d), noise=float(T / np.sum(w)))
+    else:
+        w, _ = noise_precisions(n, gram, moment, yy, start, pseudo_dof)
+    size = d + d * d
+    shared = not np.isfinite(pseudo_dof)
+
+    def step(v, value=False):
+        w = np.exp(v[size:-1])
+        J, h = gram * w[:, None, None], moment * w[:, None]
+        post = _task_posteriors(v[:d], v[d:size].reshape(d, d), J, h)
+        _, _, C, mu = post
+        r = np.maximum(yy - 2.0 * np.einsum("ti,ti->t", mu, moment) + np.einsum("ti,tij,tj->t", mu, gram, mu)
+                       + np.einsum("tij,tji->t", gram, C), 0.0)
+        if shared:
+            noise = max(float(r.sum() / n.sum()), _TINY)
+            w = np.full(T, 1.0 / noise)
+        else:
+            w = (pseudo_dof + n) / (pseudo_dof * float(np.exp(v[-1])) + r)
+            noise = T / float(np.sum(w))
+        out = _em_step(v[:size], J, h, prior_weight, value=value, posteriors=post)
+        x = out[0] if value else out
+        new = np.concatenate([x, np.log(w), [np.log(noise)]])
+        return (new, out[1]) if value else new
+
+    x = _squarem(np.concatenate([start.to_array()[:-1], np.log(w), [np.log(start.noise)]]), step, d, T, tol,
+                 max_iter, objective_tol)
+    w = np.exp(x[size:-1])
+    pop = Population(x[:d].copy(), x[d:size].reshape(d, d).copy(), float(np.exp(x[-1])))
+    if with_mean_cov:
+        pop = dataclasses.replace(pop, mean_cov=mean_covariance(gram * w[:, None, None], pop))
+    return pop, w
 
 
 def posterior_mean(J: np.ndarray, h: np.ndarray, pop: Population) -> np.ndarray:

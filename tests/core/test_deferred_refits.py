@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from core import load_state
-from core.evidence import choose_family
+from core.evidence import family_priors, prequential_family
 from core.exceptions import InputError
 from core.fcl3 import FCL3
 from core.population import refit_due
@@ -38,6 +38,7 @@ def test_deferred_batches_keep_the_stream_estimates_and_count_toward_their_sched
     assert m.evidence_due_ == tuple(tids)
     assert m.population_ is population
     assert m.stream_choice_["family"] == choice["family"] and m.stream_choice_["priors"] == choice["priors"]
+    assert m.stream_choice_["scores"] == choice["scores"]  # a deferred batch is not scored
     assert m.population_updates_ == pop_updates + 3
     assert m.stream_choice_["updates"] == choice_updates + 3
     fitted, since = m.population_tasks_, m.population_updates_ + 1
@@ -48,10 +49,16 @@ def test_deferred_batches_keep_the_stream_estimates_and_count_toward_their_sched
     assert changed[:2] == tuple(tids[1:]) and len(changed) == 3 and changed[2] not in tids
     assert m.evidence_due_ == ()
     assert all(m.tasks_[t].meta["evidence"] != evidence[t] for t in tids)
-    family, priors = choose_family(m._choice_evidence(), m._families, m._n_omega, m._reference_families,
-                                   start=choice["priors"])  # warm-started from the choice the batches kept
+    priors = family_priors(m._choice_evidence(), m._families, m._n_omega,
+                           start=choice["priors"])  # warm-started from the choice the batches kept
     assert m.stream_choice_["updates"] == 0  # at most EVERY_UPDATE_TASKS tasks: chosen at every refit
-    assert m.stream_choice_["family"] == family
+    # the batch not deferred was scored, the deferred ones were not
+    assert set(m.stream_choice_["scores"]) == {f.name for f in m._families}
+    assert m.stream_choice_["scores"] != choice["scores"]
+    c = m.stream_choice_
+    assert c["batches"] == choice["batches"] + 1
+    assert c["family"] == prequential_family(c["scores"], m._families, m._reference_families, c["products"],
+                                             c["batches"])
     for name, log_pi in priors.items():
         np.testing.assert_allclose(m.stream_choice_["priors"][name], log_pi, rtol=0, atol=0)
     if refit_due(fitted, since, len(m.tasks_)):

@@ -50,6 +50,46 @@ def test_gaussian_evidence_is_the_exact_marginal_likelihood(rho):
                                    rtol=1e-9)
 
 
+@pytest.mark.parametrize("n", [15, 3, 2, 1])
+def test_gaussian_evidence_with_a_noise_prior_is_the_rows_multivariate_t_density(n):
+    """With ``noise_prior = (k, s^2)`` the evidence is the exact log density of the rows with
+    the intercept integrated out flat and ``sigma^2 ~ Scaled-Inv-chi^2(k, s^2)``: a multivariate
+    t with ``k`` degrees of freedom in the rows' centred coordinates, times ``n^-1/2``; one row
+    is all the flat intercept's (density 1 whatever the prior)."""
+    X, y, Xd = _regression(n=n, d=2, seed=5)
+    rng = np.random.default_rng(6)
+    centres, R = np.vstack([np.zeros(2), rng.normal(size=2)]), np.array([[1.0, 0.0], [0.4, 0.7]])
+    k, s2 = 10.0, 0.37
+    E, _ = ev.gaussian_fits(n, Xd.T @ Xd, Xd.T @ y, float(y @ y), centres, None, 0.0, R, noise_prior=(k, s2))
+    if n == 1:
+        np.testing.assert_allclose(E, 0.0, atol=1e-12)
+        return
+    H = scipy.linalg.null_space(np.ones((1, n)))
+    z, Z = H.T @ y, H.T @ X
+    for i, m in enumerate(centres):
+        for j in (2, 9, 16):
+            shape = s2 * (np.eye(n - 1) + Z @ (ev.GAUSSIAN_OMEGAS[j] * R @ R.T) @ Z.T)
+            want = scipy.stats.multivariate_t(Z @ m, shape, df=k).logpdf(z) - 0.5 * np.log(n)
+            assert E[i, j] == pytest.approx(float(want), rel=1e-10, abs=1e-10)
+
+
+def test_the_noise_prior_bounds_what_an_exact_fit_of_few_rows_earns():
+    """Two rows that a prior centred at their slope fits exactly: the profiled evidence is
+    ``-1/2 log`` of rounding's size, the evidence with the noise prior a finite density."""
+    X = np.array([[0.0], [1.0]])
+    y = 1.0 + 2.0 * X[:, 0]
+    Xd = np.hstack([X, np.ones((2, 1))])
+    args = (2, Xd.T @ Xd, Xd.T @ y, float(y @ y), np.array([[2.0], [0.0]]), None, 0.0, np.eye(1))
+    profiled, _ = ev.gaussian_fits(*args)
+    prior, _ = ev.gaussian_fits(*args, noise_prior=(10.0, 1.0))
+    assert profiled[0, 0] - profiled[1, 0] > 5.0  # the exact fit wins by the clamp's log
+    assert abs(prior[0, 0] - prior[1, 0]) < 2.0 and np.all(np.isfinite(prior))
+    # the one centred coordinate (y1 - y0) / sqrt 2 sits at the centre's prediction, with the
+    # shape 1 + omega (x1 - x0)^2 / 2
+    exact = scipy.stats.t(df=10.0, scale=np.sqrt(1.0 + ev.GAUSSIAN_OMEGAS[0] / 2.0))
+    assert prior[0, 0] == pytest.approx(float(exact.logpdf(0.0)) - 0.5 * np.log(2.0), rel=1e-12)
+
+
 def test_gaussian_posterior_mean_is_the_penalised_least_squares_fit():
     X, y, Xd = _regression()
     n, d = X.shape
@@ -140,25 +180,21 @@ def test_mixture_is_the_weighted_sum_of_its_centres():
     assert single.log_evidence == E[0].max() and np.array_equal(single.theta, TH[0, np.argmax(E[0])])
 
 
-def test_family_choice_needs_strong_pooled_evidence():
+def test_family_priors_are_each_familys_omega_prior_over_every_task():
     fams = (ev.RIDGE, ev.Family("mixture", centred_on_representatives=True))
-    # numbers (states written before curves were kept) are flat curves: the totals are the sums
-    tasks = [{"ridge": 0.0, "mixture": 1.0}, {"ridge": 0.0, "mixture": 1.0}]
-    assert ev.choose_family(tasks, fams, 5)[0] == "ridge"  # log Bayes factor 2 < 3
-    tasks.append({"ridge": 0.0, "mixture": 1.5})
-    assert ev.choose_family(tasks, fams, 5)[0] == "mixture"  # 3.5 >= 3
-    # a task without the family counts as ridge: no evidence either way
-    assert ev.choose_family(tasks + [{"ridge": -5.0}], fams, 5)[0] == "mixture"
-    assert ev.choose_family([{"ridge": 0.0, "mixture": -10.0}] * 3, fams, 5)[0] == "ridge"
-    assert ev.choose_family([], fams, 5) == ("ridge", {})
-    # curves: each family's total is its stream marginal likelihood at its own prior over omega
     rng = np.random.default_rng(0)
     curves = [{"ridge": list(rng.normal(size=4)), "mixture": list(rng.normal(size=4) + 0.8)} for _ in range(6)]
-    name, priors = ev.choose_family(curves, fams, 4)
-    totals = {f: ev.omega_prior(np.array([c[f] for c in curves]))[1] for f in ("ridge", "mixture")}
-    assert name == ("mixture" if totals["mixture"] - totals["ridge"] >= ev.STRONG_EVIDENCE else "ridge")
+    priors = ev.family_priors(curves, fams, 4)
     for f in ("ridge", "mixture"):
         np.testing.assert_allclose(priors[f], ev.omega_prior(np.array([c[f] for c in curves]))[0])
+    # a task without the family counts as ridge's curve; numbers (states written before curves
+    # were kept) are flat curves
+    with_missing = ev.family_priors(curves + [{"ridge": curves[0]["ridge"]}], fams, 4)
+    np.testing.assert_allclose(with_missing["mixture"], ev.omega_prior(
+        np.array([c["mixture"] for c in curves] + [curves[0]["ridge"]]))[0])
+    flat = ev.family_priors([{"ridge": 1.0, "mixture": 2.0}] * 3, fams, 4)
+    np.testing.assert_allclose(np.exp(flat["mixture"]), 0.25)
+    assert ev.family_priors([], fams, 4) == {}
 
 
 def _npmle_scipy(E):
@@ -260,7 +296,7 @@ def test_omega_prior_warm_started_from_a_shorter_stream_reaches_the_same_maximum
 
 @pytest.mark.parametrize("smoothing", [0.0, 1.0])
 def test_omega_priors_side_by_side_equal_each_stream_alone(smoothing):
-    """Streams stacked in one call (each family's curves, :func:`core.evidence.choose_family`)
+    """Streams stacked in one call (each family's curves, :func:`core.evidence.family_priors`)
     get what each gets alone: their Newton steps, line searches and stopping are their own,
     including a stream that starts at its maximum (done after one step) beside ones that start
     far from it, a start that is not a distribution, and a stream with an edge of the grid."""
@@ -525,23 +561,46 @@ def test_logistic_evidence_of_a_one_row_task_is_finite_and_comparable():
         assert abs(E[0, j] - np.log(p)) < (1e-3 if om <= 1.0 else 0.15)
 
 
-def test_family_choice_puts_the_burden_of_proof_on_whatever_is_not_the_reference():
+def _tally(batches):
+    """Sums and sums of products of per-batch scores, as a learner keeps them."""
+    names = batches[0].keys()
+    scores = {f: sum(b[f] for b in batches) for f in names}
+    products = {f: {g: sum(b[f] * b[g] for b in batches) for g in names} for f in names}
+    return scores, products, len(batches)
+
+
+def test_prequential_margins_are_the_paired_differences_and_their_standard_error():
+    rng = np.random.default_rng(3)
+    fams = (ev.RIDGE, ev.POPULATION, ev.Family("mixture", centred_on_representatives=True))
+    batches = [{"ridge": rng.normal(), "population": rng.normal() + 0.3, "mixture": rng.normal()} for _ in range(40)]
+    margins = ev.prequential_margins(*_tally(batches), fams, "population")
+    for f in ("ridge", "mixture"):
+        d = np.array([b[f] - b["population"] for b in batches])
+        assert margins[f][0] == pytest.approx(d.sum(), rel=1e-12)
+        assert margins[f][1] == pytest.approx(np.sqrt(len(d)) * d.std(ddof=0), rel=1e-9)
+    assert margins["population"] == (0.0, 0.0)
+
+
+def test_the_prequential_family_needs_a_margin_beyond_its_noise_over_the_reference():
     fams = (ev.RIDGE, ev.POPULATION, ev.Family("mixture", centred_on_representatives=True))
     refs = ("population", "ridge")
-    tasks = [{"ridge": 0.0, "population": -0.6, "mixture": 0.2}] * 3  # population -1.8, mixture +0.6
-    assert ev.choose_family(tasks, fams, 5)[0] == "ridge"
-    assert ev.choose_family(tasks, fams, 5, refs)[0] == "population"  # mixture +2.4 < 3
-    tasks = tasks + tasks[:2]  # population -3.0, mixture +1.0
-    # the population is beaten by 4.0 >= 3, ridge by 1.0 only: ridge, as without the population
-    assert ev.choose_family(tasks, fams, 5, refs)[0] == "ridge"
-    tasks = [{"ridge": 0.0, "population": 0.5, "mixture": 1.2}] * 5  # population +2.5, mixture +6.0
-    assert ev.choose_family(tasks, fams, 5, refs)[0] == "mixture"  # beats both by >= 3
-    assert ev.choose_family(tasks, fams, 5)[0] == "mixture"
-    tasks = [{"ridge": 0.0, "population": 0.9, "mixture": 1.2}] * 5  # population +4.5, mixture +6.0
-    assert ev.choose_family(tasks, fams, 5, refs)[0] == "population"  # mixture +1.5 over it
-    assert ev.choose_family(tasks, fams, 5)[0] == "mixture"
-    # a reference the learner does not have is skipped
-    assert ev.choose_family(tasks, fams[::2], 5, refs)[0] == "mixture"
+    rng = np.random.default_rng(4)
+    noise = rng.normal(size=(50, 3))
+    # mixture ahead on the sum, by much less than its noise: the reference stays
+    close = [{"ridge": -2 + a, "population": -1 + b, "mixture": -1 + 0.02 + c} for a, b, c in noise]
+    assert ev.prequential_family(*_tally(close)[:1], fams, refs, *_tally(close)[1:]) == "population"
+    # ahead by many standard errors: mixture
+    clear = [{"ridge": -2 + a, "population": -1 + b, "mixture": b} for a, b, c in noise]
+    assert ev.prequential_family(*_tally(clear)[:1], fams, refs, *_tally(clear)[1:]) == "mixture"
+    # the best of those that beat the reference clearly
+    both = [{"ridge": 1.0 + b + 0.1 * a, "population": b, "mixture": 0.5 + b} for a, b, c in noise]
+    assert ev.prequential_family(*_tally(both)[:1], fams, refs, *_tally(both)[1:]) == "ridge"
+    # no scores yet, or one batch: the first reference the learner has; a missing family is ridge's
+    assert ev.prequential_family(None, fams, refs) == "population"
+    assert ev.prequential_family(*_tally(clear[:1])[:1], fams, refs, *_tally(clear[:1])[1:]) == "population"
+    assert ev.prequential_family({}, fams[::2], refs) == "ridge"
+    only = [{"ridge": 1.0 + a, "mixture": a} for a, b, c in noise]  # the population scores as ridge: a tie
+    assert ev.prequential_family(*_tally(only)[:1], fams, refs, *_tally(only)[1:]) == "population"
 
 
 @pytest.mark.parametrize("kind", ["regression", "classification"])
@@ -558,9 +617,11 @@ def test_the_evidence_alone_is_the_evidence_of_the_full_curves(kind):
         m.learn(tid, X, y)
     for tid in m.task_ids[:3]:
         record = m.tasks_[tid]
-        library = m._with_task_noise(m._safe_library(tid, record), record)
+        library = m._safe_library(tid, record)
         args = (kind, m._evidence_data(record), library, m._families, m._intercept_prior(), m.grow_features)
-        full, alone = ev.family_curves(*args), ev.family_curves(*args, posterior_means=False)
+        noise = m._noise_prior()
+        full, alone = ev.family_curves(*args, noise_prior=noise), ev.family_curves(*args, posterior_means=False,
+                                                                                  noise_prior=noise)
         assert set(full) == set(alone) and len(full) >= 4
         for name, curve in full.items():
             np.testing.assert_array_equal(alone[name].log_evidence, curve.log_evidence, err_msg=name)
