@@ -18,7 +18,7 @@ from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
-from .config import Settings
+from service.config import Settings
 
 log = logging.getLogger("service.db")
 

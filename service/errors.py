@@ -24,13 +24,13 @@ from sqlalchemy import exc as sa_exc
 import core
 from fcl3.records import RecordError
 
-from .idempotency import KeyInFlight
-from .learners import ModelConfigError
-from .locks import LockBackendDown, LockBusy
-from .reads import ModelMissing, VersionBehind
-from .lifecycle import ForkRefused
-from .vocabulary import VocabularyConflict
-from .writes import ModelExists, StaleWrite
+from service.writing.idempotency import KeyInFlight
+from service.models.learners import ModelConfigError
+from service.writing.locks import LockBackendDown, LockBusy
+from service.store.reads import ModelMissing, VersionBehind
+from service.models.lifecycle import ForkRefused
+from service.records.vocabulary import VocabularyConflict
+from service.store.writes import ModelExists, StaleWrite
 
 log = logging.getLogger("service")
 

@@ -16,21 +16,22 @@ from fastapi_offline import FastAPIOffline
 from fcl3 import __version__
 from sqlalchemy import exc as sa_exc
 
-from . import logs, usecases
-from .api.routes import batches, data, default_model, health, labels, models, predict, prometheus, tasks, ui
-from .config import Settings, get_settings
-from .db import make_bulk_engine, make_engine, upgrade_schema
-from .errors import first_line, install_error_handlers
-from .evaluation import EvaluationSettings
-from .events import Hub
-from .idempotency import IdempotencyKeys
-from .registry import ModelRegistry, Shared
-from .locks import make_locks
-from .memory import freeze_startup_heap, limit_malloc_arenas
-from .watch import make_watch
-from .middleware import BodyGate, BodyRule, RequestContext, RouteRules
-from .api.deps import model_name
-from .security import FORBIDDEN, UNAUTHORIZED, KeyRing, Redactor, Role, require_read, require_write
+from service import logs
+from service.learning import updates
+from service.api.routes import batches, data, default_model, health, labels, models, predict, prometheus, tasks, ui
+from service.config import Settings, get_settings
+from service.db import make_bulk_engine, make_engine, upgrade_schema
+from service.errors import first_line, install_error_handlers
+from service.evaluation.model_evaluation import EvaluationSettings
+from service.events.stream import Hub
+from service.writing.idempotency import IdempotencyKeys
+from service.hosting import ModelRegistry, Shared
+from service.writing.locks import make_locks
+from service.memory import freeze_startup_heap, limit_malloc_arenas
+from service.store.watch import make_watch
+from service.middleware import BodyGate, BodyRule, RequestContext, RouteRules
+from service.api.deps import model_name
+from service.security import FORBIDDEN, UNAUTHORIZED, KeyRing, Redactor, Role, require_read, require_write
 
 log = logging.getLogger("service")
 
@@ -68,8 +69,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if settings.auto_create_schema:
             upgrade_schema(engine)  # serialised across the processes of one machine (file lock)
         try:
-            usecases.start(app.state.model)
-            usecases.purge_keys(idem)
+            updates.start(app.state.model)
+            updates.purge_keys(idem)
         except (sa_exc.OperationalError, sa_exc.ProgrammingError, sa_exc.InterfaceError) as exc:
             # Start anyway: /readyz says what is missing, requests answer 503 until it is back.
             log.warning("model %r not ready at start-up: %s", settings.MODEL_NAME, first_line(exc))

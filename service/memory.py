@@ -62,7 +62,7 @@ TRIM_INTERVAL = 10.0  # seconds between two malloc_trim calls of one trimmer, at
 
 class HeapTrimmer:
     """Hands free heap pages back to the OS (``malloc_trim(0)``) after the cached model moved
-    to a new version, at most every ``interval`` seconds; one per app (``service.registry.Shared``).
+    to a new version, at most every ``interval`` seconds; one per app (``service.hosting.Shared``).
 
     Why: each update frees buffers as large as its task's row (a classification row grows
     with its task's data), and glibc returns free memory to the OS only from the top of a

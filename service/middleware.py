@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from fastapi import HTTPException
 from starlette.routing import compile_path
 
-from . import logs, metrics
-from .security import KeyRing, Role, refusal
+from service import logs, metrics
+from service.security import KeyRing, Role, refusal
 
 log = logging.getLogger("service")
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 
-from .config import get_settings
+from service.config import get_settings
 
 try:
     import httptools  # noqa: F401 - the protocol uvicorn's "auto" picks when it is installed

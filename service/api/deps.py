@@ -11,9 +11,9 @@ from pydantic import AfterValidator
 
 from fcl3.schemas import MODEL_NAME_PATTERN, MODEL_NAME_RULE, storable_id
 
-from ..config import Settings
-from ..reads import ModelReader
-from ..registry import HostedModel, ModelRegistry
+from service.config import Settings
+from service.store.reads import ModelReader
+from service.hosting import HostedModel, ModelRegistry
 
 #: A model name (fcl3.schemas.MODEL_NAME_RULE: safe in a URL path, a file name, a Redis key).
 NAME_PATTERN = MODEL_NAME_PATTERN

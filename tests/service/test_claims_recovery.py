@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from sqlalchemy import create_engine, event, select
 
-from service.idempotency import keys_t, request_hash
+from service.store.tables import keys_t
+from service.writing.idempotency import request_hash
 
 from .conftest import ESTIMATOR, PARAMS, TcpProxy, regression_batch, unique_name
 
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HOLDER = """
 import sys, time
 from sqlalchemy import create_engine
-from service.idempotency import IdempotencyKeys
+from service.writing.idempotency import IdempotencyKeys
 url, model, key, digest = sys.argv[1:5]
 keys = IdempotencyKeys(create_engine(url), claim_ttl=600)
 claim = keys.claim(model, key, digest)

@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 import pytest
 
-from service.locks import FileLocks, LockBusy
+from service.writing.locks import FileLocks, LockBusy
 
 from .conftest import ESTIMATOR, PARAMS, concurrent_writers, regression_batch, unique_name
 

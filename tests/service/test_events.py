@@ -222,7 +222,7 @@ def test_nobody_listening_costs_no_event_work(make_client, monkeypatch):
     """Without a listener an update does no event work: its wake-up finds nobody, schedules
     nothing, reads nothing and starts no thread; with one listener the same updates are read
     and delivered; once it hangs up, nothing again."""
-    from service import events as events_mod
+    from service.events import stream as events_mod
 
     c = make_client()
     name = new_model(c)

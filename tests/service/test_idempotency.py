@@ -8,7 +8,7 @@ import httpx
 import numpy as np
 import pytest
 
-from service.idempotency import keys_t
+from service.store.tables import keys_t
 
 from .conftest import regression_batch
 
@@ -137,7 +137,7 @@ def test_concurrent_duplicates_apply_once(backend_client):
 
 
 def test_an_abandoned_claim_expires_after_lock_ttl(make_client):
-    from service.idempotency import request_hash
+    from service.writing.idempotency import request_hash
 
     c = make_client(LOCK_TTL=0.6)
     name = c.app.state.settings.MODEL_NAME

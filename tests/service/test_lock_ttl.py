@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from service.locks import FileLocks, LocalLocks, LockBusy, RedisLocks
+from service.writing.locks import FileLocks, LocalLocks, LockBusy, RedisLocks
 
 from .conftest import REDIS_URL, regression_batch
 
@@ -98,7 +98,7 @@ def test_a_stuck_process_loses_its_file_lock_at_the_ttl(tmp_path):
     """Another process holds the lock and never lets go: it is unlocked at its TTL."""
     script = textwrap.dedent(f"""
         import sys, time
-        from service.locks import FileLocks
+        from service.writing.locks import FileLocks
         with FileLocks({str(tmp_path / "locks")!r}, {TTL}, 5).hold("m"):
             print("held", flush=True)
             time.sleep(60)

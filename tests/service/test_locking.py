@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from service.db import make_engine
-from service.locks import make_locks
-from service.registry import HostedModel
-from service.usecases import learn
-from service.writes import StaleWrite
+from service.writing.locks import make_locks
+from service.hosting import HostedModel
+from service.learning.updates import learn
+from service.store.writes import StaleWrite
 
 from .conftest import REDIS_URL, PG_HOST, PG_PORT, TcpProxy, regression_batch
 
@@ -212,7 +212,7 @@ def test_a_redis_release_wakes_a_waiter_of_another_process_at_once(redis_server)
     """A release pushes to the model's wake list, on which a waiter of another process blocks:
     with a poll of 30 s the waiter still takes the lock as soon as it is released, and a
     release no one waited for leaves one entry that expires."""
-    from service.locks import RedisLocks
+    from service.writing.locks import RedisLocks
 
     client, prefix = redis_server
     holder, waiter = RedisLocks(REDIS_URL, prefix, 30, 60), RedisLocks(REDIS_URL, prefix, 30, 60)
@@ -237,7 +237,7 @@ def test_a_file_lock_release_wakes_a_waiter_of_another_process_at_once(tmp_path)
     import os
     import stat
 
-    from service.locks import FileLocks
+    from service.writing.locks import FileLocks
 
     holder, waiter = FileLocks(tmp_path, 30, 60), FileLocks(tmp_path, 30, 60)  # two processes' views
     waiter.POLL = 30.0
@@ -258,7 +258,7 @@ def test_a_file_lock_release_wakes_a_waiter_of_another_process_at_once(tmp_path)
 def test_a_file_lock_whose_wake_path_is_not_a_fifo_polls_and_writes_nothing_there(tmp_path):
     """Something else at the wake FIFO's path (a regular file): waiters poll, as without a
     FIFO, and a release leaves that file alone."""
-    from service.locks import FileLocks
+    from service.writing.locks import FileLocks
 
     holder, waiter = FileLocks(tmp_path, 30, 10), FileLocks(tmp_path, 30, 10)
     waiter.POLL = 0.05  # polled: within the 10 s

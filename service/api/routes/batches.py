@@ -8,11 +8,11 @@ from fastapi import APIRouter, Path, Request, Response
 
 from fcl3.schemas import TakeBackOut
 
-from ... import take_back_usecases
-from ...idempotency import check_key
-from ...take_back import TakeBackRefused
-from ..deps import ModelDep
-from .data import IdempotencyKey
+from service.take_back import flows
+from service.writing.idempotency import check_key
+from service.take_back.rebuild import TakeBackRefused
+from service.api.deps import ModelDep
+from service.api.routes.data import IdempotencyKey
 
 router = APIRouter(tags=["learning"])
 
@@ -63,7 +63,7 @@ def take_back(request: Request, model: ModelDep, version: BatchVersion, response
     if idempotency_key is not None:
         check_key(idempotency_key)
     try:
-        out, replayed = take_back_usecases.take_back(model, version, idempotency_key)
+        out, replayed = flows.take_back(model, version, idempotency_key)
     except TakeBackRefused as exc:
         return exc.response(request.app.state.redact, "taken_back_by")
     if replayed:

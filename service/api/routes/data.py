@@ -7,11 +7,14 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Response
 from starlette.concurrency import run_in_threadpool
 
-from ... import evaluation_usecases, features, idempotent_writes, usecases
-from ...idempotency import check_key
+from service.evaluation import figures
+from service.records import rows
+from service.writing import idempotent
+from service.learning import updates
+from service.writing.idempotency import check_key
 from fcl3.schemas import Batch, EvaluationRows, EvaluationRowsOut, UpdateOut
-from ..deps import ModelDep, SettingsDep, TaskIdPath, check_size
-from ..json_body import JsonRoute
+from service.api.deps import ModelDep, SettingsDep, TaskIdPath, check_size
+from service.api.json_body import JsonRoute
 
 router = APIRouter(route_class=JsonRoute, tags=["learning"])
 
@@ -34,17 +37,17 @@ IdempotencyKey = Annotated[str | None, Header(
 
 
 def rows_of(model, settings, batch: Batch, task_id: str, learn: bool = True) -> list[list[float]]:
-    """The batch's rows of numbers: its ``X``, or its ``records`` encoded (:mod:`service.features`;
+    """The batch's rows of numbers: its ``X``, or its ``records`` encoded (:mod:`service.records.rows`;
     to learn: their new category levels registered first); sizes checked."""
     check_size(settings, batch.n_rows, [])
     if batch.records is not None:
         if learn:
-            X = features.learning_rows(model, task_id, batch.records, batch.text_cells)
+            X = rows.learning_rows(model, task_id, batch.records, batch.text_cells)
         else:
-            X, _ = features.prediction_rows(model, model.reader.snapshot(), batch.records, batch.text_cells)
+            X, _ = rows.prediction_rows(model, model.reader.snapshot(), batch.records, batch.text_cells)
     else:
         X = batch.X
-        features.checked_x_width(model, features.settings_of(model), map(len, X))
+        rows.checked_x_width(model, rows.settings_of(model), map(len, X))
     check_size(settings, len(X), map(len, X))
     return X
 
@@ -78,8 +81,8 @@ def learn_posted(model, settings, batch: Batch, task_id: str, idempotency_key: s
     loop rather than with a second trip to the thread pool, as it does for a plain ``def``."""
     X = rows_of(model, settings, batch, task_id)
     if idempotency_key is None:
-        return usecases.learn_answer(model, task_id, X, batch.y), False
-    return idempotent_writes.learn_once(model, task_id, X, batch.y, idempotency_key)
+        return updates.learn_answer(model, task_id, X, batch.y), False
+    return idempotent.learn_once(model, task_id, X, batch.y, idempotency_key)
 
 
 @router.post("/tasks/{task_id}/evaluation", response_model=EvaluationRowsOut, openapi_extra=CSV_BODY, responses={
@@ -94,6 +97,6 @@ def post_evaluation_rows(model: ModelDep, settings: SettingsDep, rows: Evaluatio
     update of another task when the set is among the EVALUATION_RESCORE ones whose scores are
     oldest (each score carries the version it is of: ``scored_version``). An update that learns
     a new task also scores every learned set, in the background, for the accuracy matrix."""
-    out = evaluation_usecases.add_evaluation_rows(model, task_id, rows_of(model, settings, rows, task_id, learn=False),
+    out = figures.add_evaluation_rows(model, task_id, rows_of(model, settings, rows, task_id, learn=False),
                                          rows.y)
     return EvaluationRowsOut(**out)

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from ... import evaluation_usecases, features
-from ...registry import HostedModel
+from service.evaluation import figures
+from service.records import rows
+from service.hosting import HostedModel
 from fcl3.schemas import ModelOut
-from ..deps import ModelDep
+from service.api.deps import ModelDep
 
 router = APIRouter(tags=["model"])
 
@@ -15,9 +16,9 @@ router = APIRouter(tags=["model"])
 def get_model(model: ModelDep) -> ModelOut:
     """Kind, d, p, hyper-parameters, version and representatives of the hosted model, and its
     model-wide prequential scores."""
-    return with_prequential(model, features.described(model))
+    return with_prequential(model, rows.described(model))
 
 
 def with_prequential(model: HostedModel, out: ModelOut) -> ModelOut:
-    prequential = evaluation_usecases.model_prequential(model, out.kind)
+    prequential = figures.model_prequential(model, out.kind)
     return ModelOut.model_validate({**out.model_dump(), "prequential": prequential})

@@ -5,8 +5,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from ...db import schema_present, store_problem
-from ...security import presented_role
+from service.db import schema_present, store_problem
+from service.security import presented_role
 
 router = APIRouter(tags=["health"])
 

@@ -7,12 +7,12 @@ from starlette.concurrency import run_in_threadpool
 
 from fcl3.schemas import LabelsOut, LabelsRequest, UpdateOut
 
-from ... import label_usecases
-from ...idempotency import check_key
-from ...labels import LabelRefused
-from ..deps import ModelDep, SettingsDep, check_size
-from ..json_body import JsonRoute
-from .data import IdempotencyKey
+from service.labels import flows
+from service.writing.idempotency import check_key
+from service.labels.remembered import LabelRefused
+from service.api.deps import ModelDep, SettingsDep, check_size
+from service.api.json_body import JsonRoute
+from service.api.routes.data import IdempotencyKey
 
 router = APIRouter(route_class=JsonRoute, tags=["learning"])
 #: ``GET .../labels``: included behind the read key.
@@ -71,7 +71,7 @@ async def post_labels(request: Request, model: ModelDep, settings: SettingsDep, 
     try:
         # the lock and the database: in the thread pool (the endpoint is async so that FastAPI
         # validates the answer on the event loop, not with a second trip to the pool)
-        out, replayed = await run_in_threadpool(label_usecases.label, model, ids, y, idempotency_key)
+        out, replayed = await run_in_threadpool(flows.label, model, ids, y, idempotency_key)
     except LabelRefused as exc:
         if exc.status == 422:
             raise
@@ -86,4 +86,4 @@ def get_labels(model: ModelDep) -> LabelsOut:
     """Per task: the predictions made with `"remember": true` still waiting for their label
     (not expired, not dropped), and the batches of labels learned (`POST .../labels`; a batch
     taken back no longer counts)."""
-    return LabelsOut(**label_usecases.labels_summary(model))
+    return LabelsOut(**flows.labels_summary(model))

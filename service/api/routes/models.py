@@ -20,14 +20,15 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
-from ... import features, lifecycle, state_files
-from ...reads import list_models
-from ...responses import model_out
+from service.records import rows
+from service.models import lifecycle, state_files
+from service.store.reads import list_models
+from service.api.responses import model_out
 from fcl3.schemas import ModelCreate, ModelList, ModelOut
-from ..deps import ModelName, RegistryDep, hosted
-from ..json_body import JsonRoute
-from .default_model import with_prequential
-from .tasks import MAX_OFFSET
+from service.api.deps import ModelName, RegistryDep, hosted
+from service.api.json_body import JsonRoute
+from service.api.routes.default_model import with_prequential
+from service.api.routes.tasks import MAX_OFFSET
 
 write_router = APIRouter(route_class=JsonRoute, tags=["models"])
 read_router = APIRouter(tags=["models"])
@@ -61,7 +62,7 @@ def create_model(registry: RegistryDep, body: ModelCreate) -> ModelOut:
         lifecycle.fork_model(model, registry.get(body.fork.model), body.fork.version)
     else:
         lifecycle.create_model(model, body.model_settings())
-    return features.described(model)
+    return rows.described(model)
 
 
 @read_router.get("/models", response_model=ModelList)
@@ -77,7 +78,7 @@ def get_model(request: Request, name: ModelName) -> ModelOut:
     """Kind, estimator, d, p, hyper-parameters, version, tasks, batches, representatives, times,
     and the model-wide prequential scores (overall and over the recent window)."""
     model = hosted(request, name)
-    return with_prequential(model, features.described(model))
+    return with_prequential(model, rows.described(model))
 
 
 @write_router.delete("/models/{name}", status_code=204, response_class=Response, responses={**UNKNOWN, **BUSY})
@@ -88,7 +89,7 @@ def delete_model(request: Request, registry: RegistryDep, name: ModelName) -> Re
 
 
 @read_router.get("/models/{name}/state", response_class=NpzResponse, responses={
-    200: {"description": "The model as one .npz file (np.savez, no pickle; see service.state_files).",
+    200: {"description": "The model as one .npz file (np.savez, no pickle; see service.models.state_files).",
           "content": {NPZ: {"schema": {"type": "string", "format": "binary"}}}},
     **UNKNOWN, **BUSY})
 def export_model(request: Request, name: ModelName) -> NpzResponse:

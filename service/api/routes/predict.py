@@ -16,7 +16,7 @@ routes before them answer every request.
 A prediction of a few rows from the cached model costs tens of microseconds, about what a
 hop to the thread pool costs. So a request is answered on the event loop when the cached
 model is current (the version watch says so without a database round trip:
-:meth:`service.reads.ModelReader.fresh`) and the request is small (at most
+:meth:`service.store.reads.ModelReader.fresh`) and the request is small (at most
 :data:`INLINE_BYTES` of body, :data:`INLINE_VALUES` numbers in the query); otherwise (a
 version to check, a large batch) in the thread pool, so that a database query or a long
 numpy computation never blocks the loop. The inline answer comes from the very snapshot
@@ -35,8 +35,10 @@ from starlette.routing import Route
 
 from fcl3.schemas import MODEL_NAME_RULE, PredictOut, PredictRequest, TaskId, csv_batch
 
-from ... import features, security, usecases
-from ..deps import ModelName, check_size, hosted
+from service.records import rows
+from service import security
+from service.learning import updates
+from service.api.deps import ModelName, check_size, hosted
 
 #: A request body up to this size (≈ 250 rows of 10 features) is parsed and predicted on the
 #: event loop when the cached model is current; a larger one in the thread pool.
@@ -171,7 +173,7 @@ def _answer(model, settings, query: PredictQuery | VersionQuery, body: bytes | N
             snap=None, req: PredictRequest | None = None) -> Response:
     """The 200 of a prediction (``snap``: the snapshot ``fresh`` returned, to answer from;
     ``req``: the POST body already parsed). Records are encoded with the model's vocabulary
-    (:func:`service.features.prediction_rows`), against the snapshot that predicts them."""
+    (:func:`service.records.rows.prediction_rows`), against the snapshot that predicts them."""
     unseen = None
     if body is None:
         check_size(settings, len(query.x), (t.count(",") + 1 for t in query.x))
@@ -182,13 +184,13 @@ def _answer(model, settings, query: PredictQuery | VersionQuery, body: bytes | N
         if req.records is not None:
             check_size(settings, len(req.records), [])
             snap = snap if snap is not None else model.reader.snapshot(query.min_version, task=task_id)
-            X, unseen = features.prediction_rows(model, snap, req.records, req.text_cells)
+            X, unseen = rows.prediction_rows(model, snap, req.records, req.text_cells)
         check_size(settings, len(X), map(len, X))
         if req.remember:  # stored for a label that arrives later (service.labels): a write
             if len(X) > settings.MAX_REMEMBERED_PER_MODEL:
                 raise HTTPException(413, f"{len(X)} rows to remember in one request; at most "
                                          f"{settings.MAX_REMEMBERED_PER_MODEL} (MAX_REMEMBERED_PER_MODEL)")
-            preds, probs, version, ids = usecases.predict_remembered(
+            preds, probs, version, ids = updates.predict_remembered(
                 model, task_id, X, query.min_version, snap, settings.PREDICTION_TTL, settings.MAX_REMEMBERED_PER_MODEL)
             out = {"task_id": task_id, "predictions": preds, "probabilities": probs, "version": version,
                    "unseen": unseen, "prediction_ids": ids}
@@ -197,7 +199,7 @@ def _answer(model, settings, query: PredictQuery | VersionQuery, body: bytes | N
             if not unseen:
                 del out["unseen"]
             return Response(to_json(out), media_type="application/json")
-    preds, probs, version = usecases.predict(model, task_id, X, query.min_version, snap)
+    preds, probs, version = updates.predict(model, task_id, X, query.min_version, snap)
     out = {"task_id": task_id, "predictions": preds, "probabilities": probs, "version": version}
     if probs is None:
         del out["probabilities"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from ... import metrics
+from service import metrics
 
 router = APIRouter()
 

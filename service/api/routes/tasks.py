@@ -14,11 +14,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security.utils import get_authorization_scheme_param
 from sse_starlette import EventSourceResponse
 
-from ... import evaluation_usecases
-from ...events import Feed, StreamSlot, keep_alive, stream
-from ...responses import task_out
+from service.evaluation import figures
+from service.events.stream import Feed, StreamSlot, keep_alive, stream
+from service.api.responses import task_out
 from fcl3.schemas import EvaluationOut, TaskList, TaskOut
-from ..deps import ModelDep, SettingsDep, TaskIdPath
+from service.api.deps import ModelDep, SettingsDep, TaskIdPath
 
 router = APIRouter(tags=["tasks"])
 
@@ -44,7 +44,7 @@ def get_task(model: ModelDep, task_id: TaskIdPath) -> TaskOut:
     cumulative prequential score and its score on its evaluation rows."""
     row = model.reader.task_info(task_id)
     kind = model.reader.snapshot().learner.kind
-    evaluation = evaluation_usecases.task_evaluation(model, task_id, kind)
+    evaluation = figures.task_evaluation(model, task_id, kind)
     return TaskOut.model_validate({**task_out(row).model_dump(), **evaluation})
 
 
@@ -54,7 +54,7 @@ def get_evaluation(model: ModelDep, limit: int = Query(1000, ge=0, le=100000, de
     """Each task's current score on its evaluation rows (beside its own single-task model's), the
     accuracy matrix, backward transfer, forgetting, forward transfer, and the model-wide
     prequential scores over versions (definitions: docs/design.md)."""
-    return EvaluationOut(**evaluation_usecases.evaluation_report(model, limit))
+    return EvaluationOut(**figures.evaluation_report(model, limit))
 
 
 def stream_key(request: Request) -> str:

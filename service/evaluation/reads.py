@@ -1,0 +1,68 @@
+"""Reads of a model's online evaluation: one task's figures, the model-wide prequential
+figures, and the whole report of ``GET .../evaluation`` (single statements, no transaction)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Engine
+
+from service.evaluation import store
+from service.evaluation.scores import MATRIX_METRIC, MatrixRow, add_sums, scores, stored, transfer
+
+
+def _reads(engine: Engine) -> Engine:
+    return engine.execution_options(isolation_level="AUTOCOMMIT")
+
+
+def task_figures(engine: Engine, name: str, task_id: str, kind: str) -> tuple[dict | None, dict | None]:
+    """(cumulative prequential, current evaluation score) of one task."""
+    with _reads(engine).connect() as conn:
+        sums = store.task_sums(conn, name, task_id)
+        current = store.current_scores(conn, name)
+    ev = (current or {}).get(task_id)
+    return scores(stored(kind, sums)), (ev or {}).get("scores")
+
+
+def model_figures(engine: Engine, name: str, kind: str, window: int) -> dict[str, Any]:
+    """The model-wide prequential figures: overall, and over the ``window`` latest scored batches."""
+    with _reads(engine).connect() as conn:
+        overall = store.overall(conn, name)
+        recent = None
+        if window > 0:
+            for b in store.recent_batches(conn, name, window):
+                recent = add_sums(recent, stored(kind, b))
+    return {"overall": scores(stored(kind, overall)), "recent": scores(recent), "window": window}
+
+
+def report(engine: Engine, name: str, kind: str, version: int, task_order: list[str],
+           limit: int = 1000) -> dict[str, Any]:
+    """The body of ``GET .../evaluation`` (:class:`fcl3.schemas.EvaluationOut`)."""
+    metric, higher = MATRIX_METRIC[kind]
+    with _reads(engine).connect() as conn:
+        state = store.state(conn, name)
+        sets = store.set_sizes(conn, name)
+        mrows = store.matrix_rows(conn, name)
+        series = store.series(conn, name, limit)
+    current = (state["scores"] if state else None) or {}
+    order = {t: i for i, t in enumerate(task_order)}
+    names = sorted((r.task_id for r in sets), key=lambda t: (t not in order, order.get(t, 0), t))
+    tasks = []
+    for r in sets:
+        ev = current.get(r.task_id) or {}
+        tasks.append({"task_id": r.task_id, "n_rows": int(np.shape(r.y)[0]), "n_received": int(r.n_received),
+                      "learned": r.task_id in order, "score": ev.get("scores"), "scored_version": ev.get("version")})
+    tasks.sort(key=lambda t: names.index(t["task_id"]))
+    rows = [MatrixRow.stored(r.task_id, r.matrix) for r in mrows]
+    matrix_rows = [{"version": r.version, "task_id": r.task_id,
+                    "scores": [rows[i].scores.get(t) for t in names],
+                    "baseline": [rows[i].baseline.get(t) for t in names]} for i, r in enumerate(mrows)]
+    figures = transfer(names, rows, higher)
+    points = [{"version": r.version, "task_id": r.task_id, "new_task": bool(r.new_task),
+               "batch": scores(stored(kind, r.batch)), "overall": scores(stored(kind, r.overall)),
+               "source": (r.event or {}).get("source"), "taken_back": (r.event or {}).get("taken_back")}
+              for r in reversed(series)]
+    return {"model": name, "version": int(state["version"]) if state else version, "kind": kind,
+            "metric": metric, "tasks": tasks,
+            "accuracy_matrix": {"metric": metric, "higher_is_better": higher, "tasks": names, "rows": matrix_rows},
+            **figures.as_dict(), "prequential": points}
