@@ -74,7 +74,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
 
-    from service.evaluation import figures
+    from service.evaluation import model_evaluation
     from service.models import lifecycle
     from service.learning import updates
     from service.config import Settings
@@ -140,7 +140,7 @@ def main(argv=None) -> dict:
                     task, X, y = item[:3]
                     if phase == "new" and name == "evaluated":
                         t0 = time.perf_counter()
-                        figures.add_evaluation_rows(m, task, item[3], item[4])
+                        model_evaluation.add_evaluation_rows(m, task, item[3], item[4])
                         eval_post_ms.append((time.perf_counter() - t0) * 1000)
                     waited.clear()
                     t0 = time.perf_counter()

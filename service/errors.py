@@ -24,6 +24,7 @@ from sqlalchemy import exc as sa_exc
 import core
 from fcl3.records import RecordError
 
+from service.refusals import Refused
 from service.writing.idempotency import KeyInFlight
 from service.models.learners import ModelConfigError
 from service.writing.locks import LockBackendDown, LockBusy
@@ -68,6 +69,14 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(core.InputError)
     async def _input(request: Request, exc: core.InputError):
         return detail(422, str(exc))
+
+    @app.exception_handler(Refused)
+    async def _refused(request: Request, exc: Refused):  # a label request, a take-back: the reason and its fields
+        if exc.status == 422:  # bad input, answered as any bad input: its reason alone
+            return detail(422, str(exc))
+        field = exc.version_field
+        headers = {"X-Model-Version": str(exc.extra[field])} if field in exc.extra else None
+        return JSONResponse({"detail": redact(exc.message), **exc.extra}, status_code=exc.status, headers=headers)
 
     @app.exception_handler(RecordError)
     async def _record(request: Request, exc: RecordError):  # records refused: the field and row at fault

@@ -13,10 +13,11 @@ from sqlalchemy import Engine
 from service import memory, metrics
 from service.evaluation.model_evaluation import EvaluationSettings, ModelEvaluation
 from service.evaluation.worker import Foreground, MatrixWorker
-from service.events.stream import Hub
+from service.events.hub import Hub
 from service.writing.idempotency import IdempotencyKeys
 from service.writing.locks import FileLocks, LocalLocks, RedisLocks
 from service.store.reads import ModelReader, Snapshot
+from service.learning.queue import WriteQueue
 from service.records.vocabulary import Vocabulary
 from service.store.writes import ModelWriter
 
@@ -75,6 +76,8 @@ class HostedModel:
     shared: Shared
     #: The columns its records are encoded into (:mod:`service.records.vocabulary`), cached.
     vocabulary: Vocabulary
+    #: Its batches waiting in this process for their group commit (:mod:`service.learning.group_commit`).
+    queue: WriteQueue
 
     @classmethod
     def open(cls, engine: Engine, locks: Locks, name: str, model_settings: dict | None,
@@ -89,7 +92,7 @@ class HostedModel:
         keys = keys if keys is not None else IdempotencyKeys(engine, claim_ttl=getattr(locks, "ttl", 30.0))
         evaluation = ModelEvaluation(reader, shared.foreground, shared.worker, shared.evaluation)
         return cls(reader, ModelWriter(reader, model_settings), locks, default, keys, evaluation, shared,
-                   Vocabulary(engine, name))
+                   Vocabulary(engine, name), WriteQueue())
 
     @property
     def name(self) -> str:
@@ -169,8 +172,3 @@ class ModelRegistry:
         """Drop ``name``'s cached learner (after its deletion)."""
         with self._guard:
             self._lru.pop(name, None)
-
-    def cached_names(self) -> list[str]:
-        """Names with a cache entry, least recently used first (the default model excluded)."""
-        with self._guard:
-            return list(self._lru)

@@ -17,14 +17,15 @@ from fcl3 import __version__
 from sqlalchemy import exc as sa_exc
 
 from service import logs
-from service.learning import updates
-from service.api.routes import batches, data, default_model, health, labels, models, predict, prometheus, tasks, ui
+from service.api.routes import batches, data, evaluation, events, health, labels, models, predict, prometheus, tasks, ui
 from service.config import Settings, get_settings
 from service.db import make_bulk_engine, make_engine, upgrade_schema
 from service.errors import first_line, install_error_handlers
 from service.evaluation.model_evaluation import EvaluationSettings
-from service.events.stream import Hub
+from service.events.hub import Hub
+from service.models.lifecycle import start
 from service.writing.idempotency import IdempotencyKeys
+from service.writing.idempotent import purge_expired
 from service.hosting import ModelRegistry, Shared
 from service.writing.locks import make_locks
 from service.memory import freeze_startup_heap, limit_malloc_arenas
@@ -69,8 +70,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if settings.auto_create_schema:
             upgrade_schema(engine)  # serialised across the processes of one machine (file lock)
         try:
-            updates.start(app.state.model)
-            updates.purge_keys(idem)
+            start(app.state.model)
+            purge_expired(idem)
         except (sa_exc.OperationalError, sa_exc.ProgrammingError, sa_exc.InterfaceError) as exc:
             # Start anyway: /readyz says what is missing, requests answer 503 until it is back.
             log.warning("model %r not ready at start-up: %s", settings.MODEL_NAME, first_line(exc))
@@ -131,15 +132,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # /models/{name} on any model.
     include(tasks.router, "read")
     include(tasks.router, "read", named=True)
+    include(evaluation.read_router, "read")
+    include(evaluation.read_router, "read", named=True)
+    include(events.router, "read")
+    include(events.router, "read", named=True)
     include(data.router, "write")
     include(data.router, "write", named=True)
+    include(evaluation.write_router, "write")
+    include(evaluation.write_router, "write", named=True)
     include(labels.router, "write")
     include(labels.router, "write", named=True)
     include(labels.read_router, "read")
     include(labels.read_router, "read", named=True)
     include(batches.router, "write")
     include(batches.router, "write", named=True)
-    include(default_model.router, "read")
     include(models.write_router, "write")
     include(models.import_router, "write", limit=(settings.MAX_IMPORT_BYTES, "MAX_IMPORT_BYTES"))
     include(models.read_router, "read")

@@ -1,40 +1,17 @@
-"""Response shaping: engine results and stored rows -> the API's JSON and schemas.
-
-Pure functions of their arguments: no database, no cache, no metrics.
-"""
+"""Response shaping: stored rows -> the API's schemas (pure functions of their arguments), and
+a model described as ``GET /model`` answers it (its row and vocabulary, read now)."""
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-import core
-
 from fcl3.schemas import ModelOut, TaskOut
+from service.hosting import HostedModel
+from service.records.rows import schema_of
 
 
-def result_json(result: core.UpdateResult) -> dict[str, Any]:
-    """An UpdateResult as JSON (the update's answer, and a task row's ``last_update``): the
-    assignment names the representative behind each entry, the outlier slot comes last."""
-    assignment = None
-    if result.assignment is not None:
-        weights = np.asarray(result.assignment, dtype=float).tolist()
-        names = list(result.assignment_tasks)
-        assignment = [
-            {"representative": names[i] if i < len(names) else None, "outlier": False, "weight": weights[i]}
-            for i in range(len(weights) - 1)
-        ]
-        assignment.append({"representative": None, "outlier": True, "weight": weights[-1]})
-    return {
-        "task_id": result.task_id,
-        "n_samples": int(result.n_samples),
-        "new_task": bool(result.new_task),
-        "code": None if result.code is None else np.asarray(result.code, dtype=float).tolist(),
-        "assignment": assignment,
-        "outlier_probability": None if result.outlier_probability is None else float(result.outlier_probability),
-        "new_representative": bool(result.new_representative),
-        "n_representatives": int(result.n_representatives),
-    }
+def error_example(detail: str, **extra: Any) -> dict[str, Any]:
+    """An OpenAPI example of an error body (``{"detail": ..., **extra}``)."""
+    return {"application/json": {"example": {"detail": detail, **extra}}}
 
 
 def code_length(hyperparameters: dict[str, Any]) -> int | None:
@@ -63,3 +40,13 @@ def task_out(row: dict[str, Any]) -> TaskOut:
     return TaskOut(task_id=row["task_id"], n_samples=row["n_samples"], n_batches=row["n_batches"],
                    version=row["version"], labels=(row.get("meta") or {}).get("labels"),
                    created_at=row["created_at"], updated_at=row["updated_at"], last_update=row["last_update"])
+
+
+def described_model(model: HostedModel) -> ModelOut:
+    """``GET /model``'s answer without the prequential scores: the model row and, for a model
+    with a schema, its vocabulary (read now)."""
+    info = model.reader.model_info()
+    columns = None
+    if schema_of(info.get("settings")) is not None:
+        columns = [c.label() for c in model.vocabulary.refresh()]
+    return model_out(info, columns)

@@ -69,8 +69,8 @@ class AccuracyMatrix:
                 continue
             snap = self.reader.cached if v == p.base_version else None
             if (self.enabled and snap is not None and snap.version == v
-                    and snap.info.get("created_at") == created and task in getattr(snap.learner, "tasks_", {})):
-                learned = {t: e for t, e in sets.items() if t in snap.learner.tasks_}
+                    and snap.info.get("created_at") == created and snap.has_task(task)):
+                learned = {t: e for t, e in sets.items() if snap.has_task(t)}
                 if learned:
                     job = MatrixJob(v, task, created, snap.learner, learned, recovered=True)
                     with self._guard:

@@ -17,6 +17,7 @@ reads: :mod:`service.evaluation.figures`.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -32,11 +33,16 @@ from service.evaluation.jobs import EvaluationSet, Evaluated, MatrixJob, Rescore
 from service.evaluation.matrix import AccuracyMatrix
 from service.evaluation.worker import Foreground, MatrixWorker
 from service.evaluation.scores import Transfer, add_sums, figures_of, reservoir, score_rows, scores, stored, to_json
+from service.models.lifecycle import current_for_write
 from service.store.watch import notify
 
 if TYPE_CHECKING:
+    from service.hosting import HostedModel
     from service.store.commit import Commit
     from service.store.reads import ModelReader
+
+# "service.store": the logger name is part of each of its log lines (their "logger" field).
+log = logging.getLogger("service.store")
 
 
 @dataclass(frozen=True)
@@ -270,3 +276,19 @@ class ModelEvaluation:
             notify(conn, self.name)
         return {"task_id": task_id, "n_rows": int(Xk.shape[0]), "n_received": n_received, "version": snap.version,
                 "score": scores(sums), "n_tasks": n_tasks, "revision": revision}
+
+
+def add_evaluation_rows(model: HostedModel, task_id: str, X: Any, y: Any) -> dict[str, Any]:
+    """Store labelled rows as ``task_id``'s evaluation set (never learned: the model's version
+    and the task's samples do not move), scored at once if the task is learned. Under the
+    model's update lock (:class:`service.writing.locks.LockBusy`: 503), checked like a batch
+    (``InputError``: 422, nothing stored). Returns the body of
+    :class:`fcl3.schemas.EvaluationRowsOut`."""
+    with model.locks.hold(model.name):
+        snap = current_for_write(model)
+        d = (snap.info.get("settings") or {}).get("d")
+        out = model.evaluation.add_rows(snap, task_id, X, y, d)
+    log.info("evaluation rows stored", extra={"event": "evaluation_rows", "model": model.name, "task": task_id,
+                                              "n_rows": out["n_rows"], "n_received": out["n_received"]})
+    model.wake()
+    return out

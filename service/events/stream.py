@@ -12,9 +12,9 @@ keep-alive comments and the end of the streams when the server exits are ``sse-s
 :class:`fcl3.schemas.UpdateEvent`, ``EvaluationEvent`` and ``ResetEvent``.
 
 Where events come from: every committed update appends a row to ``evaluation_log`` in its own
-transaction (:meth:`service.evaluation.ModelEvaluation.in_commit`), so the stream is read from
+transaction (:meth:`service.evaluation.model_evaluation.ModelEvaluation.in_commit`), so the stream is read from
 the database, and any worker or replica serves every update of the model. A stream wakes up
-when something may have changed: a commit of its own process (:meth:`Hub.wake`), a
+when something may have changed: a commit of its own process (:meth:`service.events.hub.Hub.wake`), a
 PostgreSQL notification of another process (the version watch's ``LISTEN`` thread, which
 exists anyway, calls :meth:`Hub.changed`, subscribed by the app), a change of SQLite's ``PRAGMA data_version`` (checked
 twice a second, in process), or a fallback read every ``poll`` seconds. With nobody listening
@@ -27,7 +27,7 @@ version of this model: deleted and created again), it gets ``event: reset`` with
 version, and the stream goes on from there.
 
 Cap: at most ``MAX_EVENT_STREAMS_PER_KEY`` streams are open per API key (per client address
-when the API is open) in one process (:class:`StreamSlots`); one more is answered 429 with
+when the API is open) in one process (:class:`service.events.hub.StreamSlots`); one more is answered 429 with
 ``Retry-After``. A stream's slot is freed when its response ends, however it ends: the
 client hangs up or disconnects, ``max_seconds`` pass, the model is deleted, the server exits.
 
@@ -39,118 +39,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from sqlalchemy import Engine, func, select
 from sse_starlette import ServerSentEvent
 
-from service.store.tables import log_t, models_t, sets_t, state_t
 from service.evaluation.scores import figures_of
+from service.events.hub import Hub
+from service.store.tables import log_t, models_t, sets_t, state_t
 
 #: Log rows read per query while catching up.
 PAGE = 500
-
-
-class StreamSlot:
-    """One open stream's place in its key's count; :meth:`release` frees it (once)."""
-
-    def __init__(self, slots: "StreamSlots", key: str):
-        self._slots, self.key = slots, key
-        self._released = False
-
-    def release(self) -> None:
-        self._slots._release(self)
-
-
-class StreamSlots:
-    """The open event streams of one process, counted per key (an API key's digest, or a
-    client address when the API is open)."""
-
-    def __init__(self):
-        self._open: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def claim(self, key: str, cap: int) -> StreamSlot | None:
-        """A slot for one more stream of ``key``; ``None`` when ``cap`` of them are open."""
-        with self._lock:
-            n = self._open.get(key, 0)
-            if n >= cap:
-                return None
-            self._open[key] = n + 1
-        return StreamSlot(self, key)
-
-    def _release(self, slot: StreamSlot) -> None:
-        with self._lock:
-            if slot._released:
-                return
-            slot._released = True
-            n = self._open.get(slot.key, 0) - 1
-            if n > 0:
-                self._open[slot.key] = n
-            else:
-                self._open.pop(slot.key, None)
-
-    def count(self, key: str | None = None) -> int:
-        """Streams open for ``key`` (``None``: for every key)."""
-        with self._lock:
-            return sum(self._open.values()) if key is None else self._open.get(key, 0)
-
-
-class Hub:
-    """The streams of one process, by model name: who to wake up when a model may have changed
-    (and :attr:`slots`, how many are open per key)."""
-
-    def __init__(self):
-        self._subs: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
-        self._lock = threading.Lock()
-        self.closed = False
-        self.slots = StreamSlots()
-
-    def subscribe(self, name: str) -> tuple[asyncio.AbstractEventLoop, asyncio.Event]:
-        sub = (asyncio.get_running_loop(), asyncio.Event())
-        with self._lock:
-            self._subs.setdefault(name, set()).add(sub)
-        return sub
-
-    def unsubscribe(self, name: str, sub) -> None:
-        with self._lock:
-            subs = self._subs.get(name)
-            if subs is not None:
-                subs.discard(sub)
-                if not subs:
-                    del self._subs[name]
-
-    def listeners(self, name: str | None = None) -> int:
-        with self._lock:
-            return sum(len(s) for n, s in self._subs.items() if name is None or n == name)
-
-    def wake(self, name: str) -> None:
-        """From any thread: the model ``name`` may have changed."""
-        with self._lock:
-            subs = list(self._subs.get(name, ()))
-        for loop, event in subs:
-            try:
-                loop.call_soon_threadsafe(event.set)
-            except RuntimeError:  # that loop is closed: its stream is gone
-                pass
-
-    def changed(self, name: str | None) -> None:
-        """A version watch's subscriber (:meth:`service.store.watch.NoWatch.subscribe`): wake the
-        streams of ``name``; ``None`` (the watch closed) ends them all."""
-        if name is None:
-            self.close()
-        else:
-            self.wake(name)
-
-    def close(self) -> None:
-        """End every stream (at shutdown)."""
-        self.closed = True
-        with self._lock:
-            names = list(self._subs)
-        for name in names:
-            self.wake(name)
 
 
 def sse(event: str, data: dict[str, Any], id: int | None = None) -> ServerSentEvent:

@@ -109,7 +109,7 @@ class AlreadyLabelled(LabelRefused):
 
 
 class MixedTasks(LabelRefused, core.InputError):
-    """Ids of several tasks in one request (422)."""
+    """Ids of several tasks in one request (422, answered as any bad input)."""
 
 
 class TooManyRemembered(LabelRefused):

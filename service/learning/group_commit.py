@@ -38,6 +38,7 @@ from service import metrics
 from service.writing.idempotency import KeyTakenOver
 from service.models.lifecycle import current_for_write
 from service.writing.locks import LockBusy
+from service.learning.prepare import prepare
 from service.store.reads import Snapshot
 from service.learning.queue import Queued, WriteQueue
 
@@ -57,7 +58,7 @@ def submit(model: HostedModel, item: Queued) -> None:
     another group counts as waiting for the update lock: a batch not yet taken into a group
     when its ``LOCK_WAIT`` is over leaves the queue with :class:`LockBusy` (503), as it would
     had it waited for the lock itself."""
-    q = model.writer.queue
+    q = model.queue
     with q.cond:
         q.items.append(item)
         while not item.done and (q.leading or item.taken):
@@ -141,8 +142,7 @@ def _learn_group(model: HostedModel, group: list[Queued], outcome: dict, joins: 
                 parts.append(item.labels)
             if item.claim is not None:
                 parts.append(item.claim)
-            prepared = model.writer.prepare(snap, task_id, X, y, served,  # InputError: this batch only
-                                            defer_refits=not last)
+            prepared = prepare(snap, task_id, X, y, served, defer_refits=not last)  # InputError: this batch only
             if item.labels is not None:
                 prepared.source = "labels"
         except Exception as exc:  # noqa: BLE001 - refused: this batch only, nothing of it applied

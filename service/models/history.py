@@ -23,9 +23,8 @@ from sqlalchemy import Engine, select
 import core
 
 from service.models.learners import ModelConfigError, make_learner
-from service.api.responses import result_json
 from service.store.tables import batches_t, take_backs_t
-from service.store.writes import learner_summary, representatives
+from service.store.results import learner_summary, representatives, result_json
 
 
 

@@ -4,7 +4,7 @@ written in one transaction (:meth:`service.store.writes.ModelWriter.create`)."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,9 +16,12 @@ from service.writing.idempotency import IdempotencyKeys
 from service.models.history import ranges, read_history, replay
 from service.models.learners import ModelConfigError, make_learner
 from service.store.reads import ModelMissing, Snapshot
-from service.hosting import HostedModel, ModelRegistry
 from fcl3.records import Column, RecordError, base_columns, parse_schema
-from service.store.writes import NewModel, learner_summary
+from service.store.results import learner_summary
+from service.store.writes import ModelExists, NewModel
+
+if TYPE_CHECKING:
+    from service.hosting import HostedModel, ModelRegistry
 
 # "service.store": the logger name is part of each of its log lines (their "logger" field).
 log = logging.getLogger("service.store")
@@ -54,13 +57,25 @@ def create_model(model: HostedModel, model_settings: dict[str, Any]) -> None:
              extra={"event": "model_created", "model": model.name})
 
 
+def start(model: HostedModel) -> None:
+    """At start-up: create the default model if it does not exist, load it, publish its gauges."""
+    ensure_created(model)
+    model.reader.snapshot()
+    model.observe()
+
+
 def ensure_created(model: HostedModel) -> None:
-    """Create the model's row (version 0, unfitted) if it does not exist yet (the default
-    model, at start-up and at its first write)."""
-    if model.writer.ensure_model():
-        s = model.writer.model_settings
-        register_base_columns(model, s)
-        log.info("created model %r (%s, %s)", model.name, s["estimator"], s["kind"])
+    """Create the model's row (version 0, unfitted, with the settings its writer holds) if it does
+    not exist yet (the default model, at start-up and at its first write)."""
+    if model.reader.stored_version() is not None:
+        return
+    s = model.writer.model_settings
+    try:
+        model.writer.create(NewModel(make_learner(s), s))
+    except ModelExists:
+        return  # another process created it first
+    register_base_columns(model, s)
+    log.info("created model %r (%s, %s)", model.name, s["estimator"], s["kind"])
 
 
 def current_for_write(model: HostedModel) -> Snapshot:

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from fcl3.records import (Column, RecordError, Schema, check_records, encode, needed_columns, parse_schema,
                           typed_records)
-from fcl3.schemas import ModelOut
 
 from service.store.reads import ModelMissing
-from service.hosting import HostedModel
-from service.api.responses import model_out
+
+if TYPE_CHECKING:
+    from service.hosting import HostedModel
 
 
 @lru_cache(maxsize=256)
@@ -117,13 +117,3 @@ def checked_x_width(model: HostedModel, settings: dict[str, Any] | None, widths)
     if widest > limit:
         raise RecordError(f"X has {widest} columns but model {model.name!r} encodes its records into {limit} "
                           "(its vocabulary, GET /models/{name}): send records", "X")
-
-
-def described(model: HostedModel) -> ModelOut:
-    """``GET /model``'s answer without the prequential scores: the model row and, for a model
-    with a schema, its vocabulary (read now)."""
-    info = model.reader.model_info()
-    columns = None
-    if schema_of(info.get("settings")) is not None:
-        columns = [c.label() for c in model.vocabulary.refresh()]
-    return model_out(info, columns)

@@ -1,18 +1,19 @@
 """What an update or a take-back computed before its commit: :class:`Prepared` (a batch
-learned on a private copy of the learner, :meth:`service.store.writes.ModelWriter.prepare`) and
+learned on a private copy of the learner, :func:`service.learning.prepare.prepare`) and
 :class:`PreparedTakeBack` (the model rebuilt without a batch, :mod:`service.take_back`). Both
 are dataclasses handed from the step that computes to the commit that stores
 (:mod:`service.store.writes`), so nothing is stored until the version compare-and-set succeeds."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import core
 
-from service.evaluation.scores import Sums
+if TYPE_CHECKING:
+    from service.evaluation.scores import Sums
 
 
 @dataclass
@@ -29,6 +30,8 @@ class Prepared:
     y: np.ndarray
     summary: dict[str, Any]  # the model row's summary after this update
     info: dict[str, Any]  # the model row (without arrays) this update was computed from
+    last_update: dict[str, Any]  # the engine's result as JSON (the task row's last_update)
+    answer: dict[str, Any]  # the body of the update's 200 (fcl3.schemas.UpdateOut)
     #: The batch's prequential sums against the snapshot before it (service.evaluation.scores); None: new task
     prequential: Sums | None = None
     engine_seconds: float = 0.0  # time in the engine's learn()

@@ -95,6 +95,10 @@ class Snapshot:
     learner: core.LifelongLearner
     info: dict[str, Any]  # the model row without arrays
 
+    def has_task(self, task_id: str) -> bool:
+        """Whether this version has learned ``task_id``."""
+        return task_id in getattr(self.learner, "tasks_", {})
+
 
 class ModelReader:
     """Reads of the model ``name``, with the process's cached :class:`Snapshot`."""
@@ -159,7 +163,7 @@ class ModelReader:
         token = self.watch.token(self.name)
         if not check or self.watch.exact:
             fresh = self._fresh(token, min_version)
-            if fresh is not None and (task is None or task in getattr(fresh.learner, "tasks_", {})):
+            if fresh is not None and (task is None or fresh.has_task(task)):
                 return fresh
         snap = self._caught_up() if check else self._checked()
         if token is not None:

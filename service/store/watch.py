@@ -22,7 +22,7 @@ next request run the ``SELECT version`` again, as every request did before.
 A watch offers :meth:`subscribe`: a callback called with a model's name whenever the watch
 learns that the model changed (on PostgreSQL, from the notifications it already receives),
 and with ``None`` when the watch closes. The app subscribes its event hub
-(:class:`service.events.Hub`), so the watch never imports a feature.
+(:class:`service.events.hub.Hub`), so the watch never imports a feature.
 
 ``min_version`` (the version a write returned) makes a prediction refresh first when the
 cached version is lower: see :meth:`service.store.reads.ModelReader.snapshot`.
@@ -137,15 +137,6 @@ class PostgresWatch(_Subscribers):
         if not self._listening:
             return None
         return (self._epoch, self._counts.get(name, 0))
-
-    def wait_listening(self, timeout: float = 10.0) -> bool:
-        """Wait until the listener is connected (tests, start-up)."""
-        import time
-
-        end = time.monotonic() + timeout
-        while not self._listening and time.monotonic() < end:
-            time.sleep(0.01)
-        return self._listening
 
     def _run(self) -> None:
         import psycopg

@@ -1,14 +1,14 @@
-"""Guarded writes of one stored model: create it, prepare an update, commit it.
-What an update computed is :mod:`service.store.prepared`; the features that write in a commit's
-transaction take part through :mod:`service.store.commit`; the batches waiting for a
-group commit are :mod:`service.learning.queue`.
+"""Guarded writes of one stored model: create it, commit an update, delete it.
+What an update computed before its commit is :mod:`service.store.prepared`; the features
+that write in a commit's transaction take part through :mod:`service.store.commit`.
 
 An update rewrites the model row (its global arrays; the task order lives in the task rows'
 ``position``), the one task it touched and appends one batch: its cost does not grow with the
 number of tasks. The caller (:mod:`service.learning.group_commit`) holds the update lock around
-:meth:`ModelWriter.prepare` and :meth:`ModelWriter.commit` — or, for batches that queued
-meanwhile (group commit), around one ``prepare`` per batch and one
-:meth:`ModelWriter.commit_group` that writes them all in one transaction::
+the update learned on a private copy (:mod:`service.learning.prepare`) and
+:meth:`ModelWriter.commit` — or, for batches that queued meanwhile (group commit), around one
+prepared update per batch and one :meth:`ModelWriter.commit_group` that writes them all in
+one transaction::
 
     with lock(model):                       # Redis or in-process; short wait -> 503
         snapshot = refresh to the stored version
@@ -29,7 +29,6 @@ The lock only saves wasted work; the version compare-and-set is the guard (see
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
@@ -42,14 +41,11 @@ import core
 
 from service.store.commit import Commit, CommitParticipant
 from service.db import check_store
-from service.models.learners import make_learner
 from service.store.prepared import Prepared, PreparedTakeBack
 from service.store.reads import ModelReader, Snapshot
+from service.store.results import learner_summary
 from service.store.tables import batches_t, models_t, take_backs_t, tasks_t
-from service.api.responses import result_json
-from service.evaluation.scores import prequential as score_prequential, scores, served_sums
 from service.store.watch import notify
-from service.learning.queue import WriteQueue
 
 
 class StaleWrite(Exception):
@@ -100,14 +96,6 @@ def task_positions(state: core.ModelState, learner: core.LifelongLearner | None 
     return {tid: i for i, tid in enumerate(order)}
 
 
-def learner_summary(learner: core.LifelongLearner) -> dict[str, Any]:
-    """A model row's summary from a learner alone (a new, imported or forked model)."""
-    reps = getattr(learner, "representatives", None)
-    if reps is None or callable(reps):
-        reps = getattr(learner, "representatives_", None) or []
-    return {"representatives": [str(r) for r in reps], "n_representatives": len(reps)}
-
-
 # The commit's statements, built once: the SET clause comes from the parameters given to
 # ``execute`` (column names), the WHERE clause from the ``w_*`` parameters. Building and
 # coercing a statement on every commit cost more than a PostgreSQL round trip.
@@ -122,17 +110,6 @@ _INSERT_TASK = insert(tasks_t)
 _INSERT_BATCH = insert(batches_t)
 
 
-def representatives(learner: core.LifelongLearner, previous: list[str], result: core.UpdateResult) -> list[str]:
-    """Representative task ids, from the learner if it says, else from the update results."""
-    reps = getattr(learner, "representatives", None)
-    if reps is not None and not callable(reps):
-        return [str(r) for r in reps]
-    reps = list(result.assignment_tasks) if result.assignment_tasks else list(previous)
-    if result.new_representative and result.task_id not in reps:
-        reps.append(result.task_id)
-    return reps
-
-
 class ModelWriter:
     """Writes of the model that ``reader`` reads; a commit becomes the reader's cached snapshot."""
 
@@ -142,19 +119,6 @@ class ModelWriter:
         self.reader = reader
         self.name = reader.name
         self.model_settings = model_settings
-        self.queue = WriteQueue()  # its batches waiting in this process (group commit)
-
-    def ensure_model(self) -> bool:
-        """Create the model row (version 0, unfitted learner) if it does not exist yet;
-        returns whether this call created it."""
-        with self.reader.engine.connect() as conn:
-            if conn.execute(select(models_t.c.version).where(models_t.c.name == self.name)).first():
-                return False
-        try:
-            self.create(NewModel(make_learner(self.model_settings), self.model_settings))
-        except ModelExists:
-            return False  # another process created it first
-        return True
 
     def create(self, new: NewModel) -> None:
         """Write a new model (its row, every task row, its batches) in one transaction;
@@ -209,39 +173,6 @@ class ModelWriter:
                 notify(conn, self.name)
         return bool(gone)
 
-    def prepare(self, snap: Snapshot, task_id: str, X, y, served: tuple[np.ndarray, np.ndarray] | None = None,
-                defer_refits: bool = False) -> Prepared:
-        """Run the update on a private copy of the learner (nothing is stored). ``served``: the
-        outputs the rows were served when they were predicted (labels that arrive later,
-        :mod:`service.labels`), which score the batch instead of the snapshot before it.
-        ``defer_refits``: the engine's (:meth:`core.LifelongLearner.learn`); stored with the batch."""
-        d = (snap.info.get("settings") or {}).get("d")
-        if d is not None and not snap.learner.is_fitted:
-            width = np.asarray(X, dtype=object).shape
-            if len(width) == 2 and width[1] != d:
-                raise core.InputError(f"X has {width[1]} features per row but the model expects {d}")
-        learner = snap.learner.copy()  # shares arrays, which learning replaces, never mutates
-        t0 = time.perf_counter()
-        # InputError (bad or numerically unusable): nothing happened
-        result = learner.learn(task_id, X, y, defer_refits=defer_refits)
-        engine_seconds = time.perf_counter() - t0
-        # Test, then train: the served snapshot (not touched by learning its copy) scores the batch.
-        t1 = time.perf_counter()
-        if result.new_task:
-            prequential = None
-        elif served is not None:
-            prequential = served_sums(learner.kind, task_id, y, *served)
-        else:
-            prequential = score_prequential(snap.learner, task_id, X, y)
-        prequential_seconds = time.perf_counter() - t1
-        summary = dict(snap.info.get("summary") or {})
-        summary["representatives"] = representatives(learner, summary.get("representatives", []), result)
-        summary["n_representatives"] = int(result.n_representatives)
-        return Prepared(base_version=snap.version, task_id=task_id, result=result, learner=learner, state=None,
-                        X=np.asarray(X, dtype=float), y=np.asarray(y, dtype=float), summary=summary,
-                        info=snap.info, prequential=prequential, engine_seconds=engine_seconds,
-                        prequential_seconds=prequential_seconds, refits_deferred=defer_refits)
-
     def _set_model(self, conn: Connection, p: Prepared | PreparedTakeBack, new_version: int, now: datetime,
                    not_applied: str, last: Prepared | None = None) -> None:
         """The model row at ``new_version`` (with ``last``'s state and summary, by default
@@ -288,12 +219,9 @@ class ModelWriter:
         last = group[-1]
         now = _now()
         touched: dict[str, dict[str, Any]] = {}  # task id -> what its row gets
-        answers = []
         for p, v in zip(group, versions):
-            result = result_json(p.result)
-            answers.append({**result, "version": v, "prequential": scores(p.prequential)})
             t = touched.setdefault(p.task_id, {"n": 0, "new": False})
-            t.update(n=t["n"] + 1, version=v, last=result, n_samples=p.result.n_samples)
+            t.update(n=t["n"] + 1, version=v, last=p.last_update, n_samples=p.result.n_samples)
             t["new"] = t["new"] or bool(p.result.new_task)
             for tid in p.result.changed_tasks:  # learned again (the scaling's warm-up) or their evidence measured again
                 other = touched.setdefault(tid, {"n": 0, "new": False})
@@ -339,8 +267,8 @@ class ModelWriter:
                 for p, v in zip(group, versions)])
             # each participant once, with the commits of its batches, in the order they first appear
             its: dict[int, tuple[CommitParticipant, list[Commit]]] = {}
-            for p, v, answer, parts in zip(group, versions, answers, participants):
-                commit = Commit(p, v, now, answer)
+            for p, v, parts in zip(group, versions, participants):
+                commit = Commit(p, v, now, p.answer)
                 for part in parts:
                     its.setdefault(id(part), (part, []))[1].append(commit)
             for part, commits in its.values():

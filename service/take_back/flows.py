@@ -9,9 +9,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from service import metrics
-from service.writing.idempotency import Claim
-from service.writing.idempotent import once
-from service.take_back.rebuild import TakeBackLog, prepare as take_back_prepare, take_back_hash
+from service.store.prepared import PreparedTakeBack
+from service.take_back.rebuild import TakeBackLog, take_back_hash
+from service.take_back.rebuild import prepare as take_back_prepare
+from service.writing import idempotent
+from service.writing.idempotency import Claim, Replayed
 from service.writing.outcomes import held
 
 if TYPE_CHECKING:
@@ -24,14 +26,16 @@ log = logging.getLogger("service.store")
 def take_back(model: HostedModel, batch_version: int, key: str | None = None) -> tuple[dict[str, Any], bool]:
     """Take the batch of ``batch_version`` back (:mod:`service.take_back`; at most once per
     ``key`` when given): the answer (:class:`fcl3.schemas.TakeBackOut`) and whether it is a replay."""
-    if key is None:
-        prepared, _ = take_back_batch(model, batch_version)
-        return prepared.answer, False
-    return once(model, key, take_back_hash(batch_version), lambda claim: take_back_batch(model, batch_version, claim),
-                answer=lambda prepared, version: prepared.answer)
+    try:
+        with idempotent.claimed(model, key, lambda: take_back_hash(batch_version)) as claim:
+            prepared, _ = take_back_batch(model, batch_version, claim)
+    except Replayed as replay:
+        return idempotent.replayed(model, replay), True
+    assert prepared.answer is not None  # set by its commit
+    return prepared.answer, False
 
 
-def take_back_batch(model: HostedModel, batch_version: int, claim: Claim | None = None):
+def take_back_batch(model: HostedModel, batch_version: int, claim: Claim | None = None) -> tuple[PreparedTakeBack, int]:
     """Under the model's update lock: refresh to the stored version, rebuild the model without
     the batch by replay, commit it with the version compare-and-set (and ``claim``'s answer).
     Returns the prepared take-back and the new version. Observed like an update (outcome

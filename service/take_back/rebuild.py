@@ -41,6 +41,7 @@ class TakeBackRefused(Refused):
     """A take-back refused with nothing changed: ``status`` and the body's extra fields."""
 
     status = 409
+    version_field = "taken_back_by"
 
 
 class NotABatch(TakeBackRefused):

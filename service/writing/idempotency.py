@@ -92,11 +92,13 @@ class KeyTakenOver(StaleWrite):
 
 
 class Replayed(Exception):
-    """The key's batch is already committed: ``response`` is the first answer (nothing applied)."""
+    """The key's batch is already committed: ``response`` is the first answer (nothing applied).
+    ``counted``: the write's outcome counted it already (:mod:`service.writing.outcomes`)."""
 
     def __init__(self, response: dict[str, Any]):
         super().__init__("replayed")
         self.response = response
+        self.counted = False
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,24 @@
 """A write at most once per ``Idempotency-Key``: the key claimed before the update lock, the
 first request's answer replayed to a retry, the claim released when the write fails. The keys'
-store and their life are :mod:`service.writing.idempotency`; here a write (a batch, a label request, a
-take-back) is run under its key, observed like any other.
+store and their life are :mod:`service.writing.idempotency`; here a write (a batch, a label
+request, a take-back) runs in :func:`claimed`, observed like any other::
+
+    try:
+        with claimed(model, key, lambda: request_hash(...)) as claim:
+            prepared, version = <the write>(model, ..., claim)   # the claim checked under the lock
+    except Replayed as replay:
+        return replayed(model, replay), True                     # the first request's answer
+    return prepared.answer, False
 """
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from service import metrics
-from service.writing.idempotency import Claim, IdempotencyKeys, KeyInFlight, KeyTakenOver, Replayed, request_hash
-from service.learning.updates import learn_batch, purge_keys, update_answer
+from service.writing.idempotency import Claim, IdempotencyKeys, KeyInFlight, KeyTakenOver, Replayed
 
 if TYPE_CHECKING:
     from service.hosting import HostedModel
@@ -19,56 +27,58 @@ if TYPE_CHECKING:
 log = logging.getLogger("service.store")
 
 
-def learn_once(model: HostedModel, task_id: str, X, y, key: str) -> tuple[dict[str, Any], bool]:
-    """Learn one batch at most once per ``key`` (``Idempotency-Key``) of ``model``: returns the
-    answer (the body of the 200) and whether it is a replay of the first request's answer.
-
-    The key is claimed before the update lock (a key already answered is replayed, a key used
-    with another task or body is :class:`service.writing.idempotency.KeyMismatch` (422), a key whose
-    first request still runs is :class:`service.writing.idempotency.KeyInFlight` (409)), checked again
-    under the lock, and its answer is stored by the commit that stores the batch. An update
-    that fails releases the claim (at once, or as soon as the database answers again). See
-    :mod:`service.writing.idempotency`."""
-    return once(model, key, request_hash(task_id, X, y), lambda claim: learn_batch(model, task_id, X, y, claim))
-
-
-def once(model: HostedModel, key: str, h: str, run, answer=None) -> tuple[dict[str, Any], bool]:
-    """``run(claim)`` (a :func:`service.learning.updates.learn_batch`, or a
-    :func:`service.take_back.flows.take_back_batch`) at most once per ``key`` of ``model``
-    for the request of hash ``h``: the answer (``answer(prepared, version)``, by default an
-    update's) and whether it is a replay (see :func:`learn_once`)."""
+@contextmanager
+def claimed(model: HostedModel, key: str | None, request_hash: Callable[[], str]) -> Iterator[Claim | None]:
+    """The block run with ``key`` of ``model`` claimed for the request of hash ``request_hash()``
+    (``key`` None: run as it is, with no claim). A key already answered raises :class:`Replayed`
+    (its first answer, nothing applied), a key used with another request
+    :class:`service.writing.idempotency.KeyMismatch` (422), a key whose first request still runs
+    :class:`KeyInFlight` (409). The claim is checked again under the lock by the write, and its
+    answer is stored by the commit that stores the write; a write that fails releases the claim
+    (at once, or as soon as the database answers again)."""
+    if key is None:
+        yield None
+        return
     keys = model.keys
-    purge_keys(keys, every=True)
+    purge_expired(keys, every=True)
     try:
-        claim = keys.claim(model.name, key, h)
-    except Replayed as r:
-        return _replayed(model, key, r.response), True
+        claim = keys.claim(model.name, key, request_hash())
     except KeyInFlight:
         metrics.UPDATES.labels("key_in_flight").inc()
         raise
     try:
-        prepared, version = run(claim)
-    except Replayed as r:  # another request took the key over and committed (counted by learn)
+        yield claim
+    except Replayed:  # another request took the key over and committed (counted by the write's outcome)
         _release(keys, claim)
-        return _replayed(model, key, r.response, count=False), True
+        raise
     except KeyTakenOver:
-        try:
-            keys.after_takeover(claim)
-        except Replayed as r:
-            return _replayed(model, key, r.response), True
-        raise AssertionError("unreachable")  # after_takeover always raises
+        keys.after_takeover(claim)  # raises Replayed (the other request committed) or KeyInFlight
+        raise
     except BaseException:
         _release(keys, claim)
         raise
-    return (answer or update_answer)(prepared, version), False
 
 
-def _replayed(model: HostedModel, key: str, response: dict[str, Any], count: bool = True) -> dict[str, Any]:
-    if count:
+def replayed(model: HostedModel, replay: Replayed) -> dict[str, Any]:
+    """The first request's answer, counted (unless the write's outcome counted it) and logged."""
+    if not replay.counted:
         metrics.UPDATES.labels("replayed").inc()
+    response = replay.response
     log.info("idempotent replay", extra={"event": "update_replayed", "model": model.name,
                                          "task": response.get("task_id"), "version": response.get("version")})
     return response
+
+
+def purge_expired(keys: IdempotencyKeys, every: bool = False) -> None:
+    """Delete the expired ``Idempotency-Key`` rows: now (start-up), or with ``every`` at most
+    once per ``IDEMPOTENCY_PURGE_EVERY`` seconds (on writes). Never fails the caller."""
+    try:
+        n = keys.maybe_purge() if every else keys.purge()
+    except Exception as exc:  # noqa: BLE001 - a purge must never fail a write
+        log.warning("idempotency key purge failed: %s", type(exc).__name__)
+        return
+    if n:
+        log.info("purged %d expired idempotency keys", n, extra={"event": "idempotency_purge"})
 
 
 def _release(keys: IdempotencyKeys, claim: Claim) -> None:

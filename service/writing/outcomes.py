@@ -1,11 +1,12 @@
 """A write's outcome and its wait for the update lock, counted: ``fcl3_updates_total`` by
 outcome (committed, taken back, or what refused it), ``fcl3_lock_wait_seconds`` (acquired or
 busy), then the served-model gauges. Every write of a hosted model (a batch, a label request,
-a take-back) is observed through :func:`outcome` or :func:`held`, so that each counts the same.
+a take-back) is observed through :func:`observed` or :func:`held`, so that each counts the same.
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -13,11 +14,10 @@ from typing import TYPE_CHECKING
 import core
 
 from service import metrics
-from service.writing.idempotency import KeyInFlight, Replayed
-from service.labels.remembered import LabelRefused
-from service.writing.locks import LockBusy
-from service.take_back.rebuild import TakeBackRefused
+from service.refusals import Refused
 from service.store.writes import StaleWrite
+from service.writing.idempotency import KeyInFlight, Replayed
+from service.writing.locks import LockBusy
 
 if TYPE_CHECKING:
     from service.hosting import HostedModel
@@ -32,20 +32,21 @@ class Held:
 
 
 @contextmanager
-def outcome(model: HostedModel, done: str, t0: float):
+def observed(model: HostedModel, done: str, t0: float) -> Iterator[None]:
     """A write's outcome (``fcl3_updates_total``: ``done`` when the block ends, else what was
     refused: replayed, key in flight, bad input, stale, lock busy), then the served gauges."""
     outcome = "error"
     try:
         yield
         outcome = done
-    except Replayed:
+    except Replayed as replay:
         outcome = "replayed"
+        replay.counted = True
         raise
     except KeyInFlight:
         outcome = "key_in_flight"
         raise
-    except (core.InputError, LabelRefused, TakeBackRefused):
+    except (core.InputError, Refused):
         outcome = "bad_input"
         raise
     except StaleWrite:
@@ -61,11 +62,11 @@ def outcome(model: HostedModel, done: str, t0: float):
 
 
 @contextmanager
-def held(model: HostedModel, done: str):
+def held(model: HostedModel, done: str) -> Iterator[Held]:
     """The model's update lock (with the process's foreground), observed: the lock wait
-    (``fcl3_lock_wait_seconds``) and the write's outcome (:func:`outcome`)."""
+    (``fcl3_lock_wait_seconds``) and the write's outcome (:func:`observed`)."""
     h = Held(time.perf_counter())
-    with outcome(model, done, h.t0):
+    with observed(model, done, h.t0):
         with model.locks.hold(model.name), model.shared.foreground:
             h.acquired = time.perf_counter()
             metrics.LOCK_WAIT_SECONDS.labels("acquired").observe(h.acquired - h.t0)

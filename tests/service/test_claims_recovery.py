@@ -137,18 +137,17 @@ def _fail_commit_while(c, during) -> httpx.Response:
     """Post a batch whose update runs ``during`` (the database goes away) between its learning
     and its commit; the answer."""
     writer = c.app.state.model.writer
-    real_prepare = writer.prepare
+    real_commit = writer.commit_group
 
-    def prepare(*args, **kwargs):
-        out = real_prepare(*args, **kwargs)
+    def commit_group(*args, **kwargs):  # the batch learned: its commit comes next
         during()
-        return out
+        return real_commit(*args, **kwargs)
 
-    writer.prepare = prepare
+    writer.commit_group = commit_group
     try:
         return post(c, *c.batch, "outage")
     finally:
-        writer.prepare = real_prepare
+        writer.commit_group = real_commit
 
 
 def _wait_released(url: str, model: str, timeout: float = 5.0) -> float:

@@ -13,11 +13,11 @@ import pytest
 
 import core
 from service.learning import group_commit, updates
-from service.writing import idempotent
+
 from service.learning.queue import Queued, WriteQueue
 from service.models.learners import make_learner
 from service.store.reads import ModelReader
-from service.api.responses import result_json
+from service.store.results import result_json
 from service.evaluation.scores import prequential, scores
 
 from .conftest import regression_batch
@@ -54,7 +54,7 @@ def _grouped(model, calls, n_wait=None):
         except Exception as exc:  # noqa: BLE001 - returned to the test
             out[i] = exc
 
-    q = model.writer.queue
+    q = model.queue
     try:
         with model.locks.hold(model.name):
             threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
@@ -108,9 +108,9 @@ def test_a_group_equals_its_batches_learned_one_by_one_as_stored(backend_app, n_
     rng = np.random.default_rng(7)
     warm = [(f"t{i % 3}", *regression_batch(rng, task=i)) for i in range(3)]
     for task, X, y in warm:
-        updates.learn_answer(model, task, X, y)
+        updates.learn(model, task, X, y)[0]
     batches = [(f"t{i % n_tasks}", *regression_batch(rng, n=1 + i % 3, task=i)) for i in range(12)]
-    calls = [lambda b=b: updates.learn_answer(model, *b) for b in batches]
+    calls = [lambda b=b: updates.learn(model, *b)[0] for b in batches]
     answers, sizes = _grouped(model, calls)
     assert not [a for a in answers if isinstance(a, Exception)], answers
     assert max(sizes) > 1  # at least one real group
@@ -179,11 +179,11 @@ def _with_late_batches(model, first, late):
     arrive during the first one's learning (each from a thread of its own, all queued before it
     is learned). Returns (answers to ``first``, answers to ``late``, the size of every group
     committed meanwhile, in order)."""
-    q = model.writer.queue
+    q = model.queue
     late_answers = []
-    threads = [threading.Thread(target=lambda b=b: late_answers.append(updates.learn_answer(model, *b)))
+    threads = [threading.Thread(target=lambda b=b: late_answers.append(updates.learn(model, *b)[0]))
                for b in late]
-    real_prepare, real_commit = model.writer.prepare, model.writer.commit_group
+    real_prepare, real_commit = group_commit.prepare, model.writer.commit_group
     sizes = []
 
     def prepare(*args, **kwargs):
@@ -203,13 +203,13 @@ def _with_late_batches(model, first, late):
         sizes.append(len(group))
         return real_commit(group, parts)
 
-    model.writer.prepare, model.writer.commit_group = prepare, commit_group
+    group_commit.prepare, model.writer.commit_group = prepare, commit_group
     try:
-        answers, _ = _grouped(model, [lambda b=b: updates.learn_answer(model, *b) for b in first])
+        answers, _ = _grouped(model, [lambda b=b: updates.learn(model, *b)[0] for b in first])
         for t in threads:
             t.join(30)
     finally:
-        model.writer.prepare, model.writer.commit_group = real_prepare, real_commit
+        group_commit.prepare, model.writer.commit_group = real_prepare, real_commit
     assert not [a for a in answers if isinstance(a, Exception)], answers
     return answers, late_answers, sizes
 
@@ -221,7 +221,7 @@ def test_a_batch_that_queues_while_its_group_is_learned_joins_it(backend_app):
     c = backend_app(LOCK_WAIT=20)
     model = c.app.state.model
     rng = np.random.default_rng(11)
-    updates.learn_answer(model, "t0", *regression_batch(rng))
+    updates.learn(model, "t0", *regression_batch(rng))[0]
     batches = [(f"t{i % 2}", *regression_batch(rng, task=i)) for i in range(3)]
     before = _group_metric(c)
     answers, late_answer, sizes = _with_late_batches(model, batches[:2], batches[2:])
@@ -245,7 +245,7 @@ def test_batches_join_a_group_up_to_max_group(backend_app, monkeypatch):
     c = backend_app(LOCK_WAIT=20)
     model = c.app.state.model
     rng = np.random.default_rng(12)
-    updates.learn_answer(model, "t0", *regression_batch(rng))
+    updates.learn(model, "t0", *regression_batch(rng))[0]
     batches = [(f"t{i % 2}", *regression_batch(rng, task=i)) for i in range(5)]
     answers, late_answers, sizes = _with_late_batches(model, batches[:2], batches[2:])
     assert sizes[0] == 3 and sum(sizes) == 5 and max(sizes) <= 3
@@ -258,14 +258,14 @@ def test_bad_input_fails_only_its_batch(backend_app):
     c = backend_app(LOCK_WAIT=20)
     model = c.app.state.model
     rng = np.random.default_rng(8)
-    updates.learn_answer(model, "t0", *regression_batch(rng))
+    updates.learn(model, "t0", *regression_batch(rng))[0]
     good = [("t0", *regression_batch(rng)), ("t1", *regression_batch(rng, task=1)), ("t0", *regression_batch(rng))]
     X, y = regression_batch(rng, d=5)  # another width
-    calls = [lambda b=good[0]: updates.learn_answer(model, *b),
-             lambda: updates.learn_answer(model, "t1", X, y),
-             lambda b=good[1]: updates.learn_answer(model, *b),
-             lambda: updates.learn_answer(model, "t2", [[1.0, float("nan"), 0, 0]], [1.0]),
-             lambda b=good[2]: updates.learn_answer(model, *b)]
+    calls = [lambda b=good[0]: updates.learn(model, *b)[0],
+             lambda: updates.learn(model, "t1", X, y)[0],
+             lambda b=good[1]: updates.learn(model, *b)[0],
+             lambda: updates.learn(model, "t2", [[1.0, float("nan"), 0, 0]], [1.0])[0],
+             lambda b=good[2]: updates.learn(model, *b)[0]]
     answers, sizes = _grouped(model, calls)
     bad = [a for a in answers if isinstance(a, Exception)]
     assert len(bad) == 2 and all(isinstance(e, core.InputError) for e in bad)
@@ -286,7 +286,7 @@ def test_idempotency_keys_in_a_group_are_answered_once_and_replayed(backend_app)
     model = c.app.state.model
     rng = np.random.default_rng(9)
     batches = [(f"t{i % 2}", *regression_batch(rng, task=i)) for i in range(6)]
-    calls = [lambda i=i, b=b: idempotent.learn_once(model, *b, key=f"k-{i}") for i, b in enumerate(batches)]
+    calls = [lambda i=i, b=b: updates.learn(model, *b, key=f"k-{i}") for i, b in enumerate(batches)]
     answers, sizes = _grouped(model, calls)
     assert not [a for a in answers if isinstance(a, Exception)], answers
     assert max(sizes) > 1
@@ -306,7 +306,7 @@ def test_a_key_taken_over_in_a_group_commits_the_others_alone(backend_app):
     model = c.app.state.model
     rng = np.random.default_rng(10)
     batches = [(f"t{i % 2}", *regression_batch(rng, task=i)) for i in range(4)]
-    real_prepare = model.writer.prepare
+    real_prepare = group_commit.prepare
     stolen = []
 
     def prepare(snap, task_id, X, y, served=None, defer_refits=False):
@@ -319,12 +319,12 @@ def test_a_key_taken_over_in_a_group_commits_the_others_alone(backend_app):
             stolen.append(1)
         return out
 
-    model.writer.prepare = prepare
+    group_commit.prepare = prepare
     try:
-        calls = [lambda i=i, b=b: idempotent.learn_once(model, *b, key=f"k-{i}") for i, b in enumerate(batches)]
+        calls = [lambda i=i, b=b: updates.learn(model, *b, key=f"k-{i}") for i, b in enumerate(batches)]
         answers, sizes = _grouped(model, calls)
     finally:
-        model.writer.prepare = real_prepare
+        group_commit.prepare = real_prepare
     assert stolen and max(sizes) > 1
     from service.writing.idempotency import KeyInFlight
     assert isinstance(answers[1], KeyInFlight)
@@ -376,26 +376,26 @@ def test_a_group_whose_model_moved_is_refused_whole_and_applies_nothing(backend_
     model = c.app.state.model
     settings = c.app.state.settings
     rng = np.random.default_rng(12)
-    updates.learn_answer(model, "t0", *regression_batch(rng))
+    updates.learn(model, "t0", *regression_batch(rng))[0]
     other = HostedModel.open(make_engine(settings), make_locks(settings), settings.MODEL_NAME,
                              settings.model_settings())
-    real_prepare = model.writer.prepare
+    real_prepare = group_commit.prepare
     moved = []
 
     def prepare(snap, task_id, X, y, served=None, defer_refits=False):
         out = real_prepare(snap, task_id, X, y, served, defer_refits)
         if not moved:  # another writer commits version 2 meanwhile, without the lock
             snap_b = other.reader.snapshot(check=True)
-            other.writer.commit(other.writer.prepare(snap_b, "t9", *regression_batch(rng, task=9)), [other.evaluation])
+            other.writer.commit(real_prepare(snap_b, "t9", *regression_batch(rng, task=9)), [other.evaluation])
             moved.append(1)
         return out
 
-    model.writer.prepare = prepare
+    group_commit.prepare = prepare
     try:
         batches = [(f"t{i % 2}", *regression_batch(rng, task=i)) for i in range(4)]
-        answers, sizes = _grouped(model, [lambda b=b: updates.learn_answer(model, *b) for b in batches])
+        answers, sizes = _grouped(model, [lambda b=b: updates.learn(model, *b)[0] for b in batches])
     finally:
-        model.writer.prepare = real_prepare
+        group_commit.prepare = real_prepare
         other.reader.engine.dispose()
     assert sizes == [4]
     assert all(isinstance(a, StaleWrite) for a in answers), answers
@@ -428,15 +428,15 @@ def test_a_group_led_by_a_new_task_with_evaluation_sets_writes_what_one_by_one_w
         for task, (X, y) in rows.items():
             assert c.post(f"/tasks/{task}/evaluation", json={"X": X, "y": y}).status_code == 200
         if grouped:
-            real_prepare = model.writer.prepare
-            model.writer.prepare = lambda *a, defer_refits=False: real_prepare(*a)
+            real_prepare = group_commit.prepare
+            group_commit.prepare = lambda *a, defer_refits=False: real_prepare(*a)
             try:
-                answers, sizes = _grouped(model, [lambda b=b: updates.learn_answer(model, *b) for b in group])
+                answers, sizes = _grouped(model, [lambda b=b: updates.learn(model, *b)[0] for b in group])
             finally:
-                model.writer.prepare = real_prepare
+                group_commit.prepare = real_prepare
             assert sizes == [len(group)] and not [a for a in answers if isinstance(a, Exception)], answers
         else:
-            answers = [updates.learn_answer(model, *b) for b in group]
+            answers = [updates.learn(model, *b)[0] for b in group]
         assert sorted(a["version"] for a in answers) == list(range(len(warm) + 1, len(warm) + 1 + len(group)))
         model.evaluation.matrix.wait_idle()
         apps.append(c)
@@ -476,7 +476,7 @@ def test_a_group_writes_its_task_rows_in_one_statement_and_a_missing_row_refuses
     model = c.app.state.model
     rng = np.random.default_rng(21)
     for i in range(3):
-        updates.learn_answer(model, f"t{i}", *regression_batch(rng, task=i))
+        updates.learn(model, f"t{i}", *regression_batch(rng, task=i))[0]
     statements = []
 
     def seen(conn, cursor, statement, parameters, context, executemany):
@@ -490,7 +490,7 @@ def test_a_group_writes_its_task_rows_in_one_statement_and_a_missing_row_refuses
         for sums in ("INSERT", "UPDATE"):  # the tasks' first scored batches insert their prequential sums
             statements.clear()
             batches = [(f"t{i % 3}", *regression_batch(rng, task=i)) for i in range(6)]
-            answers, sizes = _grouped(model, [lambda b=b: updates.learn_answer(model, *b) for b in batches])
+            answers, sizes = _grouped(model, [lambda b=b: updates.learn(model, *b)[0] for b in batches])
             assert sizes == [6] and not any(isinstance(a, Exception) for a in answers), answers
             assert [(k, n) for k, table, n in statements if table == "tasks"] == [("UPDATE", 3)], statements
             assert [(k, n) for k, table, n in statements if table == "prequential_tasks"] == [(sums, 3)], statements
@@ -501,7 +501,7 @@ def test_a_group_writes_its_task_rows_in_one_statement_and_a_missing_row_refuses
     with model.reader.bulk.begin() as conn:
         conn.execute(delete(TaskRow.__table__).where(TaskRow.__table__.c.task_id == "t1"))
     batches = [(f"t{i % 3}", *regression_batch(rng, task=i)) for i in range(3)]
-    answers, sizes = _grouped(model, [lambda b=b: updates.learn_answer(model, *b) for b in batches])
+    answers, sizes = _grouped(model, [lambda b=b: updates.learn(model, *b)[0] for b in batches])
     assert sizes == [3]
     assert all(isinstance(a, StaleWrite) for a in answers), answers
     assert c.get("/model").json()["version"] == version

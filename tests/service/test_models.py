@@ -223,13 +223,13 @@ def test_model_cache_is_bounded_least_recently_used_first(make_client):
     for n in names:
         learn(c, n, "t", *regression_batch(rng))
         answers[n] = predict(c, n, "t")
-        assert len(registry.cached_names()) <= 2
-    assert registry.cached_names() == names[-2:]
+        assert len(list(registry._lru)) <= 2
+    assert list(registry._lru) == names[-2:]
     predict(c, names[2], "t")
-    assert registry.cached_names() == [names[3], names[2]]
+    assert list(registry._lru) == [names[3], names[2]]
     for n in names:  # evicted models are reloaded from the database, exactly
         assert predict(c, n, "t") == answers[n]
-    assert len(registry.cached_names()) == 2
+    assert len(list(registry._lru)) == 2
     assert registry.default.reader.cached is not None  # the default model is always held
 
 
@@ -241,18 +241,18 @@ def test_unknown_model_names_never_push_a_stored_model_out_of_the_cache(make_cli
     for n in names:
         learn(c, n, "t", *regression_batch(rng))
         predict(c, n, "t")
-    assert registry.cached_names() == names
+    assert list(registry._lru) == names
     for i in range(5):  # reads of names that are not stored: 404, and not cached
         r = c.get(f"/models/nope-{i}/predict", params={"task_id": "t", "x": "1,2,3,4"})
         assert r.status_code == 404 and "unknown model" in r.json()["detail"]
         assert c.get(f"/models/nope-{i}/tasks").status_code == 404
-    assert registry.cached_names() == names
+    assert list(registry._lru) == names
     created = unique_name("later")  # a model created after a miss is cached from then on
     assert c.get(f"/models/{created}/tasks").status_code == 404
     new_model(c, created)
     learn(c, created, "t", *regression_batch(rng))
     predict(c, created, "t")
-    assert registry.cached_names()[-1] == created
+    assert list(registry._lru)[-1] == created
 
 
 # ----------------------------------------------------------------------------- export / import
@@ -630,7 +630,7 @@ def _write_release_0001_database(url: str, rng) -> dict:
     from service.db import alembic_config
     from service.store.packed_arrays import array_to_bytes
     from service.store.tables import NDArrayDict
-    from service.api.responses import result_json
+    from service.store.results import result_json
 
     command.upgrade(alembic_config(url), "0001")
     engine = create_engine(url)

@@ -1,5 +1,6 @@
 """/models: the models of this service and their lifecycle — create (or fork), list,
-describe, delete, export and import (``/models/{name}/state``, one ``.npz`` file).
+describe, delete, export and import (``/models/{name}/state``, one ``.npz`` file); and
+``GET /model``, the default model (``MODEL_NAME``) described.
 
 An import has its own router and limits: its body (up to ``MAX_IMPORT_BYTES``, enforced by
 :class:`service.middleware.BodyGate`) is streamed to a temporary file, never held in memory;
@@ -20,15 +21,14 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
-from service.records import rows
+from fcl3.schemas import ModelCreate, ModelList, ModelOut
+from service.api.deps import MAX_OFFSET, ModelDep, ModelName, RegistryDep, hosted
+from service.api.json_body import JsonRoute
+from service.api.responses import described_model, model_out
+from service.evaluation import figures
+from service.hosting import HostedModel
 from service.models import lifecycle, state_files
 from service.store.reads import list_models
-from service.api.responses import model_out
-from fcl3.schemas import ModelCreate, ModelList, ModelOut
-from service.api.deps import ModelName, RegistryDep, hosted
-from service.api.json_body import JsonRoute
-from service.api.routes.default_model import with_prequential
-from service.api.routes.tasks import MAX_OFFSET
 
 write_router = APIRouter(route_class=JsonRoute, tags=["models"])
 read_router = APIRouter(tags=["models"])
@@ -62,7 +62,20 @@ def create_model(registry: RegistryDep, body: ModelCreate) -> ModelOut:
         lifecycle.fork_model(model, registry.get(body.fork.model), body.fork.version)
     else:
         lifecycle.create_model(model, body.model_settings())
-    return rows.described(model)
+    return described_model(model)
+
+
+@read_router.get("/model", response_model=ModelOut, tags=["model"])
+def get_default_model(model: ModelDep) -> ModelOut:
+    """Kind, d, p, hyper-parameters, version and representatives of the hosted model, and its
+    model-wide prequential scores."""
+    return with_prequential(model, described_model(model))
+
+
+def with_prequential(model: HostedModel, out: ModelOut) -> ModelOut:
+    """``out`` with the model-wide prequential figures."""
+    prequential = figures.model_prequential(model, out.kind)
+    return ModelOut.model_validate({**out.model_dump(), "prequential": prequential})
 
 
 @read_router.get("/models", response_model=ModelList)
@@ -78,7 +91,7 @@ def get_model(request: Request, name: ModelName) -> ModelOut:
     """Kind, estimator, d, p, hyper-parameters, version, tasks, batches, representatives, times,
     and the model-wide prequential scores (overall and over the recent window)."""
     model = hosted(request, name)
-    return with_prequential(model, rows.described(model))
+    return with_prequential(model, described_model(model))
 
 
 @write_router.delete("/models/{name}", status_code=204, response_class=Response, responses={**UNKNOWN, **BUSY})

@@ -34,11 +34,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
 
 from fcl3.schemas import MODEL_NAME_RULE, PredictOut, PredictRequest, TaskId, csv_batch
-
-from service.records import rows
 from service import security
-from service.learning import updates
 from service.api.deps import ModelName, check_size, hosted
+from service.config import Settings
+from service.hosting import HostedModel
+from service.labels.flows import predict_remembered
+from service.learning.predictions import predict as predict_rows
+from service.records import rows
+from service.store.reads import Snapshot
 
 #: A request body up to this size (≈ 250 rows of 10 features) is parsed and predicted on the
 #: event loop when the cached model is current; a larger one in the thread pool.
@@ -169,13 +172,14 @@ def _csv_task(query: VersionQuery) -> str | None:
     return query.task_id if isinstance(query, CsvQuery) else None
 
 
-def _answer(model, settings, query: PredictQuery | VersionQuery, body: bytes | None, content_type: str | None,
-            snap=None, req: PredictRequest | None = None) -> Response:
+def _answer(model: HostedModel, settings: Settings, query: PredictQuery | VersionQuery, body: bytes | None,
+            content_type: str | None, snap: Snapshot | None = None, req: PredictRequest | None = None) -> Response:
     """The 200 of a prediction (``snap``: the snapshot ``fresh`` returned, to answer from;
     ``req``: the POST body already parsed). Records are encoded with the model's vocabulary
     (:func:`service.records.rows.prediction_rows`), against the snapshot that predicts them."""
-    unseen = None
+    unseen = ids = None
     if body is None:
+        assert isinstance(query, PredictQuery)  # a GET's query
         check_size(settings, len(query.x), (t.count(",") + 1 for t in query.x))
         task_id, X = query.task_id, parse_rows(query.x)
     else:
@@ -190,21 +194,17 @@ def _answer(model, settings, query: PredictQuery | VersionQuery, body: bytes | N
             if len(X) > settings.MAX_REMEMBERED_PER_MODEL:
                 raise HTTPException(413, f"{len(X)} rows to remember in one request; at most "
                                          f"{settings.MAX_REMEMBERED_PER_MODEL} (MAX_REMEMBERED_PER_MODEL)")
-            preds, probs, version, ids = updates.predict_remembered(
+            preds, probs, version, ids = predict_remembered(
                 model, task_id, X, query.min_version, snap, settings.PREDICTION_TTL, settings.MAX_REMEMBERED_PER_MODEL)
-            out = {"task_id": task_id, "predictions": preds, "probabilities": probs, "version": version,
-                   "unseen": unseen, "prediction_ids": ids}
-            if probs is None:
-                del out["probabilities"]
-            if not unseen:
-                del out["unseen"]
-            return Response(to_json(out), media_type="application/json")
-    preds, probs, version = updates.predict(model, task_id, X, query.min_version, snap)
-    out = {"task_id": task_id, "predictions": preds, "probabilities": probs, "version": version}
+    if ids is None:
+        preds, probs, version = predict_rows(model, task_id, X, query.min_version, snap)
+    out: dict[str, Any] = {"task_id": task_id, "predictions": preds, "probabilities": probs, "version": version}
     if probs is None:
         del out["probabilities"]
     if unseen:
         out["unseen"] = unseen
+    if ids is not None:
+        out["prediction_ids"] = ids
     return Response(to_json(out), media_type="application/json")  # PredictOut's JSON, without building one
 
 
@@ -229,7 +229,7 @@ async def predict(request: Request) -> Response:
         # remembering writes, and records may read the vocabulary: the thread pool
         small = req is not None and not req.remember and req.records is None
     snap = model.reader.fresh(query.min_version) if small else None  # small: a POST's body is parsed
-    if snap is not None and (query.task_id if req is None else req.task_id) in getattr(snap.learner, "tasks_", {}):
+    if snap is not None and snap.has_task(query.task_id if req is None else req.task_id):
         return _answer(model, settings, query, body, content_type, snap, req)
     # not cached, large, or a task the cached version has not learned (reads.ModelReader.predict)
     return await run_in_threadpool(_answer, model, settings, query, body, content_type, None, req)
