@@ -26,7 +26,7 @@ while its process lives (its connection cut, the database restarted), which is t
 case above.
 
 The three backends and the choice between them (:func:`make_locks`) are here; a file lock's
-holds and their TTL are :mod:`service.writing.file_locks`, a Redis lock's holders
+holds and their TTL are :mod:`service.writing.file_holds`, a Redis lock's holders
 :mod:`service.writing.lock_holders`.
 """
 from __future__ import annotations
@@ -43,8 +43,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+import filelock
+
 from service.db import sqlite_file
-from service.writing.file_locks import FileHold, HoldExpiries
+from service.writing.file_holds import FileHold, HoldExpiries
 from service.writing.lock_holders import Holders
 
 log = logging.getLogger("service.locks")
@@ -115,7 +117,7 @@ _SAFE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$")
 
 class FileLocks:
     """Cross-process locks of one machine: one lock file per model in ``directory`` (next to
-    the SQLite database), held with ``flock``.
+    the SQLite database), held with the ``filelock`` library (an ``flock`` on Unix).
 
     Writers of every process queue on it for at most ``wait`` seconds, then :class:`LockBusy`
     (503 + Retry-After): a waiter tries again whenever a release wakes it, and at least every
@@ -125,7 +127,7 @@ class FileLocks:
     once and nothing is written), so a lock freed by another process is taken at once instead
     of up to a poll later. The kernel releases a lock when its process
     dies; a holder that lives on past ``ttl`` seconds has its lock unlocked by its own process
-    (one thread per process keeps every hold's TTL, :mod:`service.writing.file_locks`; the module
+    (one thread per process keeps every hold's TTL, :mod:`service.writing.file_holds`; the module
     notes say what follows). Threads of one process first queue on an in-process lock (with
     the same TTL), so at most one of them waits on the file."""
 
@@ -148,18 +150,17 @@ class FileLocks:
         """The FIFO a release of ``name``'s lock writes to, on which its waiters wait."""
         return self.path(name).with_suffix(".wake")
 
-    def _acquire(self, name: str, deadline: float, wait: float) -> int:
-        """A descriptor of ``name``'s lock file holding its ``flock``; :class:`LockBusy` after ``deadline``."""
-        import fcntl
-
-        fd = os.open(self.path(name), os.O_RDWR | os.O_CREAT, 0o644)
+    def _acquire(self, name: str, deadline: float, wait: float) -> filelock.BaseFileLock:
+        """``name``'s lock file, held by a lock of its own (one per hold: a hold that outlives its
+        TTL and the hold that follows it never share one); :class:`LockBusy` after ``deadline``."""
+        lock = filelock.FileLock(self.path(name), thread_local=False, preserve_lock_file=True)
         wake = None
         try:
             while True:
                 try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return fd
-                except BlockingIOError:
+                    lock.acquire(blocking=False)
+                    return lock
+                except filelock.Timeout:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise LockBusy(name, wait) from None
@@ -167,9 +168,6 @@ class FileLocks:
                         wake = self._open_wake(name)
                         continue
                     self._sleep(wake, min(self.POLL, left))
-        except BaseException:
-            os.close(fd)
-            raise
         finally:
             if wake is not None and wake >= 0:
                 os.close(wake)

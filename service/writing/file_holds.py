@@ -1,5 +1,6 @@
-"""One process's ``flock`` holds on the update-lock files (:class:`service.writing.locks.FileLocks`)
-and their TTL: each hold is released once, by its holder or at its TTL, whichever comes first,
+"""One process's holds of the update-lock files (:class:`service.writing.locks.FileLocks`, on
+the ``filelock`` library) and their TTL: each hold is released once, by its holder or at its
+TTL, whichever comes first,
 and the TTLs of every hold of the process are kept by one daemon thread (starting a timer
 thread for each hold costs about 1 ms per update). A hold that reaches its TTL is unlocked
 while its update still runs: the version check decides which commit applies
@@ -12,42 +13,38 @@ import os
 import threading
 import time
 
+import filelock
+
 # "service.locks": the logger name is part of each of its log lines (their "logger" field).
 log = logging.getLogger("service.locks")
 
 
 class FileHold:
-    """One process's ``flock`` on a lock file: released once, by its holder or by the timer
-    that ends it at the TTL (:class:`HoldExpiries`), whichever comes first."""
+    """One process's hold of a lock file (a :class:`filelock.FileLock` it acquired): released
+    once, by its holder or by the timer that ends it at the TTL (:class:`HoldExpiries`),
+    whichever comes first."""
 
-    def __init__(self, fd: int, name: str):
-        self.fd, self.name = fd, name
+    def __init__(self, lock: filelock.BaseFileLock, name: str):
+        self.lock, self.name = lock, name
         self._guard = threading.Lock()
-        self.expired = False
+        self.expired = self.released = False
 
     def expire(self) -> None:
-        import fcntl
-
         with self._guard:
-            if self.fd < 0 or self.expired:
+            if self.released or self.expired:
                 return
             self.expired = True
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            self.lock.release(force=True)
         log.warning("update lock %r held past its TTL: unlocked while its update still runs; the version "
                     "check decides which commit applies", self.name)
 
     def release(self) -> None:
-        import fcntl
-
         with self._guard:
-            fd, self.fd = self.fd, -1
-            if fd < 0:
+            if self.released:
                 return
-            try:
-                if not self.expired:
-                    fcntl.flock(fd, fcntl.LOCK_UN)
-            finally:
-                os.close(fd)
+            self.released = True
+            if not self.expired:
+                self.lock.release(force=True)
         if self.expired:
             log.warning("update lock %r expired before release", self.name)
 
