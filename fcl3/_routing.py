@@ -1,10 +1,11 @@
 """Which host of one service takes each request (:class:`Hosts`), for the transports of
 :mod:`fcl3.hosts` (``Spread``, ``AsyncSpread``): shared by both, thread-safe, no I/O."""
+
 from __future__ import annotations
 
 import threading
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 import httpx
 
@@ -85,13 +86,13 @@ class Hosts:
     def served(self) -> dict[str, int]:
         """Answers received from each host (any status), by URL."""
         with self._lock:
-            return {str(u): n for u, n in zip(self.urls, self._served)}
+            return {str(u): n for u, n in zip(self.urls, self._served, strict=True)}
 
     @property
     def errors(self) -> dict[str, int]:
         """Transport errors raised by each host (connection refused, dropped, timed out), by URL."""
         with self._lock:
-            return {str(u): n for u, n in zip(self.urls, self._errors)}
+            return {str(u): n for u, n in zip(self.urls, self._errors, strict=True)}
 
     @property
     def failovers(self) -> int:
@@ -103,13 +104,13 @@ class Hosts:
     def outstanding(self) -> dict[str, int]:
         """Requests sent to each host and not yet answered, by URL."""
         with self._lock:
-            return {str(u): n for u, n in zip(self.urls, self._outstanding)}
+            return {str(u): n for u, n in zip(self.urls, self._outstanding, strict=True)}
 
     def down(self) -> list[str]:
         """The hosts left out right now."""
         with self._lock:
             now = time.monotonic()
-            return [str(u) for u, t in zip(self.urls, self._down_until) if t > now]
+            return [str(u) for u, t in zip(self.urls, self._down_until, strict=True) if t > now]
 
 
 def _origin(url: str | httpx.URL) -> httpx.URL:

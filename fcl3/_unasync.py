@@ -5,6 +5,7 @@ unasync drops ``async``/``await`` and renames tokens by the rules below (its own
 cover ``__aenter__``, ``AsyncIterator`` and the like); the result is committed with a header
 saying it is generated. Needs the ``unasync`` package (the test extra), never at run time.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -20,7 +21,7 @@ TARGET = PACKAGE / "_sync" / "client.py"
 
 #: Async names and their sync twins, beyond unasync's defaults.
 RULES = {
-    "AsyncClient": "Client",             # ours and httpx's
+    "AsyncClient": "Client",  # ours and httpx's
     "AsyncSpread": "Spread",
     "AsyncBaseTransport": "BaseTransport",
     "AsyncHTTPTransport": "HTTPTransport",
@@ -29,11 +30,13 @@ RULES = {
     "aread": "read",
     "aconnect_sse": "connect_sse",
     "aiter_sse": "iter_sse",
-    "asyncio": "time",                   # import asyncio; asyncio.sleep(...) -> time.sleep(...)
+    "asyncio": "time",  # import asyncio; asyncio.sleep(...) -> time.sleep(...)
 }
 
-HEADER = ("# Generated from fcl3/_async/{name} by `python -m fcl3._unasync`: do not edit.\n"
-          "# Change the async source and run the script again (tests/client/test_unasync.py checks it).\n")
+HEADER = (
+    "# Generated from fcl3/_async/{name} by `python -m fcl3._unasync`: do not edit.\n"
+    "# Change the async source and run the script again (tests/client/test_unasync.py checks it).\n"
+)
 
 
 def generate(source: Path = SOURCE, name: str | None = None) -> str:
@@ -57,8 +60,9 @@ def main(argv: list[str]) -> int:
         text = generate(PACKAGE / "_async" / name)
         if "--check" in argv:
             if target.read_text("utf-8") != text:
-                print(f"{target} is not what fcl3/_async/{name} generates: run python -m fcl3._unasync",
-                      file=sys.stderr)
+                print(
+                    f"{target} is not what fcl3/_async/{name} generates: run python -m fcl3._unasync", file=sys.stderr
+                )
                 stale += 1
             continue
         target.write_text(text, "utf-8")

@@ -32,6 +32,7 @@ moved to another host. With ``trust_env=True`` (httpx's default) and a proxy in 
 (``HTTP_PROXY``, ...), httpx sends the matching requests to the proxy, not through this
 transport: pass ``trust_env=False`` (or name the hosts in ``NO_PROXY``).
 """
+
 from __future__ import annotations
 
 from fcl3._async.hosts import AsyncSpread

@@ -6,6 +6,7 @@ A batch answered "busy, nothing applied" (409: its ``Idempotency-Key`` still in 
 the update lock busy, the database or Redis down) is retried for at least
 :attr:`Retries.patience` seconds, past :attr:`Retries.total`: a claim or an update lock that a
 crashed request left behind lasts at most the service's ``LOCK_TTL`` (30 s by default)."""
+
 from __future__ import annotations
 
 import email.utils
@@ -39,7 +40,7 @@ class Retries:
     patience: float = 60.0
 
     def backoff_for(self, attempt: int) -> float:
-        return min(self.max_backoff, self.backoff * 2 ** attempt) * random.uniform(0.5, 1.0)
+        return min(self.max_backoff, self.backoff * 2**attempt) * random.uniform(0.5, 1.0)
 
     def retry_after(self, response: httpx.Response, attempt: int) -> float:
         value = response.headers.get("Retry-After")

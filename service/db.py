@@ -1,5 +1,6 @@
 """Engines (sync SQLAlchemy 2.x) and the schema's migrations (Alembic, from the installed
 package ``fcl3_migrations``); ``python -m service.db upgrade`` runs them on DATABASE_URL."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -63,8 +64,12 @@ def make_engine(settings: Settings, pool_size: int | None = None) -> Engine:
     connection is checked before use (``pool_pre_ping``, see :func:`_quiet_socket_ping`)."""
     url = settings.database_url
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30},
-                               json_serializer=json_text, json_deserializer=from_json)
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            json_serializer=json_text,
+            json_deserializer=from_json,
+        )
         guard = StoreFile.of(engine)
 
         @event.listens_for(engine, "connect")
@@ -90,8 +95,15 @@ def make_engine(settings: Settings, pool_size: int | None = None) -> Engine:
     # The pool is as large as the request concurrency one process sees: a smaller pool makes
     # threads open and close overflow connections on every request.
     size = pool_size or settings.DB_POOL_SIZE
-    engine = create_engine(url, pool_pre_ping=True, pool_size=size, max_overflow=size, connect_args=connect_args,
-                           json_serializer=json_text, json_deserializer=from_json)
+    engine = create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=size,
+        max_overflow=size,
+        connect_args=connect_args,
+        json_serializer=json_text,
+        json_deserializer=from_json,
+    )
     _quiet_socket_ping(engine)
     return engine
 
@@ -144,7 +156,7 @@ class StoreFile:
     every commit: each answers 503 naming the file, and ``/readyz`` is not ready, until the
     process is restarted on the file now in place. The check is one ``stat`` of the path."""
 
-    _of: "weakref.WeakKeyDictionary[Engine, StoreFile]" = weakref.WeakKeyDictionary()
+    _of: weakref.WeakKeyDictionary[Engine, StoreFile] = weakref.WeakKeyDictionary()
 
     def __init__(self, path: Path):
         self.path = path
@@ -152,7 +164,7 @@ class StoreFile:
         self._lock = threading.Lock()
 
     @classmethod
-    def of(cls, engine: Engine) -> "StoreFile | None":
+    def of(cls, engine: Engine) -> StoreFile | None:
         """The guard of ``engine`` (made on the first call); None: not an SQLite file."""
         guard = cls._of.get(engine)
         if guard is None and engine.dialect.name == "sqlite":
@@ -175,9 +187,11 @@ class StoreFile:
             if (st.st_dev, st.st_ino) == self.identity:
                 return None
             what = "replaced by another file"
-        return (f"database file deleted or replaced under the running service: {self.path} was {what}; "
-                "nothing is written any more (what this process wrote since is not in the file at that path): "
-                "restart the service once the right file is in place")
+        return (
+            f"database file deleted or replaced under the running service: {self.path} was {what}; "
+            "nothing is written any more (what this process wrote since is not in the file at that path): "
+            "restart the service once the right file is in place"
+        )
 
     def check(self) -> None:
         """Raise ``sqlite3.OperationalError`` (answered 503) if the file is gone."""
@@ -225,7 +239,7 @@ class StoreFile:
             self.check()
 
         @event.listens_for(engine, "commit")
-        def _commit(conn):
+        def _commit(_conn):
             why = self.problem()
             if why is not None:
                 raise sa_exc.OperationalError("COMMIT", None, sqlite3.OperationalError(why))

@@ -9,6 +9,7 @@ database / Redis down, 500 an internal error (a generic message with the request
 details go to the log only). Error bodies are scrubbed of API keys and connection-URL
 passwords (``app.state.redact``).
 """
+
 from __future__ import annotations
 
 import json
@@ -23,15 +24,14 @@ from sqlalchemy import exc as sa_exc
 
 import core
 from fcl3.records import RecordError
-
-from service.refusals import Refused
-from service.writing.idempotency import KeyInFlight
 from service.models.learners import ModelConfigError
-from service.writing.locks import LockBackendDown, LockBusy
-from service.store.reads import ModelMissing, VersionBehind
 from service.models.lifecycle import ForkRefused
 from service.records.vocabulary import VocabularyConflict
+from service.refusals import Refused
+from service.store.reads import ModelMissing, VersionBehind
 from service.store.writes import ModelExists, StaleWrite
+from service.writing.idempotency import KeyInFlight
+from service.writing.locks import LockBackendDown, LockBusy
 
 log = logging.getLogger("service")
 
@@ -61,17 +61,17 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": redact(message)}, status_code=status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError):  # FastAPI's own answer, always encodable
+    async def _invalid(_request: Request, exc: RequestValidationError):  # FastAPI's own answer, always encodable
         # an echoed body that is not UTF-8 (a body that is not JSON at all) with U+FFFD for its bad bytes
         errors = jsonable_encoder(exc.errors(), custom_encoder={bytes: lambda b: b.decode("utf-8", "replace")})
         return _ErrorJSON({"detail": errors}, status_code=422)
 
     @app.exception_handler(core.InputError)
-    async def _input(request: Request, exc: core.InputError):
+    async def _input(_request: Request, exc: core.InputError):
         return detail(422, str(exc))
 
     @app.exception_handler(Refused)
-    async def _refused(request: Request, exc: Refused):  # a label request, a take-back: the reason and its fields
+    async def _refused(_request: Request, exc: Refused):  # a label request, a take-back: the reason and its fields
         if exc.status == 422:  # bad input, answered as any bad input: its reason alone
             return detail(422, str(exc))
         field = exc.version_field
@@ -79,37 +79,37 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": redact(exc.message), **exc.extra}, status_code=exc.status, headers=headers)
 
     @app.exception_handler(RecordError)
-    async def _record(request: Request, exc: RecordError):  # records refused: the field and row at fault
+    async def _record(_request: Request, exc: RecordError):  # records refused: the field and row at fault
         return JSONResponse({"detail": redact(str(exc)), "field": exc.field, "row": exc.row}, status_code=422)
 
     @app.exception_handler(VocabularyConflict)
-    async def _vocabulary(request: Request, exc: VocabularyConflict):
+    async def _vocabulary(_request: Request, exc: VocabularyConflict):
         return detail(503, str(exc), {"Retry-After": "1"})
 
     @app.exception_handler(core.UnknownTaskError)
-    async def _unknown(request: Request, exc: core.UnknownTaskError):
+    async def _unknown(_request: Request, exc: core.UnknownTaskError):
         return detail(404, str(exc))
 
     @app.exception_handler(LockBusy)
-    async def _busy(request: Request, exc: LockBusy):
+    async def _busy(_request: Request, exc: LockBusy):
         return detail(503, str(exc), {"Retry-After": str(max(1, math.ceil(exc.wait)))})
 
     @app.exception_handler(LockBackendDown)
-    async def _redis_down(request: Request, exc: LockBackendDown):
+    async def _redis_down(_request: Request, exc: LockBackendDown):
         log.warning("update refused: %s", exc)
         return detail(503, f"{exc}; no update was applied", {"Retry-After": "5"})
 
     @app.exception_handler(StaleWrite)
-    async def _stale(request: Request, exc: StaleWrite):
+    async def _stale(_request: Request, exc: StaleWrite):
         log.warning("stale writer refused: %s", exc)
         return detail(409, str(exc))
 
     @app.exception_handler(KeyInFlight)
-    async def _key_in_flight(request: Request, exc: KeyInFlight):
+    async def _key_in_flight(_request: Request, exc: KeyInFlight):
         return detail(409, str(exc), {"Retry-After": "1"})
 
     @app.exception_handler(ModelConfigError)
-    async def _config(request: Request, exc: ModelConfigError):
+    async def _config(_request: Request, exc: ModelConfigError):
         log.error("model configuration error: %s", exc)
         return detail(500, f"model configuration error: {exc}")
 
@@ -121,26 +121,26 @@ def install_error_handlers(app: FastAPI) -> None:
         return detail(404, f"unknown model {exc.name!r}: create it with POST /models")
 
     @app.exception_handler(ModelExists)
-    async def _exists(request: Request, exc: ModelExists):
+    async def _exists(_request: Request, exc: ModelExists):
         return detail(409, str(exc))
 
     @app.exception_handler(VersionBehind)
-    async def _behind(request: Request, exc: VersionBehind):
+    async def _behind(_request: Request, exc: VersionBehind):
         return detail(409, str(exc))
 
     @app.exception_handler(ForkRefused)
-    async def _fork(request: Request, exc: ForkRefused):
+    async def _fork(_request: Request, exc: ForkRefused):
         return detail(409, str(exc))
 
     @app.exception_handler(sa_exc.OperationalError)
     @app.exception_handler(sa_exc.InterfaceError)
     @app.exception_handler(sa_exc.TimeoutError)
-    async def _db_down(request: Request, exc: Exception):
+    async def _db_down(_request: Request, exc: Exception):
         log.warning("database unavailable: %s", first_line(exc))
         return detail(503, f"database unavailable: {first_line(exc)}; nothing was changed", {"Retry-After": "5"})
 
     @app.exception_handler(sa_exc.ProgrammingError)
-    async def _schema(request: Request, exc: sa_exc.ProgrammingError):
+    async def _schema(_request: Request, exc: sa_exc.ProgrammingError):
         if getattr(getattr(exc, "orig", None), "sqlstate", None) == "42P01":  # undefined table
             return detail(503, f"database schema missing (run `alembic upgrade head`): {first_line(exc)}")
         raise exc
@@ -150,7 +150,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
         @app.exception_handler(redis.exceptions.ConnectionError)
         @app.exception_handler(redis.exceptions.TimeoutError)
-        async def _redis(request: Request, exc: Exception):
+        async def _redis(_request: Request, exc: Exception):
             log.warning("redis unavailable: %s", exc)
             return detail(503, f"redis unavailable: {exc}; no update was applied", {"Retry-After": "5"})
     except ImportError:  # pragma: no cover

@@ -2,6 +2,7 @@
 writes, update lock, idempotency keys and evaluation) and :class:`ModelRegistry` (the default
 model and a least-recently-used cache of the others), with what they all share
 (:class:`Shared`: held by the app's state through the registry, never a process global)."""
+
 from __future__ import annotations
 
 import threading
@@ -14,12 +15,12 @@ from service import memory, metrics
 from service.evaluation.model_evaluation import EvaluationSettings, ModelEvaluation
 from service.evaluation.worker import Foreground, MatrixWorker
 from service.events.hub import Hub
-from service.writing.idempotency import IdempotencyKeys
-from service.writing.locks import FileLocks, LocalLocks, RedisLocks
-from service.store.reads import ModelReader, Snapshot
 from service.learning.queue import WriteQueue
 from service.records.vocabulary import Vocabulary
+from service.store.reads import ModelReader, Snapshot
 from service.store.writes import ModelWriter
+from service.writing.idempotency import IdempotencyKeys
+from service.writing.locks import FileLocks, LocalLocks, RedisLocks
 
 Locks = LocalLocks | FileLocks | RedisLocks
 
@@ -80,9 +81,18 @@ class HostedModel:
     queue: WriteQueue
 
     @classmethod
-    def open(cls, engine: Engine, locks: Locks, name: str, model_settings: dict | None,
-             bulk_engine: Engine | None = None, default: bool = True,
-             keys: IdempotencyKeys | None = None, watch=None, shared: Shared | None = None) -> HostedModel:
+    def open(
+        cls,
+        engine: Engine,
+        locks: Locks,
+        name: str,
+        model_settings: dict | None,
+        bulk_engine: Engine | None = None,
+        default: bool = True,
+        keys: IdempotencyKeys | None = None,
+        watch=None,
+        shared: Shared | None = None,
+    ) -> HostedModel:
         """The model ``name`` on ``engine`` (``bulk_engine`` for its large transfers; see
         :data:`service.db.BULK_POOL_SIZE`), created with ``model_settings`` if it is missing
         (the default model only); ``watch``: the process's version watch (:mod:`service.store.watch`);
@@ -91,8 +101,17 @@ class HostedModel:
         reader = ModelReader(engine, name, bulk_engine, watch, heap=shared.heap)
         keys = keys if keys is not None else IdempotencyKeys(engine, claim_ttl=getattr(locks, "ttl", 30.0))
         evaluation = ModelEvaluation(reader, shared.foreground, shared.worker, shared.evaluation)
-        return cls(reader, ModelWriter(reader, model_settings), locks, default, keys, evaluation, shared,
-                   Vocabulary(engine, name), WriteQueue())
+        return cls(
+            reader,
+            ModelWriter(reader, model_settings),
+            locks,
+            default,
+            keys,
+            evaluation,
+            shared,
+            Vocabulary(engine, name),
+            WriteQueue(),
+        )
 
     @property
     def name(self) -> str:
@@ -120,9 +139,18 @@ class ModelRegistry:
     :attr:`locks`, so two entries of one name (one evicted, still in use) stay correct; the
     version compare-and-set guards every commit anyway."""
 
-    def __init__(self, engine: Engine, bulk_engine: Engine, locks: Locks, default_name: str,
-                 default_settings: dict, cache_size: int, keys: IdempotencyKeys | None = None, watch=None,
-                 shared: Shared | None = None):
+    def __init__(
+        self,
+        engine: Engine,
+        bulk_engine: Engine,
+        locks: Locks,
+        default_name: str,
+        default_settings: dict,
+        cache_size: int,
+        keys: IdempotencyKeys | None = None,
+        watch=None,
+        shared: Shared | None = None,
+    ):
         self.engine, self.bulk_engine, self.locks, self.watch = engine, bulk_engine, locks, watch
         if shared is None:  # on its own (tests, benchmarks): the watch wakes its streams
             shared = Shared()
@@ -131,8 +159,9 @@ class ModelRegistry:
         self.shared = shared
         self.keys = keys if keys is not None else IdempotencyKeys(engine, claim_ttl=getattr(locks, "ttl", 30.0))
         self.cache_size = max(1, int(cache_size))
-        self.default = HostedModel.open(engine, locks, default_name, default_settings, bulk_engine, keys=self.keys,
-                                        watch=watch, shared=shared)
+        self.default = HostedModel.open(
+            engine, locks, default_name, default_settings, bulk_engine, keys=self.keys, watch=watch, shared=shared
+        )
         self._lru: OrderedDict[str, HostedModel] = OrderedDict()
         self._guard = threading.Lock()
 
@@ -165,8 +194,17 @@ class ModelRegistry:
 
     def transient(self, name: str) -> HostedModel:
         """A handle on ``name`` that is not cached (for a request refused before it is used)."""
-        return HostedModel.open(self.engine, self.locks, name, None, self.bulk_engine, default=False, keys=self.keys,
-                                watch=self.watch, shared=self.shared)
+        return HostedModel.open(
+            self.engine,
+            self.locks,
+            name,
+            None,
+            self.bulk_engine,
+            default=False,
+            keys=self.keys,
+            watch=self.watch,
+            shared=self.shared,
+        )
 
     def forget(self, name: str) -> None:
         """Drop ``name``'s cached learner (after its deletion)."""

@@ -8,6 +8,7 @@ and echoed in the response). Messages and tracebacks pass through the
 :class:`~service.security.Redactor`: configured API keys and connection URL passwords never
 reach a log line.
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -60,10 +61,12 @@ class JsonFormatter(_LibraryFormatter):
     ``exception`` (redacted traceback) when there is one."""
 
     def __init__(self, redact: Callable[[str], str] | None = None):
-        super().__init__(["asctime", "levelname", "name", "message"], json_serializer=_dumps,
-                         rename_fields={"asctime": "ts", "levelname": "level", "name": "logger",
-                                        "exc_info": "exception"},
-                         reserved_attrs=[*RESERVED_ATTRS, "taskName"])
+        super().__init__(
+            ["asctime", "levelname", "name", "message"],
+            json_serializer=_dumps,
+            rename_fields={"asctime": "ts", "levelname": "level", "name": "logger", "exc_info": "exception"},
+            reserved_attrs=[*RESERVED_ATTRS, "taskName"],
+        )
         self.redact = redact or (lambda s: s)
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 - logging's name
@@ -116,10 +119,27 @@ def access(method: str, path: str, status: int, duration_ms: float, rid: str, cl
     and given to its ``handle``, as ``Logger.info`` does once it has looked for the caller in
     the stack: the caller is always this function, so the record names it."""
     if access_log.isEnabledFor(logging.INFO):
-        access_log.handle(access_log.makeRecord(
-            access_log.name, logging.INFO, __file__, 0, "request", (), None, "access",
-            {"request_id": rid, "event": "request", "method": method, "path": path, "status": status,
-             "duration_ms": duration_ms, "client": client}))
+        access_log.handle(
+            access_log.makeRecord(
+                access_log.name,
+                logging.INFO,
+                __file__,
+                0,
+                "request",
+                (),
+                None,
+                "access",
+                {
+                    "request_id": rid,
+                    "event": "request",
+                    "method": method,
+                    "path": path,
+                    "status": status,
+                    "duration_ms": duration_ms,
+                    "client": client,
+                },
+            )
+        )
 
 
 def take_over_server_access_log() -> bool:

@@ -5,6 +5,7 @@ database, the lock and the hosted model, the middleware (:mod:`service.middlewar
 error mapping (:mod:`service.errors`) and one router per resource (:mod:`service.api.routes`).
 A failed request never leaves a half-written model: every write is one transaction.
 """
+
 from __future__ import annotations
 
 import logging
@@ -13,26 +14,26 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 from fastapi_offline import FastAPIOffline
-from fcl3 import __version__
 from sqlalchemy import exc as sa_exc
 
+from fcl3 import __version__
 from service import logs
+from service.api.deps import model_name
 from service.api.routes import batches, data, evaluation, events, health, labels, models, predict, prometheus, tasks, ui
 from service.config import Settings, get_settings
 from service.db import make_bulk_engine, make_engine, upgrade_schema
 from service.errors import first_line, install_error_handlers
 from service.evaluation.model_evaluation import EvaluationSettings
 from service.events.hub import Hub
+from service.hosting import ModelRegistry, Shared
+from service.memory import freeze_startup_heap, limit_malloc_arenas
+from service.middleware import BodyGate, BodyRule, RequestContext, RouteRules
 from service.models.lifecycle import start
+from service.security import FORBIDDEN, UNAUTHORIZED, KeyRing, Redactor, Role, require_read, require_write
+from service.store.watch import make_watch
 from service.writing.idempotency import IdempotencyKeys
 from service.writing.idempotent import purge_expired
-from service.hosting import ModelRegistry, Shared
 from service.writing.locks import make_locks
-from service.memory import freeze_startup_heap, limit_malloc_arenas
-from service.store.watch import make_watch
-from service.middleware import BodyGate, BodyRule, RequestContext, RouteRules
-from service.api.deps import model_name
-from service.security import FORBIDDEN, UNAUTHORIZED, KeyRing, Redactor, Role, require_read, require_write
 
 log = logging.getLogger("service")
 
@@ -49,8 +50,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         if not keys.enabled:
-            log.warning("NO API KEYS CONFIGURED: the API is OPEN, anyone who can reach it may read and change "
-                        "the model. Set API_WRITE_KEYS and API_READ_KEYS before exposing it.")
+            log.warning(
+                "NO API KEYS CONFIGURED: the API is OPEN, anyone who can reach it may read and change "
+                "the model. Set API_WRITE_KEYS and API_READ_KEYS before exposing it."
+            )
         engine = make_engine(settings)
         bulk_engine = make_bulk_engine(settings, engine)
         locks = make_locks(settings)
@@ -64,8 +67,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.engine = engine
         app.state.locks = locks
         idem = IdempotencyKeys(engine, settings.IDEMPOTENCY_TTL, settings.LOCK_TTL, settings.IDEMPOTENCY_PURGE_EVERY)
-        app.state.models = ModelRegistry(engine, bulk_engine, locks, settings.MODEL_NAME, settings.model_settings(),
-                                         settings.MODEL_CACHE_SIZE, idem, watch, shared)
+        app.state.models = ModelRegistry(
+            engine,
+            bulk_engine,
+            locks,
+            settings.MODEL_NAME,
+            settings.model_settings(),
+            settings.MODEL_CACHE_SIZE,
+            idem,
+            watch,
+            shared,
+        )
         app.state.model = app.state.models.default
         if settings.auto_create_schema:
             upgrade_schema(engine)  # serialised across the processes of one machine (file lock)
@@ -107,8 +119,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     write_errors = {**auth_errors, 403: FORBIDDEN}
     guards = {"read": (Depends(require_read), auth_errors), "write": (Depends(require_write), write_errors)}
 
-    def include(router, role: Role | None = None, *, named: bool = False, checks_key: bool = False,
-                limit: tuple[int, str] = (settings.MAX_BODY_BYTES, "MAX_BODY_BYTES")) -> None:
+    def include(
+        router,
+        role: Role | None = None,
+        *,
+        named: bool = False,
+        checks_key: bool = False,
+        limit: tuple[int, str] = (settings.MAX_BODY_BYTES, "MAX_BODY_BYTES"),
+    ) -> None:
         """Include ``router`` behind a ``role`` key (its dependency, unless the router checks the
         key itself), under ``/models/{name}`` when ``named``, with bodies up to ``limit``."""
         dependencies, responses = [], {}

@@ -15,6 +15,7 @@ first extra arena is made). A non-empty ``MALLOC_ARENA_MAX`` in the environment 
 reads it itself and this module leaves the process alone (so ``MALLOC_ARENA_MAX=8`` restores
 more arenas). Not glibc (musl, macOS), or jemalloc preloaded: nothing is done.
 """
+
 from __future__ import annotations
 
 import ctypes

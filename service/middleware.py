@@ -1,6 +1,7 @@
 """The app's pure ASGI middleware: the request context (request id, access log line, request
 metrics, generic 500) and, for a request with a body, the body gate (key checked before the
 body, 413, 408)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -25,7 +26,7 @@ class RequestContext:
     unhandled, and for a request with a body the :class:`BodyGate`. The request's headers are
     read once, here, for all of it."""
 
-    def __init__(self, app, gate: "BodyGate"):
+    def __init__(self, app, gate: BodyGate):
         self.app, self.gate = app, gate
 
     async def __call__(self, scope, receive, send):
@@ -58,8 +59,14 @@ class RequestContext:
 
         try:
             if chunked or (declared is not None and declared != b"0"):  # a body (RFC 9112, 6.3)
-                await self.gate(self.app, scope, receive, send_with_id, declared,
-                                None if authorization is None else authorization.decode("latin-1"))
+                await self.gate(
+                    self.app,
+                    scope,
+                    receive,
+                    send_with_id,
+                    declared,
+                    None if authorization is None else authorization.decode("latin-1"),
+                )
             else:
                 await self.app(scope, receive, send_with_id)
         except Exception:  # noqa: BLE001 - the client gets a generic message, the log the details
@@ -67,17 +74,26 @@ class RequestContext:
             if status is None:
                 status = 500
                 body = json.dumps({"detail": "internal server error", "request_id": rid}).encode()
-                await send({"type": "http.response.start", "status": 500, "headers": [
-                    (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                    rid_header]})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 500,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                            rid_header,
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": body})
         finally:
             seconds = time.perf_counter() - t0
             final = status if status is not None else 499  # the client went away before an answer
             metrics.observe_status(scope["method"], final, seconds)
             client = scope.get("client")
-            logs.access(scope["method"], scope["path"], final, round(seconds * 1000, 2), rid,
-                        client[0] if client else None)
+            logs.access(
+                scope["method"], scope["path"], final, round(seconds * 1000, 2), rid, client[0] if client else None
+            )
             logs.request_id.reset(token)
 
 
@@ -136,7 +152,7 @@ class BodyGate:
     async def __call__(self, app, scope, receive, send, declared: bytes | None, authorization: str | None):
         """Run ``app`` on a request with a body of ``declared`` bytes (``None``: chunked)."""
         path, root = scope["path"], scope.get("root_path", "")
-        rule = self.rules.lookup(scope["method"], path[len(root):] if root and path.startswith(root) else path)
+        rule = self.rules.lookup(scope["method"], path[len(root) :] if root and path.startswith(root) else path)
         if rule.role is not None:
             refused = refusal(self.keys, authorization, rule.role)
             if refused is not None:
@@ -192,8 +208,16 @@ def _too_large(rule: BodyRule) -> str:
 async def _answer(send, status: int, detail: str, headers: dict | None = None) -> None:
     """A JSON ``{"detail": ...}`` answer that closes the connection (the body is left unread)."""
     body = json.dumps({"detail": detail}).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-        *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()),
-        (b"connection", b"close")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

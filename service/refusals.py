@@ -1,6 +1,7 @@
 """A write refused with nothing changed, answered with its own status and the body
 ``{"detail": message, **extra}`` (a label request: :mod:`service.labels`; a take-back:
 :mod:`service.take_back`), by the handler of :func:`service.errors.install_error_handlers`."""
+
 from __future__ import annotations
 
 from typing import Any, ClassVar

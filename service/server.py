@@ -16,6 +16,7 @@ idle timeout (``BODY_TIMEOUT``, 408) is :class:`service.middleware.BodyGate`'s.
 
     uvicorn service.main:app --http service.server:HttpProtocol
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -37,8 +38,10 @@ MAX_HEADER_BYTES = 64 * 1024
 
 
 def _closing(status: bytes, message: bytes) -> bytes:
-    return (b"HTTP/1.1 %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
-            b"connection: close\r\n\r\n%s" % (status, len(message), message))
+    return (
+        b"HTTP/1.1 %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
+        b"connection: close\r\n\r\n%s" % (status, len(message), message)
+    )
 
 
 _TIMED_OUT = _closing(b"408 Request Timeout", b"request headers not received in time (HEADER_TIMEOUT)")

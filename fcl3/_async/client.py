@@ -2,11 +2,13 @@
 ``Client`` in ``fcl3/_sync/client.py`` is generated from it by ``python -m fcl3._unasync``
 (every method the same, synchronous). What is sent, how answers are read and which retries
 are safe live in :mod:`fcl3._calls` and :mod:`fcl3.retries`; this file only sends."""
+
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from os import PathLike
-from typing import Any, AsyncIterator, TypeVar
+from typing import Any, TypeVar
 
 import httpx
 from httpx_sse import aconnect_sse
@@ -16,8 +18,17 @@ from .._calls import DEFAULT_URL, BatchResult, Call, Options
 from ..errors import error_from, unreachable
 from ..events import Event, EventStream
 from ..retries import Attempts, Retries, wait_after_error, wait_after_response
-from ..schemas import (EvaluationOut, EvaluationRowsOut, ModelList, ModelOut, PredictOut, TakeBackOut, TaskList, TaskOut,
-                       UpdateOut)
+from ..schemas import (
+    EvaluationOut,
+    EvaluationRowsOut,
+    ModelList,
+    ModelOut,
+    PredictOut,
+    TakeBackOut,
+    TaskList,
+    TaskOut,
+    UpdateOut,
+)
 
 T = TypeVar("T")
 
@@ -38,13 +49,25 @@ class AsyncClient:
     context manager (``with`` / ``async with``), or close it (``close()`` / ``await aclose()``).
     """
 
-    def __init__(self, url: str = DEFAULT_URL, api_key: str | None = None, *, timeout: float | httpx.Timeout | None = 60.0,
-                 retries: int | Retries = 5, headers: dict[str, str] | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None, trust_env: bool = True):
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        api_key: str | None = None,
+        *,
+        timeout: float | httpx.Timeout | None = 60.0,
+        retries: int | Retries = 5,
+        headers: dict[str, str] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        trust_env: bool = True,
+    ):
         self._o = Options(url, api_key, timeout, retries, headers)
         self._http = httpx.AsyncClient(
-            base_url=self._o.url, headers=self._o.headers, timeout=self._o.timeout, transport=transport,
-            trust_env=trust_env)
+            base_url=self._o.url,
+            headers=self._o.headers,
+            timeout=self._o.timeout,
+            transport=transport,
+            trust_env=trust_env,
+        )
 
     @property
     def url(self) -> str:
@@ -53,7 +76,7 @@ class AsyncClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def __aenter__(self) -> "AsyncClient":
+    async def __aenter__(self) -> AsyncClient:
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -69,7 +92,8 @@ class AsyncClient:
         while True:
             try:
                 response = await self._http.request(
-                    call.method, call.path, params=call.params, content=call.content, headers=call.headers)
+                    call.method, call.path, params=call.params, content=call.content, headers=call.headers
+                )
             except httpx.TransportError as exc:
                 wait = attempts.after_error(exc)
                 if wait is None:
@@ -82,8 +106,14 @@ class AsyncClient:
 
     # --- models ----------------------------------------------------------------------
     async def create_model(
-            self, name: str, kind: str, *, estimator: str = "FCL3", params: dict | None = None, d: int | None = None,
-            features: Any = None,
+        self,
+        name: str,
+        kind: str,
+        *,
+        estimator: str = "FCL3",
+        params: dict | None = None,
+        d: int | None = None,
+        features: Any = None,
     ) -> ModelOut:
         """Create the model ``name`` (``kind``: ``regression`` or ``classification``): :class:`Conflict`
         if the name is taken. The body is checked with :class:`fcl3.schemas.ModelCreate` first (a
@@ -136,15 +166,22 @@ class AsyncClient:
         return (await self.learn_batch(model, task_id, X, y, idempotency_key=idempotency_key)).update
 
     async def learn_batch(
-            self, model: str, task_id: str, X: Any, y: Any, *, idempotency_key: str | None = None,
+        self,
+        model: str,
+        task_id: str,
+        X: Any,
+        y: Any,
+        *,
+        idempotency_key: str | None = None,
     ) -> BatchResult:
         """:meth:`learn`, with whether the answer was a replay and how many attempts it took."""
         key = calls.new_key(idempotency_key)
         (update, replayed), attempts = await self._send(calls.learn(model, task_id, X, y, key))
         return BatchResult(update, replayed, key, attempts)
 
-    async def predict(self, model: str, task_id: str, X: Any, *, min_version: int | None = None,
-                      remember: bool = False) -> PredictOut:
+    async def predict(
+        self, model: str, task_id: str, X: Any, *, min_version: int | None = None, remember: bool = False
+    ) -> PredictOut:
         """Predictions for the rows ``X`` (numbers, or records: a list of dicts or a pandas
         DataFrame) of a learned task (``min_version``: from that model version or a later one,
         else 409). With ``remember``, the service keeps the rows for
@@ -199,7 +236,11 @@ class AsyncClient:
         return await self._run(calls.evaluation(model, limit))
 
     async def events(
-            self, model: str, *, last_event_id: str | int | None = None, reconnect: bool = True,
+        self,
+        model: str,
+        *,
+        last_event_id: str | int | None = None,
+        reconnect: bool = True,
     ) -> AsyncIterator[Event]:
         """The model's events as they happen (Server-Sent Events), from ``last_event_id`` (a
         version) on. A dropped stream is resumed from the last event seen (``Last-Event-ID``)
@@ -210,7 +251,8 @@ class AsyncClient:
         while True:
             try:
                 async with aconnect_sse(
-                        self._http, "GET", stream.call.path, headers=stream.headers(), timeout=timeout) as source:
+                    self._http, "GET", stream.call.path, headers=stream.headers(), timeout=timeout
+                ) as source:
                     response = source.response
                     if response.status_code >= 400:
                         await response.aread()

@@ -1,8 +1,10 @@
 """The httpx transport over several hosts of one service (:mod:`fcl3.hosts` says what it does),
 written once in ``fcl3/_async``: ``python -m fcl3._unasync`` writes its sync twin into ``fcl3/_sync``."""
+
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import httpx
 

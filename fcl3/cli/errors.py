@@ -1,5 +1,6 @@
 """The ``fcl3`` command's two errors: a bad input file (exit status 2, nothing sent) and a
 refusal or failure of the service (exit status 1, with the service's reason)."""
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,14 @@ class BadFile(click.ClickException):
 
     exit_code = 2
 
-    def __init__(self, path: str | os.PathLike, message: str, line: int | None = None, column: int | None = None,
-                 name: str | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        message: str,
+        line: int | None = None,
+        column: int | None = None,
+        name: str | None = None,
+    ):
         where = str(path) + (f":{line}" if line is not None else "")
         if column is not None:
             where += f": column {column}" + (f" ({name})" if name else "")

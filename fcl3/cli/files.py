@@ -3,6 +3,7 @@ CSV files of rows (a task column, a target column, features), CSV files of recor
 features, typed by a schema), ``.npz`` files in the layout of the paper's data sets, and
 CSV files of labels. A bad file is :class:`~fcl3.cli.errors.BadFile`, naming its file, line
 and column."""
+
 from __future__ import annotations
 
 import contextlib
@@ -10,9 +11,9 @@ import csv
 import hashlib
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from ..records import RecordError, check_records, typed_records
 from .errors import BadFile
@@ -29,8 +30,11 @@ def data_lines(reader, header: list[str], path: str | os.PathLike):
         if not record or (len(record) == 1 and not record[0].strip()):
             continue
         if len(record) != len(header):
-            raise BadFile(path, f"{len(record)} values, but the header has {len(header)} columns "
-                          "(every row must have the same width)", reader.line_num)
+            raise BadFile(
+                path,
+                f"{len(record)} values, but the header has {len(header)} columns (every row must have the same width)",
+                reader.line_num,
+            )
         yield reader.line_num, record
 
 
@@ -104,8 +108,12 @@ def read_csv(path: str | os.PathLike, *, task: str = "required", target: str = "
         y_col = _find(header, TARGET_COLUMNS)
         for col, mode, names in ((t_col, task, TASK_COLUMNS), (y_col, target, TARGET_COLUMNS)):
             if col is None and mode == "required":
-                raise BadFile(path, f"no {names[0]!r} column in the header (columns: {', '.join(header)}); "
-                              f"expected {' or '.join(repr(n) for n in names)} and the features", header_line)
+                raise BadFile(
+                    path,
+                    f"no {names[0]!r} column in the header (columns: {', '.join(header)}); "
+                    f"expected {' or '.join(repr(n) for n in names)} and the features",
+                    header_line,
+                )
         t_col_use = None if task == "ignored" else t_col
         y_col_use = None if target == "ignored" else y_col
         skip = {c for c in (t_col, y_col) if c is not None}
@@ -115,8 +123,12 @@ def read_csv(path: str | os.PathLike, *, task: str = "required", target: str = "
         for i in features:
             if not header[i]:
                 raise BadFile(path, "empty column name in the header", header_line, i + 1)
-        rows = Rows(path, [header[i] for i in features], y=[] if y_col_use is not None else None,
-                    tasks=[] if t_col_use is not None else None)
+        rows = Rows(
+            path,
+            [header[i] for i in features],
+            y=[] if y_col_use is not None else None,
+            tasks=[] if t_col_use is not None else None,
+        )
         for line, record in data_lines(reader, header, path):
             x = []
             for i in features:
@@ -137,7 +149,9 @@ def read_csv(path: str | os.PathLike, *, task: str = "required", target: str = "
     return rows
 
 
-def read_records_csv(path: str | os.PathLike, task_column: str, target_column: str) -> tuple[Rows, dict[str, list[str]]]:
+def read_records_csv(
+    path: str | os.PathLike, task_column: str, target_column: str
+) -> tuple[Rows, dict[str, list[str]]]:
     """Read a CSV of named columns for records: the rows (``X[i]``: the features of a row as
     a dict of its cells, as text) and each feature column's cells (for a schema to infer).
     :class:`BadFile` naming the line and column of the first problem."""
@@ -150,8 +164,9 @@ def read_records_csv(path: str | os.PathLike, task_column: str, target_column: s
         header = [h.strip() for h in header]
         for name, what in ((task_column, "--task-column"), (target_column, "--target-column")):
             if name not in header:
-                raise BadFile(path, f"no column {name!r} ({what}) in the header (columns: {', '.join(header)})",
-                              header_line)
+                raise BadFile(
+                    path, f"no column {name!r} ({what}) in the header (columns: {', '.join(header)})", header_line
+                )
         if len(set(header)) != len(header) or not all(header):
             raise BadFile(path, "the header must name every column once", header_line)
         t, yc = header.index(task_column), header.index(target_column)
@@ -163,8 +178,9 @@ def read_records_csv(path: str | os.PathLike, task_column: str, target_column: s
         for line, record in data_lines(reader, header, path):
             tid = record[t].strip()
             if not tid or len(tid) > 200:
-                raise BadFile(path, "empty task id" if not tid else "task id longer than 200 characters", line,
-                              t + 1, task_column)
+                raise BadFile(
+                    path, "empty task id" if not tid else "task id longer than 200 characters", line, t + 1, task_column
+                )
             rows.tasks.append(tid)
             rows.y.append(_number(record[yc], path, line, yc + 1, target_column))
             rows.X.append({header[i]: record[i] for i in features})
@@ -180,13 +196,14 @@ def typed_rows(rows: Rows, schema) -> None:
     """``rows.X`` as records of ``schema`` (numbers and booleans parsed), each checked:
     :class:`BadFile` naming the line and column of the first one the service would refuse."""
     records = typed_records(schema, rows.X)
-    for rec, line in zip(records, rows.lines):
+    for rec, line in zip(records, rows.lines, strict=True):
         try:
             check_records(schema, [rec])
         except RecordError as exc:
             column = rows.header.index(exc.field) + 1 if rows.header and exc.field in rows.header else None
-            raise BadFile(rows.path, str(exc).replace("records[0].", "").replace("records[0]", "the row"), line,
-                          column, exc.field) from None
+            raise BadFile(
+                rows.path, str(exc).replace("records[0].", "").replace("records[0]", "the row"), line, column, exc.field
+            ) from None
     rows.X = records
 
 
@@ -209,8 +226,9 @@ def _number(text: str, path: Path, line: int, column: int, name: str) -> float:
     try:
         v = float(s)
     except ValueError:
-        raise BadFile(path, f"{s!r} is not a number" if s else "empty value (a number is required)",
-                      line, column, name) from None
+        raise BadFile(
+            path, f"{s!r} is not a number" if s else "empty value (a number is required)", line, column, name
+        ) from None
     if not math.isfinite(v):
         raise BadFile(path, f"{s!r} is not a finite number", line, column, name)
     return v
@@ -262,8 +280,10 @@ def read_npz(path: str | os.PathLike) -> Rows:
                 cols = names if names is not None and len(names) == X.shape[1] else [f"x{j}" for j in range(X.shape[1])]
                 rows = Rows(path, cols, y=[], tasks=[], kind=kind)
             if X.shape[1] != rows.width:
-                raise BadFile(path, f"X_{i} has {X.shape[1]} columns but X_0 has {rows.width} "
-                              "(every task must have the same features)")
+                raise BadFile(
+                    path,
+                    f"X_{i} has {X.shape[1]} columns but X_0 has {rows.width} (every task must have the same features)",
+                )
             if len(y) != len(X):
                 raise BadFile(path, f"y_{i} has {len(y)} values for {len(X)} rows of X_{i}")
             bad = ~np.isfinite(X)
@@ -320,16 +340,22 @@ def read_labels(path: str | os.PathLike) -> tuple[list[str], list[float], list[s
         header = [h.strip() for h in header]
         i_col, y_col, t_col = _find(header, ID_COLUMNS), _find(header, TARGET_COLUMNS), _find(header, TASK_COLUMNS)
         if i_col is None or y_col is None:
-            raise BadFile(path, f"expected a 'prediction_id' and a 'y' column (columns: {', '.join(header)})",
-                          reader.line_num)
+            raise BadFile(
+                path, f"expected a 'prediction_id' and a 'y' column (columns: {', '.join(header)})", reader.line_num
+            )
         seen: dict[str, int] = {}
         for line, record in data_lines(reader, header, path):
             pid = record[i_col].strip()
             if not pid:
                 raise BadFile(path, "empty prediction id", line, i_col + 1, header[i_col])
             if pid in seen:
-                raise BadFile(path, f"prediction id {pid!r} again (first at line {seen[pid]}): each row is "
-                              "labelled once", line, i_col + 1, header[i_col])
+                raise BadFile(
+                    path,
+                    f"prediction id {pid!r} again (first at line {seen[pid]}): each row is labelled once",
+                    line,
+                    i_col + 1,
+                    header[i_col],
+                )
             seen[pid] = line
             ids.append(pid)
             ys.append(_number(record[y_col], path, line, y_col + 1, header[y_col]))

@@ -1,6 +1,7 @@
 """``fcl3 replay``'s machinery: the plan of a replay (its batches and held-out rows, a pure
 function of the file and the options, with one idempotency key per batch), sending it with a
 progress bar (and labels that arrive later, ``--delay``), and the summary it prints."""
+
 from __future__ import annotations
 
 import hashlib
@@ -28,7 +29,9 @@ class PlannedBatch:
     key: str = ""
 
 
-def plan_batches(rows: Rows, batch_size: int, order: str, seed: int, holdout: float) -> tuple[list[PlannedBatch], dict[str, list[int]]]:
+def plan_batches(
+    rows: Rows, batch_size: int, order: str, seed: int, holdout: float
+) -> tuple[list[PlannedBatch], dict[str, list[int]]]:
     """The batches of a replay and each task's held-out rows, a pure function of the rows and
     the options (so that a run again sends the same batches with the same keys).
 
@@ -70,7 +73,7 @@ def plan_batches(rows: Rows, batch_size: int, order: str, seed: int, holdout: fl
         for t, idx in by_task.items():
             idx = [i for i in idx if i not in kept]
             rng.shuffle(idx)
-            per_task[t] = [idx[j:j + batch_size] for j in range(0, len(idx), batch_size)]
+            per_task[t] = [idx[j : j + batch_size] for j in range(0, len(idx), batch_size)]
         slots = [t for t, bs in per_task.items() for _ in bs]
         rng.shuffle(slots)
         nxt = dict.fromkeys(per_task, 0)
@@ -96,7 +99,7 @@ def deliver_labels(c: Client, model: str, pending: list, now: float, counts: dic
         _, b, ids, y = pending.pop(0)
         key = "fcl3-label-" + hashlib.sha256(json.dumps([b.key, b.rows]).encode()).hexdigest()[:48]
         try:
-            r = c.label_batch(model, list(zip(ids, y)), idempotency_key=key)
+            r = c.label_batch(model, list(zip(ids, y, strict=True)), idempotency_key=key)
         except APIError as exc:
             if exc.status == 422 and "Idempotency-Key" in exc.message:
                 counts["replayed"] += 1
@@ -109,8 +112,16 @@ def deliver_labels(c: Client, model: str, pending: list, now: float, counts: dic
             counts["replayed_rows"] += len(y)
 
 
-def send_batches(c: Client, rows: Rows, batches: list[PlannedBatch], held: dict[str, list[int]], model: str,
-          path: Path, quiet: bool, delay: int | None = None) -> dict:
+def send_batches(
+    c: Client,
+    rows: Rows,
+    batches: list[PlannedBatch],
+    held: dict[str, list[int]],
+    model: str,
+    path: Path,
+    quiet: bool,
+    delay: int | None = None,
+) -> dict:
     from tqdm import tqdm
 
     n_rows = sum(len(b.rows) for b in batches)
@@ -125,8 +136,15 @@ def send_batches(c: Client, rows: Rows, batches: list[PlannedBatch], held: dict[
         for t in getattr(report, "tasks", []):
             if t.task_id in held and t.n_received >= len(held[t.task_id]):
                 evaluation_sent.add(t.task_id)
-    bar = tqdm(total=n_rows, unit="row", desc=f"replay {model}", file=sys.stderr,
-               disable=quiet, dynamic_ncols=True, leave=False)
+    bar = tqdm(
+        total=n_rows,
+        unit="row",
+        desc=f"replay {model}",
+        file=sys.stderr,
+        disable=quiet,
+        dynamic_ncols=True,
+        leave=False,
+    )
     done = 0
     pending: list = []  # --delay: (due at batch, batch, prediction ids, labels)
     counts = {"labelled": 0, "replayed": 0, "replayed_rows": 0}
@@ -142,8 +160,11 @@ def send_batches(c: Client, rows: Rows, batches: list[PlannedBatch], held: dict[
                     c.add_evaluation(model, b.task, [rows.X[i] for i in idx], [rows.y[i] for i in idx])
                 except FCL3Error as exc:
                     bar.close()
-                    raise command_error(exc, f"the evaluation rows of task {b.task!r} were refused",
-                                        f"{done} of {len(batches)} batches were applied; run the same command again to resume") from None
+                    raise command_error(
+                        exc,
+                        f"the evaluation rows of task {b.task!r} were refused",
+                        f"{done} of {len(batches)} batches were applied; run the same command again to resume",
+                    ) from None
                 evaluation_sent.add(b.task)
             try:
                 if delay is not None and b.index > 0:  # predicted now, labelled `delay` batches later
@@ -159,12 +180,18 @@ def send_batches(c: Client, rows: Rows, batches: list[PlannedBatch], held: dict[
                     lines = f"{path}, rows {at[0]}-{at[-1]} of the task's X_i, y_i"
                 else:
                     lines = f"{path}:{at[0]}" + (f"-{at[-1]}" if at[-1] != at[0] else "")
-                hint = (f"{done} of {len(batches)} batches were applied; run the same command again to resume "
-                        "(every batch is applied once)")
+                hint = (
+                    f"{done} of {len(batches)} batches were applied; run the same command again to resume "
+                    "(every batch is applied once)"
+                )
                 if isinstance(exc, APIError) and exc.status == 422 and "Idempotency-Key" in exc.message:
-                    hint = ("this file was replayed into this model before with other options (--batch-size, "
-                            "--order, --seed, --holdout): run it with the same options to resume, or use another model")
-                raise command_error(exc, f"batch {b.index + 1} of task {b.task!r} ({lines}) was refused", hint) from None
+                    hint = (
+                        "this file was replayed into this model before with other options (--batch-size, "
+                        "--order, --seed, --holdout): run it with the same options to resume, or use another model"
+                    )
+                raise command_error(
+                    exc, f"batch {b.index + 1} of task {b.task!r} ({lines}) was refused", hint
+                ) from None
             done += 1
             if b.task not in seen_tasks:
                 seen_tasks.add(b.task)
@@ -180,14 +207,23 @@ def send_batches(c: Client, rows: Rows, batches: list[PlannedBatch], held: dict[
             raise command_error(exc, "the last delayed labels were refused") from None
     except KeyboardInterrupt:
         bar.close()
-        click.echo(f"fcl3 replay: interrupted after {done} of {len(batches)} batches; run the same command "
-                   "again to resume (every batch is applied once)", err=True)
+        click.echo(
+            f"fcl3 replay: interrupted after {done} of {len(batches)} batches; run the same command "
+            "again to resume (every batch is applied once)",
+            err=True,
+        )
         raise SystemExit(130) from None
     finally:
         bar.close()
-    out = {"tasks": len(seen_tasks), "new_tasks": new_tasks, "batches": len(batches),
-           "replayed_batches": replayed_batches + counts["replayed"], "rows": n_rows,
-           "replayed_rows": replayed_rows + counts["replayed_rows"], "held_out_rows": sum(len(v) for v in held.values())}
+    out = {
+        "tasks": len(seen_tasks),
+        "new_tasks": new_tasks,
+        "batches": len(batches),
+        "replayed_batches": replayed_batches + counts["replayed"],
+        "rows": n_rows,
+        "replayed_rows": replayed_rows + counts["replayed_rows"],
+        "held_out_rows": sum(len(v) for v in held.values()),
+    }
     if delay is not None:
         out.update(delay=delay, labelled_batches=counts["labelled"])
     return out
@@ -258,21 +294,31 @@ def add_evaluation(summary: dict, c: Client, model: str, n_tasks: int, wait: flo
 
 
 def metrics_text(s: dict, prefix: str = "") -> str:
-    return ", ".join(f"{m} {s[prefix + m]:.4g}" for m in ("rmse", "mae", "log_loss", "accuracy", "auc")
-                     if s.get(prefix + m) is not None)
+    return ", ".join(
+        f"{m} {s[prefix + m]:.4g}"
+        for m in ("rmse", "mae", "log_loss", "accuracy", "auc")
+        if s.get(prefix + m) is not None
+    )
 
 
 def print_summary(s: dict) -> None:
-    out = [f"replayed {s['file']} into model {s['model']!r} at {s['url']}"
-           f" ({'created, ' if s['created'] else ''}{s['kind']}) in {s['seconds']} s"]
+    out = [
+        f"replayed {s['file']} into model {s['model']!r} at {s['url']}"
+        f" ({'created, ' if s['created'] else ''}{s['kind']}) in {s['seconds']} s"
+    ]
     out.append(f"  tasks            {s['tasks']} ({s['new_tasks']} new)")
-    out.append(f"  batches          {s['batches']} ({s['batches'] - s['replayed_batches']} learned now, "
-               f"{s['replayed_batches']} already applied)")
+    out.append(
+        f"  batches          {s['batches']} ({s['batches'] - s['replayed_batches']} learned now, "
+        f"{s['replayed_batches']} already applied)"
+    )
     if s.get("delay") is not None:
-        out.append(f"  delayed labels   {s['labelled_batches']} batches predicted first, labelled "
-                   f"{s['delay']} batches later")
-    out.append(f"  rows             {s['rows']} ({s['rows'] - s['replayed_rows']} learned now)"
-               + (f", {s['held_out_rows']} held out for evaluation" if s['held_out_rows'] else ""))
+        out.append(
+            f"  delayed labels   {s['labelled_batches']} batches predicted first, labelled {s['delay']} batches later"
+        )
+    out.append(
+        f"  rows             {s['rows']} ({s['rows'] - s['replayed_rows']} learned now)"
+        + (f", {s['held_out_rows']} held out for evaluation" if s["held_out_rows"] else "")
+    )
     if s.get("features"):
         out.append(f"  records          {len(s['features'])} features encoded into {s['columns']} columns")
     out.append(f"  representatives  {s['representatives']}")
@@ -282,14 +328,21 @@ def print_summary(s: dict) -> None:
         out.append(f"  prequential      {metrics_text(p)} on {p['n']} rows, each predicted before it was learned")
         out.append(f"    baseline       {metrics_text(p, 'baseline_')} (each task's own single-task model)")
         if r and r.get("n") != p.get("n"):
-            out.append(f"    last {s['prequential_window']} batches {metrics_text(r)}; baseline {metrics_text(r, 'baseline_')}")
+            out.append(
+                f"    last {s['prequential_window']} batches {metrics_text(r)}; baseline {metrics_text(r, 'baseline_')}"
+            )
     e = s.get("evaluation")
     if e:
         out.append(f"  held-out rows    {metrics_text(e)} on {e['n']} rows of {e['tasks']} tasks")
         out.append(f"    baseline       {metrics_text(e, 'baseline_')}")
-        figs = [f"{k.replace('_', ' ')} {e[k]:+.4g}" for k in ("forward_transfer", "backward_transfer", "forgetting")
-                if e.get(k) is not None]
+        figs = [
+            f"{k.replace('_', ' ')} {e[k]:+.4g}"
+            for k in ("forward_transfer", "backward_transfer", "forgetting")
+            if e.get(k) is not None
+        ]
         if figs:
-            out.append(f"    transfer       {', '.join(figs)} (accuracy matrix of {s.get('matrix_rows')} rows; "
-                       "transfer > 0 helps, forgetting > 0 hurts)")
+            out.append(
+                f"    transfer       {', '.join(figs)} (accuracy matrix of {s.get('matrix_rows')} rows; "
+                "transfer > 0 helps, forgetting > 0 hurts)"
+            )
     click.echo("\n".join(out))

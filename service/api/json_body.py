@@ -11,6 +11,7 @@ whose endpoints take a JSON body (a batch, evaluation rows, labels, a new model)
 ``from_json`` refuses what the standard library reads beyond strict UTF-8 JSON (a byte-order
 mark, UTF-16, a lone surrogate escape).
 """
+
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
 """Response shaping: stored rows -> the API's schemas (pure functions of their arguments), and
 a model described as ``GET /model`` answers it (its row and vocabulary, read now)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -27,19 +28,39 @@ def model_out(info: dict[str, Any], columns: list[str] | None = None) -> ModelOu
     summary = info.get("summary") or {}
     params = info["params"]
     d = (info.get("meta") or {}).get("n_features") or (info.get("settings") or {}).get("d")
-    return ModelOut(features=(info.get("settings") or {}).get("features"), columns=columns,
-        name=info["name"], estimator=info["estimator"], kind=info["kind"], d=d, p=code_length(params),
-        hyperparameters=params, created_with=info["settings"], version=info["version"], n_tasks=info["n_tasks"],
-        n_batches=info["n_batches"], n_representatives=summary.get("n_representatives", 0),
+    return ModelOut(
+        features=(info.get("settings") or {}).get("features"),
+        columns=columns,
+        name=info["name"],
+        estimator=info["estimator"],
+        kind=info["kind"],
+        d=d,
+        p=code_length(params),
+        hyperparameters=params,
+        created_with=info["settings"],
+        version=info["version"],
+        n_tasks=info["n_tasks"],
+        n_batches=info["n_batches"],
+        n_representatives=summary.get("n_representatives", 0),
         representatives=summary.get("representatives", []),
-        created_at=info["created_at"], updated_at=info["updated_at"], origin=info.get("origin"))
+        created_at=info["created_at"],
+        updated_at=info["updated_at"],
+        origin=info.get("origin"),
+    )
 
 
 def task_out(row: dict[str, Any]) -> TaskOut:
     """``GET /tasks/{task_id}`` (and each entry of ``GET /tasks``) from a task row without arrays."""
-    return TaskOut(task_id=row["task_id"], n_samples=row["n_samples"], n_batches=row["n_batches"],
-                   version=row["version"], labels=(row.get("meta") or {}).get("labels"),
-                   created_at=row["created_at"], updated_at=row["updated_at"], last_update=row["last_update"])
+    return TaskOut(
+        task_id=row["task_id"],
+        n_samples=row["n_samples"],
+        n_batches=row["n_batches"],
+        version=row["version"],
+        labels=(row.get("meta") or {}).get("labels"),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        last_update=row["last_update"],
+    )
 
 
 def described_model(model: HostedModel) -> ModelOut:

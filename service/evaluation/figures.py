@@ -1,6 +1,7 @@
 """The online evaluation's figures read back: a model's report (``GET .../evaluation``), one
 task's (``GET .../tasks/{task_id}``), the model-wide prequential (``GET .../model``), each in
 single statements with no transaction, each setting the gauges it reads."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -64,8 +65,9 @@ def model_figures(engine: Engine, name: str, kind: str, window: int) -> dict[str
     return {"overall": scores(stored(kind, overall)), "recent": scores(recent), "window": window}
 
 
-def report(engine: Engine, name: str, kind: str, version: int, task_order: list[str],
-           limit: int = 1000) -> dict[str, Any]:
+def report(
+    engine: Engine, name: str, kind: str, version: int, task_order: list[str], limit: int = 1000
+) -> dict[str, Any]:
     """The body of ``GET .../evaluation`` (:class:`fcl3.schemas.EvaluationOut`)."""
     metric, higher = MATRIX_METRIC[kind]
     with _reads(engine).connect() as conn:
@@ -79,19 +81,47 @@ def report(engine: Engine, name: str, kind: str, version: int, task_order: list[
     tasks = []
     for r in sets:
         ev = current.get(r.task_id) or {}
-        tasks.append({"task_id": r.task_id, "n_rows": int(np.shape(r.y)[0]), "n_received": int(r.n_received),
-                      "learned": r.task_id in order, "score": ev.get("scores"), "scored_version": ev.get("version")})
+        tasks.append(
+            {
+                "task_id": r.task_id,
+                "n_rows": int(np.shape(r.y)[0]),
+                "n_received": int(r.n_received),
+                "learned": r.task_id in order,
+                "score": ev.get("scores"),
+                "scored_version": ev.get("version"),
+            }
+        )
     tasks.sort(key=lambda t: names.index(t["task_id"]))
     rows = [MatrixRow.stored(r.task_id, r.matrix) for r in mrows]
-    matrix_rows = [{"version": r.version, "task_id": r.task_id,
-                    "scores": [rows[i].scores.get(t) for t in names],
-                    "baseline": [rows[i].baseline.get(t) for t in names]} for i, r in enumerate(mrows)]
+    matrix_rows = [
+        {
+            "version": r.version,
+            "task_id": r.task_id,
+            "scores": [rows[i].scores.get(t) for t in names],
+            "baseline": [rows[i].baseline.get(t) for t in names],
+        }
+        for i, r in enumerate(mrows)
+    ]
     figures = transfer(names, rows, higher)
-    points = [{"version": r.version, "task_id": r.task_id, "new_task": bool(r.new_task),
-               "batch": scores(stored(kind, r.batch)), "overall": scores(stored(kind, r.overall)),
-               "source": (r.event or {}).get("source"), "taken_back": (r.event or {}).get("taken_back")}
-              for r in reversed(series)]
-    return {"model": name, "version": int(state["version"]) if state else version, "kind": kind,
-            "metric": metric, "tasks": tasks,
-            "accuracy_matrix": {"metric": metric, "higher_is_better": higher, "tasks": names, "rows": matrix_rows},
-            **figures.as_dict(), "prequential": points}
+    points = [
+        {
+            "version": r.version,
+            "task_id": r.task_id,
+            "new_task": bool(r.new_task),
+            "batch": scores(stored(kind, r.batch)),
+            "overall": scores(stored(kind, r.overall)),
+            "source": (r.event or {}).get("source"),
+            "taken_back": (r.event or {}).get("taken_back"),
+        }
+        for r in reversed(series)
+    ]
+    return {
+        "model": name,
+        "version": int(state["version"]) if state else version,
+        "kind": kind,
+        "metric": metric,
+        "tasks": tasks,
+        "accuracy_matrix": {"metric": metric, "higher_is_better": higher, "tasks": names, "rows": matrix_rows},
+        **figures.as_dict(),
+        "prequential": points,
+    }

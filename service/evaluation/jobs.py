@@ -6,6 +6,7 @@ the update's answer, log line and gauges). Dataclasses only: who makes them is
 :mod:`service.evaluation`, who runs them :mod:`service.evaluation` (rescoring) and
 :mod:`service.evaluation.matrix` (matrix rows).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,7 +15,6 @@ from typing import Any
 import numpy as np
 
 import core
-
 from service.evaluation.scores import Transfer
 
 
@@ -47,7 +47,7 @@ class MatrixJob:
     learner: core.LifelongLearner
     sets: dict[str, EvaluationSet]
     #: Rows of earlier versions to compute first: a due row whose process died.
-    also: list["MatrixJob"] = field(default_factory=list)
+    also: list[MatrixJob] = field(default_factory=list)
     #: A row recovered by a later update: skipped if another process stored it meanwhile.
     recovered: bool = False
 

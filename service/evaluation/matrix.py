@@ -6,19 +6,22 @@ stored row; the stored row deletes its due row. A row whose process died first i
 the model's next update, with the snapshot that update starts from: the learner of that very
 version (:meth:`AccuracyMatrix.recover`).
 """
+
 from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import Future, wait as wait_futures
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
 from service.evaluation import store
 from service.evaluation.jobs import EvaluationSet, MatrixJob
-from service.evaluation.worker import Foreground, MatrixWorker
 from service.evaluation.scores import MATRIX_METRIC, MatrixRow, Transfer, matrix_entry, score_rows, scores, transfer
+from service.evaluation.worker import Foreground, MatrixWorker
 from service.store.watch import notify
 
 if TYPE_CHECKING:
@@ -68,8 +71,13 @@ class AccuracyMatrix:
             if (created, v) in claimed:  # this process is on it
                 continue
             snap = self.reader.cached if v == p.base_version else None
-            if (self.enabled and snap is not None and snap.version == v
-                    and snap.info.get("created_at") == created and snap.has_task(task)):
+            if (
+                self.enabled
+                and snap is not None
+                and snap.version == v
+                and snap.info.get("created_at") == created
+                and snap.has_task(task)
+            ):
                 learned = {t: e for t, e in sets.items() if snap.has_task(t)}
                 if learned:
                     job = MatrixJob(v, task, created, snap.learner, learned, recovered=True)
@@ -78,9 +86,14 @@ class AccuracyMatrix:
                     continue
             gone.append(v)
             if self.enabled:
-                log.warning("accuracy-matrix row of model %r at version %d (task %r) not stored yet, and no later "
-                            "update can compute it (that version's learner is gone): missing from the matrix "
-                            "unless the process that committed it stores it", self.name, v, task)
+                log.warning(
+                    "accuracy-matrix row of model %r at version %d (task %r) not stored yet, and no later "
+                    "update can compute it (that version's learner is gone): missing from the matrix "
+                    "unless the process that committed it stores it",
+                    self.name,
+                    v,
+                    task,
+                )
         store.forget_due(conn, self.name, gone)
         return job
 
@@ -112,8 +125,12 @@ class AccuracyMatrix:
                 if done is not None and figures is not None:
                     done(figures)
             except Exception as exc:  # noqa: BLE001 - the row stays due: the next update computes it
-                log.warning("accuracy-matrix row of model %r at version %d not stored: %s", self.name, j.version,
-                            type(exc).__name__)
+                log.warning(
+                    "accuracy-matrix row of model %r at version %d not stored: %s",
+                    self.name,
+                    j.version,
+                    type(exc).__name__,
+                )
             finally:
                 with self._guard:
                     self._claimed.discard((j.created, j.version))

@@ -15,6 +15,7 @@ reads: :mod:`service.evaluation.figures`.
   recovered by the model's next commit (:meth:`service.evaluation.matrix.AccuracyMatrix.recover`).
 * **Log**: one ``evaluation_log`` row per committed update (the event stream replays it).
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,12 +28,11 @@ from sqlalchemy import Connection
 
 import core
 from core.preprocessing import as_matrix, as_targets, label_convention
-
 from service.evaluation import store
-from service.evaluation.jobs import EvaluationSet, Evaluated, MatrixJob, RescoreJob
+from service.evaluation.jobs import Evaluated, EvaluationSet, MatrixJob, RescoreJob
 from service.evaluation.matrix import AccuracyMatrix
-from service.evaluation.worker import Foreground, MatrixWorker
 from service.evaluation.scores import Transfer, add_sums, figures_of, reservoir, score_rows, scores, stored, to_json
+from service.evaluation.worker import Foreground, MatrixWorker
 from service.models.lifecycle import current_for_write
 from service.store.watch import notify
 
@@ -55,9 +55,13 @@ class EvaluationSettings:
     matrix: bool = True
 
     @classmethod
-    def of(cls, settings) -> "EvaluationSettings":
-        return cls(int(settings.EVALUATION_MAX_ROWS), int(settings.EVALUATION_RESCORE),
-                   int(settings.PREQUENTIAL_WINDOW), bool(settings.EVALUATION_MATRIX))
+    def of(cls, settings) -> EvaluationSettings:
+        return cls(
+            int(settings.EVALUATION_MAX_ROWS),
+            int(settings.EVALUATION_RESCORE),
+            int(settings.PREQUENTIAL_WINDOW),
+            bool(settings.EVALUATION_MATRIX),
+        )
 
 
 def _freshness(entry: dict | None, pending: int = -1) -> int:
@@ -73,8 +77,13 @@ class ModelEvaluation:
     the model's reader; ``foreground`` and ``worker``: the process's
     (:mod:`service.evaluation.worker`), for the matrix rows."""
 
-    def __init__(self, reader: ModelReader, foreground: Foreground, worker: MatrixWorker,
-                 settings: EvaluationSettings = EvaluationSettings()):
+    def __init__(
+        self,
+        reader: ModelReader,
+        foreground: Foreground,
+        worker: MatrixWorker,
+        settings: EvaluationSettings = EvaluationSettings(),
+    ):
         self.reader, self.name = reader, reader.name
         self.engine, self.bulk = reader.engine, reader.bulk
         self.settings = settings
@@ -139,15 +148,18 @@ class ModelEvaluation:
             learner, result = p.learner, p.result
             learned = [t for t in sets if t in learner.tasks_]
             pending = self._pending
-            others = sorted((t for t in learned if t != p.task_id),
-                            key=lambda t: (_freshness(current.get(t), pending.get(t, -1)), t))[:self.settings.rescore]
+            others = sorted(
+                (t for t in learned if t != p.task_id),
+                key=lambda t: (_freshness(current.get(t), pending.get(t, -1)), t),
+            )[: self.settings.rescore]
             chosen = ([p.task_id] if p.task_id in sets else []) + others
             rescore = RescoreJob(new_version, created, learner, {t: sets[t] for t in chosen}) if chosen else None
             job = self.matrix.recover(conn, p, created, sets) if due else None
             if result.new_task and self.settings.matrix and learned:  # computed after the commit, off the lock
                 new = MatrixJob(new_version, p.task_id, created, learner, {t: sets[t] for t in learned})
-                dues.append({"model_name": self.name, "version": new_version, "task_id": p.task_id,
-                             "created_at": commit.at})
+                dues.append(
+                    {"model_name": self.name, "version": new_version, "task_id": p.task_id, "created_at": commit.at}
+                )
                 due = True
                 self.matrix.claim(created, new_version)
                 if job is not None:  # a row whose process died: computed first
@@ -158,20 +170,41 @@ class ModelEvaluation:
             overall = to_json(total)
             evaluation = None
             if sets:
-                evaluation = {"version": new_version, "reason": "update", "task_id": p.task_id, "n_tasks": len(sets),
-                              **figures_of(summary)}
+                evaluation = {
+                    "version": new_version,
+                    "reason": "update",
+                    "task_id": p.task_id,
+                    "n_tasks": len(sets),
+                    **figures_of(summary),
+                }
             if batch is not None:
                 t = tasks[p.task_id]
                 t[0] = to_json(add_sums(stored(kind, t[0]), batch)) if t[0] is not None else batch.plain().to_json()
                 t[2] += 1
-            event = {"version": new_version, "task_id": p.task_id, "new_task": bool(result.new_task),
-                     "new_representative": bool(result.new_representative),
-                     "n_representatives": int(result.n_representatives), "prequential": scores(batch)}
+            event = {
+                "version": new_version,
+                "task_id": p.task_id,
+                "new_task": bool(result.new_task),
+                "new_representative": bool(result.new_representative),
+                "n_representatives": int(result.n_representatives),
+                "prequential": scores(batch),
+            }
             if p.source:
                 event["source"] = p.source
-            logs.append({"model_name": self.name, "version": new_version, "task_id": p.task_id,
-                         "new_task": bool(result.new_task), "event": event, "batch": to_json(batch),
-                         "overall": overall, "evaluation": evaluation, "matrix": None, "created_at": commit.at})
+            logs.append(
+                {
+                    "model_name": self.name,
+                    "version": new_version,
+                    "task_id": p.task_id,
+                    "new_task": bool(result.new_task),
+                    "event": event,
+                    "batch": to_json(batch),
+                    "overall": overall,
+                    "evaluation": evaluation,
+                    "matrix": None,
+                    "created_at": commit.at,
+                }
+            )
             p.evaluated = Evaluated(event, evaluation, scores(total), Transfer.of(summary), len(chosen), job, rescore)
         if dues:
             conn.execute(store.INSERT_DUE, dues)
@@ -181,10 +214,16 @@ class ModelEvaluation:
             conn.execute(store.UPDATE_STATE, {"w_model": self.name, **values})
         else:
             conn.execute(store.INSERT_STATE, {"model_name": self.name, "revision": 0, "scores": {}, **values})
-        updates = [{"w_model": self.name, "w_task": task_id, "w_n": n, "updated_at": last.at, "sums": sums}
-                   for task_id, (sums, exists, n) in tasks.items() if exists]
-        inserts = [{"model_name": self.name, "task_id": task_id, "n_batches": n, "sums": sums, "updated_at": last.at}
-                   for task_id, (sums, exists, n) in tasks.items() if not exists]
+        updates = [
+            {"w_model": self.name, "w_task": task_id, "w_n": n, "updated_at": last.at, "sums": sums}
+            for task_id, (sums, exists, n) in tasks.items()
+            if exists
+        ]
+        inserts = [
+            {"model_name": self.name, "task_id": task_id, "n_batches": n, "sums": sums, "updated_at": last.at}
+            for task_id, (sums, exists, n) in tasks.items()
+            if not exists
+        ]
         if updates:  # each kind in one statement
             conn.execute(store.UPDATE_TASK_SUMS, updates)
         if inserts:
@@ -222,8 +261,9 @@ class ModelEvaluation:
                         current[t] = {"version": job.version, "scores": sc}
                         stored += 1
                 if stored:
-                    conn.execute(store.UPDATE_SCORES, {"w_model": self.name, "scores": current,
-                                                       "updated_at": store.now()})
+                    conn.execute(
+                        store.UPDATE_SCORES, {"w_model": self.name, "scores": current, "updated_at": store.now()}
+                    )
             return stored
         finally:
             with self._guard:
@@ -253,16 +293,27 @@ class ModelEvaluation:
             revision = (int(state["revision"]) if state else 0) + 1
             old = store.one_set(conn, self.name, task_id)
             if old is not None and old.X.shape[1] != Xm.shape[1]:
-                raise core.InputError(f"X has {Xm.shape[1]} features per row but the task's evaluation rows "
-                                      f"have {old.X.shape[1]}")
+                raise core.InputError(
+                    f"X has {Xm.shape[1]} features per row but the task's evaluation rows have {old.X.shape[1]}"
+                )
             if old is not None and kind == "classification":
                 label_convention(ym, label_convention(old.y, "unknown"))
             n_seen = int(old.n_received) if old is not None else 0
-            Xk, yk = reservoir(old.X if old else None, old.y if old else None, n_seen, Xm, ym,
-                               self.settings.max_rows, task_id)
+            Xk, yk = reservoir(
+                old.X if old else None, old.y if old else None, n_seen, Xm, ym, self.settings.max_rows, task_id
+            )
             n_received = n_seen + Xm.shape[0]
-            store.write_set(conn, self.name, task_id, old is None, n_received=n_received, X=Xk, y=yk,
-                            revision=revision, updated_at=now)
+            store.write_set(
+                conn,
+                self.name,
+                task_id,
+                old is None,
+                n_received=n_received,
+                X=Xk,
+                y=yk,
+                revision=revision,
+                updated_at=now,
+            )
             current = dict(state["scores"]) if state else {}
             sums = score_rows(learner, task_id, Xk, yk) if learner.is_fitted else None
             if sums is not None:
@@ -270,12 +321,27 @@ class ModelEvaluation:
             if state:
                 store.write_state(conn, self.name, revision=revision, scores=current, updated_at=now)
             else:
-                store.insert_state(conn, self.name, revision=revision, version=snap.version, scores=current,
-                                   overall=None, matrix={}, updated_at=now)
+                store.insert_state(
+                    conn,
+                    self.name,
+                    revision=revision,
+                    version=snap.version,
+                    scores=current,
+                    overall=None,
+                    matrix={},
+                    updated_at=now,
+                )
             n_tasks = store.count_sets(conn, self.name)
             notify(conn, self.name)
-        return {"task_id": task_id, "n_rows": int(Xk.shape[0]), "n_received": n_received, "version": snap.version,
-                "score": scores(sums), "n_tasks": n_tasks, "revision": revision}
+        return {
+            "task_id": task_id,
+            "n_rows": int(Xk.shape[0]),
+            "n_received": n_received,
+            "version": snap.version,
+            "score": scores(sums),
+            "n_tasks": n_tasks,
+            "revision": revision,
+        }
 
 
 def add_evaluation_rows(model: HostedModel, task_id: str, X: Any, y: Any) -> dict[str, Any]:
@@ -288,7 +354,15 @@ def add_evaluation_rows(model: HostedModel, task_id: str, X: Any, y: Any) -> dic
         snap = current_for_write(model)
         d = (snap.info.get("settings") or {}).get("d")
         out = model.evaluation.add_rows(snap, task_id, X, y, d)
-    log.info("evaluation rows stored", extra={"event": "evaluation_rows", "model": model.name, "task": task_id,
-                                              "n_rows": out["n_rows"], "n_received": out["n_received"]})
+    log.info(
+        "evaluation rows stored",
+        extra={
+            "event": "evaluation_rows",
+            "model": model.name,
+            "task": task_id,
+            "n_rows": out["n_rows"],
+            "n_received": out["n_received"],
+        },
+    )
     model.wake()
     return out

@@ -12,6 +12,7 @@
 Scores equal what ``/predict`` answers for the same version: both go through the learner's
 ``decision_function`` (``predict`` and ``predict_proba`` are functions of it).
 """
+
 from __future__ import annotations
 
 import logging
@@ -58,11 +59,12 @@ class RegressionSums:
     b_se: float
     b_ae: float
 
-    def __add__(self, other: "RegressionSums") -> "RegressionSums":
-        return RegressionSums(self.n + other.n, self.se + other.se, self.ae + other.ae, self.b_se + other.b_se,
-                              self.b_ae + other.b_ae)
+    def __add__(self, other: RegressionSums) -> RegressionSums:
+        return RegressionSums(
+            self.n + other.n, self.se + other.se, self.ae + other.ae, self.b_se + other.b_se, self.b_ae + other.b_ae
+        )
 
-    def plain(self) -> "RegressionSums":
+    def plain(self) -> RegressionSums:
         return self
 
     def finite(self) -> bool:
@@ -71,8 +73,13 @@ class RegressionSums:
     def scores(self) -> dict[str, Any]:
         """The Scores JSON (:class:`fcl3.schemas.RegressionScores`)."""
         n = self.n
-        return {"n": n, "rmse": float(np.sqrt(self.se / n)), "mae": self.ae / n,
-                "baseline_rmse": float(np.sqrt(self.b_se / n)), "baseline_mae": self.b_ae / n}
+        return {
+            "n": n,
+            "rmse": float(np.sqrt(self.se / n)),
+            "mae": self.ae / n,
+            "baseline_rmse": float(np.sqrt(self.b_se / n)),
+            "baseline_mae": self.b_ae / n,
+        }
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -91,11 +98,12 @@ class ClassificationSums:
     auc: float | None = None
     b_auc: float | None = None
 
-    def __add__(self, other: "ClassificationSums") -> "ClassificationSums":
-        return ClassificationSums(self.n + other.n, self.ll + other.ll, self.hit + other.hit, self.b_ll + other.b_ll,
-                                  self.b_hit + other.b_hit)
+    def __add__(self, other: ClassificationSums) -> ClassificationSums:
+        return ClassificationSums(
+            self.n + other.n, self.ll + other.ll, self.hit + other.hit, self.b_ll + other.b_ll, self.b_hit + other.b_hit
+        )
 
-    def plain(self) -> "ClassificationSums":
+    def plain(self) -> ClassificationSums:
         """Without the batch's AUCs."""
         return replace(self, auc=None, b_auc=None)
 
@@ -105,8 +113,13 @@ class ClassificationSums:
     def scores(self) -> dict[str, Any]:
         """The Scores JSON (:class:`fcl3.schemas.ClassificationScores`)."""
         n = self.n
-        out = {"n": n, "log_loss": self.ll / n, "accuracy": self.hit / n,
-               "baseline_log_loss": self.b_ll / n, "baseline_accuracy": self.b_hit / n}
+        out = {
+            "n": n,
+            "log_loss": self.ll / n,
+            "accuracy": self.hit / n,
+            "baseline_log_loss": self.b_ll / n,
+            "baseline_accuracy": self.b_hit / n,
+        }
         if self.auc is not None:
             out.update(auc=self.auc, baseline_auc=self.b_auc)
         return out
@@ -145,8 +158,9 @@ def batch_sums(kind: str, y: np.ndarray, out: np.ndarray, base: np.ndarray) -> S
 
     a, b = auc_score(pos.astype(float), out), auc_score(pos.astype(float), base)
     aucs = (float(a), float(b)) if np.isfinite(a) and np.isfinite(b) else (None, None)
-    return ClassificationSums(n, ll(out), int(np.sum((out >= 0.0) == pos)), ll(base),
-                              int(np.sum((base >= 0.0) == pos)), *aucs)
+    return ClassificationSums(
+        n, ll(out), int(np.sum((out >= 0.0) == pos)), ll(base), int(np.sum((base >= 0.0) == pos)), *aucs
+    )
 
 
 def add_sums(a: Sums | None, b: Sums | None) -> Sums | None:
@@ -246,7 +260,7 @@ class MatrixRow:
     baseline: dict[str, float | None]
 
     @classmethod
-    def stored(cls, task_id: str, entries: dict[str, list]) -> "MatrixRow":
+    def stored(cls, task_id: str, entries: dict[str, list]) -> MatrixRow:
         """From an ``evaluation_log.matrix`` value (task id -> [metric, baseline])."""
         return cls(task_id, {t: v[0] for t, v in entries.items()}, {t: v[1] for t, v in entries.items()})
 
@@ -263,7 +277,7 @@ class Transfer:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
-    def of(cls, stored: dict | None) -> "Transfer":
+    def of(cls, stored: dict | None) -> Transfer:
         """The figures kept in ``evaluation_state.matrix``."""
         return cls(**{f.name: (stored or {}).get(f.name) for f in fields(cls)})
 
@@ -301,7 +315,7 @@ def transfer(tasks: list[str], rows: list[MatrixRow], higher_is_better: bool) ->
             base = rows[i].baseline.get(j)
             if i >= 1 and diag is not None and base is not None:
                 fwt.append(s * (diag - base))
-        earlier = [s * rows[l].scores[j] for l in range(T - 1) if rows[l].scores.get(j) is not None]
+        earlier = [s * rows[k].scores[j] for k in range(T - 1) if rows[k].scores.get(j) is not None]
         if final is not None and earlier:
             fgt.append(max(earlier) - s * final)
 
@@ -316,8 +330,15 @@ def figures_of(matrix_state: dict | None) -> dict[str, float | None]:
     return Transfer.of(matrix_state).as_dict()
 
 
-def reservoir(X_kept: np.ndarray | None, y_kept: np.ndarray | None, n_seen: int, X: np.ndarray, y: np.ndarray,
-              cap: int, task_id: str) -> tuple[np.ndarray, np.ndarray]:
+def reservoir(
+    X_kept: np.ndarray | None,
+    y_kept: np.ndarray | None,
+    n_seen: int,
+    X: np.ndarray,
+    y: np.ndarray,
+    cap: int,
+    task_id: str,
+) -> tuple[np.ndarray, np.ndarray]:
     """The kept rows after ``X, y`` arrive: all of them up to ``cap``, then a uniform sample of
     every row received (the engine's Algorithm R, :meth:`core.state.TaskRows.merged`), drawn
     from a seed of the task id and the rows seen, so the same posts give the same rows."""

@@ -4,6 +4,7 @@
 Every statement is built once: the SET clause comes from the parameters given to ``execute``
 (column names), the WHERE clause from the ``w_*`` ones.
 """
+
 from __future__ import annotations
 
 from datetime import datetime, timezone
@@ -20,30 +21,46 @@ def now() -> datetime:
 
 # In the commit: the model's evaluation_state row locked (a no-op UPDATE: PostgreSQL's row
 # lock, SQLite's write lock) and read back with the updated task's prequential sums and the
-# number of matrix rows still due, in one round trip. Those sums need no lock of their own: only a commit of the model writes them,
-# and the commit already holds the model row's lock.
-LOCK_STATE = (update(state_t).where(state_t.c.model_name == bindparam("w_model"))
-              .values(revision=state_t.c.revision)
-              .returning(*state_t.c, select(preq_t.c.sums).where(preq_t.c.model_name == bindparam("w_model"),
-                                                                 preq_t.c.task_id == bindparam("w_task"))
-                         .scalar_subquery().label("task_sums"),
-                         select(func.count()).select_from(due_t).where(due_t.c.model_name == bindparam("w_model"))
-                         .scalar_subquery().label("n_due")))
+# number of matrix rows still due, in one round trip. Those sums need no lock of their own: only
+# a commit of the model writes them, and the commit already holds the model row's lock.
+LOCK_STATE = (
+    update(state_t)
+    .where(state_t.c.model_name == bindparam("w_model"))
+    .values(revision=state_t.c.revision)
+    .returning(
+        *state_t.c,
+        select(preq_t.c.sums)
+        .where(preq_t.c.model_name == bindparam("w_model"), preq_t.c.task_id == bindparam("w_task"))
+        .scalar_subquery()
+        .label("task_sums"),
+        select(func.count())
+        .select_from(due_t)
+        .where(due_t.c.model_name == bindparam("w_model"))
+        .scalar_subquery()
+        .label("n_due"),
+    )
+)
 UPDATE_STATE = update(state_t).where(state_t.c.model_name == bindparam("w_model"))
 INSERT_STATE = insert(state_t)
-UPDATE_TASK_SUMS = (update(preq_t).where(preq_t.c.model_name == bindparam("w_model"),
-                                         preq_t.c.task_id == bindparam("w_task"))
-                    .values(n_batches=preq_t.c.n_batches + bindparam("w_n")))
+UPDATE_TASK_SUMS = (
+    update(preq_t)
+    .where(preq_t.c.model_name == bindparam("w_model"), preq_t.c.task_id == bindparam("w_task"))
+    .values(n_batches=preq_t.c.n_batches + bindparam("w_n"))
+)
 INSERT_TASK_SUMS = insert(preq_t)
 INSERT_LOG = insert(log_t)
 INSERT_DUE = insert(due_t)
 # After the commit: the state row locked and read with the model's identity (its created_at),
 # in one round trip, then its scores written.
-LOCK_SCORES = (update(state_t).where(state_t.c.model_name == bindparam("w_model"))
-               .values(revision=state_t.c.revision)
-               .returning(state_t.c.scores, select(models_t.c.created_at)
-                          .where(models_t.c.name == bindparam("w_model"))
-                          .scalar_subquery().label("created")))
+LOCK_SCORES = (
+    update(state_t)
+    .where(state_t.c.model_name == bindparam("w_model"))
+    .values(revision=state_t.c.revision)
+    .returning(
+        state_t.c.scores,
+        select(models_t.c.created_at).where(models_t.c.name == bindparam("w_model")).scalar_subquery().label("created"),
+    )
+)
 UPDATE_SCORES = update(state_t).where(state_t.c.model_name == bindparam("w_model"))
 
 
@@ -64,8 +81,11 @@ def tasks_sums(conn: Connection, name: str, task_ids: list[str]) -> dict[str, di
     """The stored prequential sums of those of ``task_ids`` that have a row."""
     if not task_ids:
         return {}
-    return dict(conn.execute(select(preq_t.c.task_id, preq_t.c.sums).where(
-        preq_t.c.model_name == name, preq_t.c.task_id.in_(task_ids))).all())
+    return dict(
+        conn.execute(
+            select(preq_t.c.task_id, preq_t.c.sums).where(preq_t.c.model_name == name, preq_t.c.task_id.in_(task_ids))
+        ).all()
+    )
 
 
 def sets(conn: Connection, name: str, after_revision: int | None = None):
@@ -78,8 +98,12 @@ def sets(conn: Connection, name: str, after_revision: int | None = None):
 
 def due(conn: Connection, name: str) -> list[tuple[int, str]]:
     """The model's accuracy-matrix rows still due: (version, new task), oldest first."""
-    return [(int(v), t) for v, t in conn.execute(select(due_t.c.version, due_t.c.task_id).where(
-        due_t.c.model_name == name).order_by(due_t.c.version))]
+    return [
+        (int(v), t)
+        for v, t in conn.execute(
+            select(due_t.c.version, due_t.c.task_id).where(due_t.c.model_name == name).order_by(due_t.c.version)
+        )
+    ]
 
 
 def forget_due(conn: Connection, name: str, versions: list[int]) -> None:
@@ -89,8 +113,14 @@ def forget_due(conn: Connection, name: str, versions: list[int]) -> None:
 
 def matrix_stored(conn: Connection, name: str, version: int) -> bool:
     """Whether the accuracy-matrix row of ``version`` is stored (or its log row is gone)."""
-    return conn.execute(select(log_t.c.version).where(
-        log_t.c.model_name == name, log_t.c.version == version, log_t.c.matrix.is_(None))).first() is None
+    return (
+        conn.execute(
+            select(log_t.c.version).where(
+                log_t.c.model_name == name, log_t.c.version == version, log_t.c.matrix.is_(None)
+            )
+        ).first()
+        is None
+    )
 
 
 def created_at(conn: Connection, name: str) -> Any:
@@ -99,16 +129,23 @@ def created_at(conn: Connection, name: str) -> Any:
 
 def store_matrix_row(conn: Connection, name: str, version: int, task_id: str, entries: dict) -> bool:
     """Store ``version``'s accuracy-matrix row unless it is stored already (the first wins)."""
-    res = conn.execute(update(log_t).where(log_t.c.model_name == name, log_t.c.version == version,
-                                           log_t.c.task_id == task_id, log_t.c.matrix.is_(None))
-                       .values(matrix=entries))
+    res = conn.execute(
+        update(log_t)
+        .where(
+            log_t.c.model_name == name, log_t.c.version == version, log_t.c.task_id == task_id, log_t.c.matrix.is_(None)
+        )
+        .values(matrix=entries)
+    )
     return res.rowcount == 1
 
 
 def matrix_rows(conn: Connection, name: str):
     """(version, task_id, matrix) of every stored accuracy-matrix row, by version."""
-    return conn.execute(select(log_t.c.version, log_t.c.task_id, log_t.c.matrix).where(
-        log_t.c.model_name == name, log_t.c.matrix.is_not(None)).order_by(log_t.c.version)).all()
+    return conn.execute(
+        select(log_t.c.version, log_t.c.task_id, log_t.c.matrix)
+        .where(log_t.c.model_name == name, log_t.c.matrix.is_not(None))
+        .order_by(log_t.c.version)
+    ).all()
 
 
 def write_state(conn: Connection, name: str, **values: Any) -> None:
@@ -120,14 +157,16 @@ def insert_state(conn: Connection, name: str, **values: Any) -> None:
 
 
 def one_set(conn: Connection, name: str, task_id: str):
-    return conn.execute(select(sets_t.c.X, sets_t.c.y, sets_t.c.n_received).where(
-        sets_t.c.model_name == name, sets_t.c.task_id == task_id)).first()
+    return conn.execute(
+        select(sets_t.c.X, sets_t.c.y, sets_t.c.n_received).where(
+            sets_t.c.model_name == name, sets_t.c.task_id == task_id
+        )
+    ).first()
 
 
 def write_set(conn: Connection, name: str, task_id: str, new: bool, **values: Any) -> None:
     if new:
-        conn.execute(insert(sets_t).values(model_name=name, task_id=task_id, created_at=values["updated_at"],
-                                           **values))
+        conn.execute(insert(sets_t).values(model_name=name, task_id=task_id, created_at=values["updated_at"], **values))
     else:
         conn.execute(update(sets_t).where(sets_t.c.model_name == name, sets_t.c.task_id == task_id).values(**values))
 
@@ -146,27 +185,41 @@ def current_scores(conn: Connection, name: str) -> dict | None:
 
 def recent_batches(conn: Connection, name: str, window: int):
     """The sums of the ``window`` latest scored batches."""
-    return [b for (b,) in conn.execute(select(log_t.c.batch).where(log_t.c.model_name == name, log_t.c.batch.is_not(None))
-                                       .order_by(log_t.c.version.desc()).limit(window))]
+    return [
+        b
+        for (b,) in conn.execute(
+            select(log_t.c.batch)
+            .where(log_t.c.model_name == name, log_t.c.batch.is_not(None))
+            .order_by(log_t.c.version.desc())
+            .limit(window)
+        )
+    ]
 
 
 def set_sizes(conn: Connection, name: str):
-    return conn.execute(select(sets_t.c.task_id, sets_t.c.n_received, sets_t.c.y).where(
-        sets_t.c.model_name == name)).all()
+    return conn.execute(
+        select(sets_t.c.task_id, sets_t.c.n_received, sets_t.c.y).where(sets_t.c.model_name == name)
+    ).all()
 
 
 def series(conn: Connection, name: str, limit: int):
     """The ``limit`` latest log rows' prequential sums, newest first."""
-    return conn.execute(select(log_t.c.version, log_t.c.task_id, log_t.c.new_task, log_t.c.batch, log_t.c.overall,
-                               log_t.c.event)
-                        .where(log_t.c.model_name == name).order_by(log_t.c.version.desc()).limit(limit)).all()
+    return conn.execute(
+        select(log_t.c.version, log_t.c.task_id, log_t.c.new_task, log_t.c.batch, log_t.c.overall, log_t.c.event)
+        .where(log_t.c.model_name == name)
+        .order_by(log_t.c.version.desc())
+        .limit(limit)
+    ).all()
 
 
 # ----------------------------------------------------------------------------- a take-back (service.take_back)
 def scored_batches(conn: Connection, name: str) -> list:
     """Every log row with a batch's sums, in version order: ``(version, task_id, batch)``."""
-    return conn.execute(select(log_t.c.version, log_t.c.task_id, log_t.c.batch).where(
-        log_t.c.model_name == name, log_t.c.batch.is_not(None)).order_by(log_t.c.version)).all()
+    return conn.execute(
+        select(log_t.c.version, log_t.c.task_id, log_t.c.batch)
+        .where(log_t.c.model_name == name, log_t.c.batch.is_not(None))
+        .order_by(log_t.c.version)
+    ).all()
 
 
 def unscore(conn: Connection, name: str, version: int) -> None:

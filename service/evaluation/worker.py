@@ -12,11 +12,13 @@ process, without slowing the updates down.
 Both are made once per app (:class:`service.hosting.ModelRegistry`, held by the app's state)
 and shut down with it.
 """
+
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 
 class Foreground:
@@ -38,7 +40,7 @@ class Foreground:
         """How many updates run now."""
         return self._running
 
-    def __enter__(self) -> "Foreground":
+    def __enter__(self) -> Foreground:
         with self._changed:
             self._running += 1
         return self

@@ -2,6 +2,7 @@
 (:class:`Hub`, woken by this process's commits and by the version watch it subscribes to), and
 how many streams are open per key (:class:`StreamSlots`, for ``MAX_EVENT_STREAMS_PER_KEY``).
 With nobody listening a wake-up is a dictionary look-up."""
+
 from __future__ import annotations
 
 import asyncio
@@ -11,7 +12,7 @@ import threading
 class StreamSlot:
     """One open stream's place in its key's count; :meth:`release` frees it (once)."""
 
-    def __init__(self, slots: "StreamSlots", key: str):
+    def __init__(self, slots: StreamSlots, key: str):
         self._slots, self.key = slots, key
         self._released = False
 

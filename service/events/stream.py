@@ -35,6 +35,7 @@ Shutdown: uvicorn waits for open responses before it runs the app's shutdown; ss
 sees the server told to exit and sets the stream's shutdown event, on which :func:`stream`
 ends its body within a second (a stream also ends when the watch closes: :meth:`Hub.close`).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -55,8 +56,12 @@ PAGE = 500
 
 
 def sse(event: str, data: dict[str, Any], id: int | None = None) -> ServerSentEvent:
-    return ServerSentEvent(data=json.dumps(data, separators=(',', ':'), allow_nan=False), event=event, id=None if id is None else str(id),
-                          sep="\n")
+    return ServerSentEvent(
+        data=json.dumps(data, separators=(",", ":"), allow_nan=False),
+        event=event,
+        id=None if id is None else str(id),
+        sep="\n",
+    )
 
 
 def keep_alive() -> ServerSentEvent:
@@ -76,14 +81,19 @@ class Feed:
         matrix rows))."""
         with self.engine.connect() as conn:
             version = conn.execute(select(models_t.c.version).where(models_t.c.name == self.name)).scalar()
-            row = conn.execute(select(state_t.c.revision, state_t.c.matrix).where(
-                state_t.c.model_name == self.name)).first()
+            row = conn.execute(
+                select(state_t.c.revision, state_t.c.matrix).where(state_t.c.model_name == self.name)
+            ).first()
         return version, (int(row.revision), int((row.matrix or {}).get("rows", 0))) if row else (0, 0)
 
     def after(self, version: int) -> list:
         with self.engine.connect() as conn:
-            return conn.execute(select(log_t.c.version, log_t.c.event, log_t.c.evaluation).where(
-                log_t.c.model_name == self.name, log_t.c.version > version).order_by(log_t.c.version).limit(PAGE)).all()
+            return conn.execute(
+                select(log_t.c.version, log_t.c.event, log_t.c.evaluation)
+                .where(log_t.c.model_name == self.name, log_t.c.version > version)
+                .order_by(log_t.c.version)
+                .limit(PAGE)
+            ).all()
 
     def evaluation_event(self, version: int, reason: str) -> dict[str, Any]:
         """The evaluation event of newly posted evaluation rows (``reason="rows"``) or of a new
@@ -91,14 +101,22 @@ class Feed:
         with self.engine.connect() as conn:
             summary = conn.execute(select(state_t.c.matrix).where(state_t.c.model_name == self.name)).scalar() or {}
             n = conn.execute(select(func.count()).select_from(sets_t).where(sets_t.c.model_name == self.name)).scalar()
-            task = summary.get("task_id") if reason == "matrix" else conn.execute(
-                select(sets_t.c.task_id).where(sets_t.c.model_name == self.name)
-                .order_by(sets_t.c.revision.desc()).limit(1)).scalar()
+            task = (
+                summary.get("task_id")
+                if reason == "matrix"
+                else conn.execute(
+                    select(sets_t.c.task_id)
+                    .where(sets_t.c.model_name == self.name)
+                    .order_by(sets_t.c.revision.desc())
+                    .limit(1)
+                ).scalar()
+            )
         return {"version": version, "reason": reason, "task_id": task, "n_tasks": int(n or 0), **figures_of(summary)}
 
 
-async def stream(feed: Feed, hub: Hub, watch, last_event_id: str | None, max_seconds: float | None = None,
-                 shutdown=None) -> AsyncIterator[ServerSentEvent]:
+async def stream(
+    feed: Feed, hub: Hub, watch, last_event_id: str | None, max_seconds: float | None = None, shutdown=None
+) -> AsyncIterator[ServerSentEvent]:
     """The events of ``feed``'s model from ``last_event_id`` (or from now), until the client
     leaves, ``max_seconds`` pass, the model is deleted or the server shuts down (``shutdown``:
     the event sse-starlette sets then; the stream ends within a second, its body complete)."""
@@ -118,8 +136,14 @@ async def stream(feed: Feed, hub: Hub, watch, last_event_id: str | None, max_sec
             except ValueError:
                 asked = None
             if asked is None or asked < 0 or asked > version:
-                yield sse("reset", {"version": version, "reason": f"Last-Event-ID {last_event_id[:40]!r} is not a "
-                                    f"version of model {feed.name!r} (now at {version}): re-read its state"})
+                yield sse(
+                    "reset",
+                    {
+                        "version": version,
+                        "reason": f"Last-Event-ID {last_event_id[:40]!r} is not a "
+                        f"version of model {feed.name!r} (now at {version}): re-read its state",
+                    },
+                )
             else:
                 last = asked
         sqlite = getattr(watch, "poll", 0) and type(watch).__name__ == "SqliteWatch"
@@ -135,9 +159,15 @@ async def stream(feed: Feed, hub: Hub, watch, last_event_id: str | None, max_sec
                     return
                 rows = await run_in_threadpool(feed.after, last) if current > last else []
                 if current < last or (current > last and (not rows or rows[0].version != last + 1)):
-                    yield sse("reset", {"version": current, "reason": f"the updates after version {last} are not "
-                                        "stored as events (a fork, an import, or a model created again): re-read "
-                                        "its state"})
+                    yield sse(
+                        "reset",
+                        {
+                            "version": current,
+                            "reason": f"the updates after version {last} are not "
+                            "stored as events (a fork, an import, or a model created again): re-read "
+                            "its state",
+                        },
+                    )
                     last, revision = current, rev
                     continue
                 for r in rows:

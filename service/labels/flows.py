@@ -4,6 +4,7 @@ learned with their labels as one batch of their task, through the ordinary write
 :func:`service.learning.updates.learn_batch`) and ``GET .../labels`` (the rows still waiting).
 What is stored and refused is :mod:`service.labels.remembered`'s.
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,16 +24,25 @@ if TYPE_CHECKING:
 log = logging.getLogger("service.store")
 
 
-def predict_remembered(model: HostedModel, task_id: str, X: Any, min_version: int | None, snap: Snapshot | None,
-                       ttl: float, cap: int) -> tuple[list[float], list[float] | None, int, list[str]]:
+def predict_remembered(
+    model: HostedModel, task_id: str, X: Any, min_version: int | None, snap: Snapshot | None, ttl: float, cap: int
+) -> tuple[list[float], list[float] | None, int, list[str]]:
     """:func:`service.learning.predictions.predict`, and the rows remembered for a label that
     arrives later: their prediction ids too, in row order."""
     if snap is None:
         snap = model.reader.snapshot(min_version, task=task_id)
     preds, probs, version = predict(model, task_id, X, min_version, snap)
     ids = remember_rows(model, task_id, X, snap, ttl, cap)
-    log.info("predictions remembered", extra={"event": "predictions_remembered", "model": model.name,
-                                              "task": task_id, "version": version, "n_rows": len(ids)})
+    log.info(
+        "predictions remembered",
+        extra={
+            "event": "predictions_remembered",
+            "model": model.name,
+            "task": task_id,
+            "version": version,
+            "n_rows": len(ids),
+        },
+    )
     return preds, probs, version, ids
 
 

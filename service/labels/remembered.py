@@ -25,13 +25,15 @@ prediction that remembers more drops the oldest waiting rows (those that expire 
 ids answer 410 until they expire. Remembering is serialised per model (PostgreSQL: an advisory
 transaction lock on the model's name; SQLite: its one writer), so the bound is exact.
 """
+
 from __future__ import annotations
 
 import hashlib
 import re
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from sqlalchemy import BigInteger, Connection, Engine, cast, delete, func, insert, select, text, update
@@ -39,13 +41,11 @@ from sqlalchemy import BigInteger, Connection, Engine, cast, delete, func, inser
 import core
 from core.preprocessing import as_matrix
 from fcl3.schemas import PREDICTION_ID_PATTERN
-
-from service.store.commit import Commit, CommitParticipant
-from service.refusals import Refused
 from service.evaluation.scores import served_outputs
+from service.refusals import Refused
+from service.store.commit import Commit, CommitParticipant
 from service.store.tables import batches_t, remembered_t
 from service.store.writes import StaleWrite
-
 
 #: A prediction id: its expiry (ms since the epoch, hex), a dash, 16 random hex digits.
 _ID = re.compile(PREDICTION_ID_PATTERN)
@@ -138,8 +138,16 @@ class Remembered:
     baseline: np.ndarray
 
 
-_COLS = (remembered_t.c.prediction_id, remembered_t.c.task_id, remembered_t.c.state, remembered_t.c.x,
-         remembered_t.c.output, remembered_t.c.baseline, remembered_t.c.label_version, remembered_t.c.expires_ms)
+_COLS = (
+    remembered_t.c.prediction_id,
+    remembered_t.c.task_id,
+    remembered_t.c.state,
+    remembered_t.c.x,
+    remembered_t.c.output,
+    remembered_t.c.baseline,
+    remembered_t.c.label_version,
+    remembered_t.c.expires_ms,
+)
 
 
 class RememberedPredictions:
@@ -150,8 +158,9 @@ class RememberedPredictions:
         self.dialect = engine.dialect.name
 
     # ------------------------------------------------------------------ remember
-    def remember(self, task_id: str, version: int, X: np.ndarray, output: np.ndarray, baseline: np.ndarray,
-                 ttl: float, cap: int) -> list[str]:
+    def remember(
+        self, task_id: str, version: int, X: np.ndarray, output: np.ndarray, baseline: np.ndarray, ttl: float, cap: int
+    ) -> list[str]:
         """Store the rows (one transaction) and return their ids, in row order; the model's
         expired rows are deleted, and its oldest waiting rows dropped beyond ``cap``."""
         n = X.shape[0]
@@ -160,30 +169,52 @@ class RememberedPredictions:
         t = remembered_t
         with self.engine.begin() as conn:
             if self.dialect == "postgresql":
-                conn.execute(text("SELECT pg_advisory_xact_lock(:space, hashtext(:m))"),
-                             {"space": REMEMBER_SPACE, "m": self.name})
+                conn.execute(
+                    text("SELECT pg_advisory_xact_lock(:space, hashtext(:m))"),
+                    {"space": REMEMBER_SPACE, "m": self.name},
+                )
             now = int(conn.execute(select(db_ms(self.dialect))).scalar())
             conn.execute(delete(t).where(t.c.model_name == self.name, t.c.expires_ms <= now))
             expires = now + max(1, int(ttl * 1000))
             ids = [_new_id(expires) for _ in range(n)]
-            conn.execute(insert(t), [
-                {"model_name": self.name, "prediction_id": ids[i], "task_id": task_id, "version": version,
-                 "state": PENDING, "x": X[i], "output": float(output[i]),
-                 "baseline": float(baseline[i]) if np.isfinite(baseline[i]) else None,
-                 "label_version": None, "created_ms": now, "expires_ms": expires} for i in range(n)])
-            waiting = conn.execute(select(func.count()).select_from(t).where(
-                t.c.model_name == self.name, t.c.state == PENDING)).scalar()
+            conn.execute(
+                insert(t),
+                [
+                    {
+                        "model_name": self.name,
+                        "prediction_id": ids[i],
+                        "task_id": task_id,
+                        "version": version,
+                        "state": PENDING,
+                        "x": X[i],
+                        "output": float(output[i]),
+                        "baseline": float(baseline[i]) if np.isfinite(baseline[i]) else None,
+                        "label_version": None,
+                        "created_ms": now,
+                        "expires_ms": expires,
+                    }
+                    for i in range(n)
+                ],
+            )
+            waiting = conn.execute(
+                select(func.count()).select_from(t).where(t.c.model_name == self.name, t.c.state == PENDING)
+            ).scalar()
             excess = int(waiting) - cap
             if excess > 0:
                 mine = set(ids)
-                oldest = conn.execute(select(t.c.prediction_id).where(t.c.model_name == self.name, t.c.state == PENDING)
-                                      .order_by(t.c.expires_ms, t.c.created_ms, t.c.prediction_id)
-                                      .limit(excess + n)).scalars()
+                oldest = conn.execute(
+                    select(t.c.prediction_id)
+                    .where(t.c.model_name == self.name, t.c.state == PENDING)
+                    .order_by(t.c.expires_ms, t.c.created_ms, t.c.prediction_id)
+                    .limit(excess + n)
+                ).scalars()
                 victims = [i for i in oldest if i not in mine][:excess]
                 for k in range(0, len(victims), CHUNK):
-                    conn.execute(update(t).where(t.c.model_name == self.name,
-                                                 t.c.prediction_id.in_(victims[k:k + CHUNK]))
-                                 .values(state=DROPPED, x=None, output=None, baseline=None))
+                    conn.execute(
+                        update(t)
+                        .where(t.c.model_name == self.name, t.c.prediction_id.in_(victims[k : k + CHUNK]))
+                        .values(state=DROPPED, x=None, output=None, baseline=None)
+                    )
         return ids
 
     # ------------------------------------------------------------------ label
@@ -196,8 +227,9 @@ class RememberedPredictions:
         with self.engine.connect() as conn:
             now = int(conn.execute(select(db_ms(self.dialect))).scalar())
             for k in range(0, len(ids), CHUNK):
-                for r in conn.execute(select(*_COLS).where(t.c.model_name == self.name,
-                                                           t.c.prediction_id.in_(list(ids[k:k + CHUNK])))):
+                for r in conn.execute(
+                    select(*_COLS).where(t.c.model_name == self.name, t.c.prediction_id.in_(list(ids[k : k + CHUNK])))
+                ):
                     rows[r.prediction_id] = r
         unknown, gone = [], []
         for i in ids:
@@ -208,30 +240,44 @@ class RememberedPredictions:
             elif r.state == DROPPED or r.expires_ms <= now:
                 gone.append(i)
         if unknown:
-            raise UnknownPredictions(f"unknown prediction ids on model {self.name!r}: {_listed(unknown)} (never "
-                                     "remembered by a prediction of this model); nothing was learned",
-                                     prediction_ids=unknown)
+            raise UnknownPredictions(
+                f"unknown prediction ids on model {self.name!r}: {_listed(unknown)} (never "
+                "remembered by a prediction of this model); nothing was learned",
+                prediction_ids=unknown,
+            )
         if gone:
-            raise ExpiredPredictions(f"prediction ids past PREDICTION_TTL, or dropped beyond "
-                                     f"MAX_REMEMBERED_PER_MODEL, on model {self.name!r}: {_listed(gone)}; nothing "
-                                     "was learned", prediction_ids=gone)
+            raise ExpiredPredictions(
+                f"prediction ids past PREDICTION_TTL, or dropped beyond "
+                f"MAX_REMEMBERED_PER_MODEL, on model {self.name!r}: {_listed(gone)}; nothing "
+                "was learned",
+                prediction_ids=gone,
+            )
         done = [i for i in ids if rows[i].state == LABELLED]
         if done:
             version = int(rows[done[0]].label_version)
-            raise AlreadyLabelled(f"prediction ids labelled already on model {self.name!r}: {_listed(done)} (the "
-                                  f"first learned by the batch of version {version}); each id is labelled once; "
-                                  "nothing was learned", version=version, prediction_ids=done)
+            raise AlreadyLabelled(
+                f"prediction ids labelled already on model {self.name!r}: {_listed(done)} (the "
+                f"first learned by the batch of version {version}); each id is labelled once; "
+                "nothing was learned",
+                version=version,
+                prediction_ids=done,
+            )
         tasks = sorted({rows[i].task_id for i in ids})
         if len(tasks) > 1:
             by = {tk: [i for i in ids if rows[i].task_id == tk] for tk in tasks}
-            raise MixedTasks(f"the prediction ids belong to {len(tasks)} tasks ("
-                             + "; ".join(f"{tk!r}: {_listed(v, 3)}" for tk, v in list(by.items())[:5])
-                             + "): a label request learns one batch of one task; send one request per task",
-                             tasks=tasks)
+            raise MixedTasks(
+                f"the prediction ids belong to {len(tasks)} tasks ("
+                + "; ".join(f"{tk!r}: {_listed(v, 3)}" for tk, v in list(by.items())[:5])
+                + "): a label request learns one batch of one task; send one request per task",
+                tasks=tasks,
+            )
         out = [rows[i] for i in ids]
-        return Remembered(out[0].task_id, np.stack([np.asarray(r.x, dtype=float) for r in out]),
-                          np.array([r.output for r in out], dtype=float),
-                          np.array([np.nan if r.baseline is None else r.baseline for r in out], dtype=float))
+        return Remembered(
+            out[0].task_id,
+            np.stack([np.asarray(r.x, dtype=float) for r in out]),
+            np.array([r.output for r in out], dtype=float),
+            np.array([np.nan if r.baseline is None else r.baseline for r in out], dtype=float),
+        )
 
     def mark_labelled(self, conn: Connection, ids: Sequence[str], version: int) -> None:
         """In the batch's commit: the rows are labelled by ``version`` (their arrays dropped);
@@ -240,43 +286,71 @@ class RememberedPredictions:
         now = db_ms(conn.dialect.name)
         changed = 0
         for k in range(0, len(ids), CHUNK):
-            changed += conn.execute(update(t).where(
-                t.c.model_name == self.name, t.c.prediction_id.in_(list(ids[k:k + CHUNK])), t.c.state == PENDING,
-                t.c.expires_ms > now).values(state=LABELLED, label_version=version, x=None, output=None,
-                                             baseline=None)).rowcount
+            changed += conn.execute(
+                update(t)
+                .where(
+                    t.c.model_name == self.name,
+                    t.c.prediction_id.in_(list(ids[k : k + CHUNK])),
+                    t.c.state == PENDING,
+                    t.c.expires_ms > now,
+                )
+                .values(state=LABELLED, label_version=version, x=None, output=None, baseline=None)
+            ).rowcount
         if changed != len(ids):
-            raise LabelsChanged(f"remembered predictions of model {self.name!r} changed while they were labelled "
-                                "(labelled by another request, dropped or expired); this batch was NOT applied — "
-                                "retry to see why")
+            raise LabelsChanged(
+                f"remembered predictions of model {self.name!r} changed while they were labelled "
+                "(labelled by another request, dropped or expired); this batch was NOT applied — "
+                "retry to see why"
+            )
 
     def pending(self) -> dict[str, int]:
         """Rows of the model waiting for their label (not expired), per task."""
         t = remembered_t
         with self.engine.connect() as conn:
-            return {task: int(n) for task, n in conn.execute(
-                select(t.c.task_id, func.count()).where(t.c.model_name == self.name, t.c.state == PENDING,
-                                                        t.c.expires_ms > db_ms(self.dialect))
-                .group_by(t.c.task_id))}
+            return {
+                task: int(n)
+                for task, n in conn.execute(
+                    select(t.c.task_id, func.count())
+                    .where(t.c.model_name == self.name, t.c.state == PENDING, t.c.expires_ms > db_ms(self.dialect))
+                    .group_by(t.c.task_id)
+                )
+            }
 
     def received(self) -> dict[str, tuple[int, int]]:
         """Labels received, per task: ``(batches, rows)`` of the label batches the model has
         learned (stored with ``source = 'labels'``, not taken back)."""
         b = batches_t
         with self.engine.connect() as conn:
-            return {task: (int(n), int(rows or 0)) for task, n, rows in conn.execute(
-                select(b.c.task_id, func.count(), func.sum(b.c.n_samples)).where(
-                    b.c.model_name == self.name, b.c.source == "labels", b.c.taken_back.is_(None))
-                .group_by(b.c.task_id))}
+            return {
+                task: (int(n), int(rows or 0))
+                for task, n, rows in conn.execute(
+                    select(b.c.task_id, func.count(), func.sum(b.c.n_samples))
+                    .where(b.c.model_name == self.name, b.c.source == "labels", b.c.taken_back.is_(None))
+                    .group_by(b.c.task_id)
+                )
+            }
 
     def summary(self, version: int) -> dict[str, Any]:
         """The body of ``GET .../labels`` (:class:`fcl3.schemas.LabelsOut`): pending
         predictions and labels received, per task (the tasks with either), by task id."""
         pending, received = self.pending(), self.received()
-        tasks = [{"task_id": task, "pending": pending.get(task, 0), "label_batches": received.get(task, (0, 0))[0],
-                  "labelled_rows": received.get(task, (0, 0))[1]} for task in sorted(set(pending) | set(received))]
-        return {"model": self.name, "version": version, "pending": sum(pending.values()),
-                "label_batches": sum(n for n, _ in received.values()),
-                "labelled_rows": sum(r for _, r in received.values()), "tasks": tasks}
+        tasks = [
+            {
+                "task_id": task,
+                "pending": pending.get(task, 0),
+                "label_batches": received.get(task, (0, 0))[0],
+                "labelled_rows": received.get(task, (0, 0))[1],
+            }
+            for task in sorted(set(pending) | set(received))
+        ]
+        return {
+            "model": self.name,
+            "version": version,
+            "pending": sum(pending.values()),
+            "label_batches": sum(n for n, _ in received.values()),
+            "labelled_rows": sum(r for _, r in received.values()),
+            "tasks": tasks,
+        }
 
 
 # ----------------------------------------------------------------------------- in the write path
@@ -304,5 +378,6 @@ def remember_rows(model, task_id: str, X, snap, ttl: float, cap: int) -> list[st
     learner = snap.learner
     Xm = as_matrix(X, learner.n_features_in_)
     out, base = served_outputs(learner, task_id, Xm)
-    return RememberedPredictions(model.reader.engine, model.name).remember(task_id, snap.version, Xm, out, base,
-                                                                           ttl, cap)
+    return RememberedPredictions(model.reader.engine, model.name).remember(
+        task_id, snap.version, Xm, out, base, ttl, cap
+    )

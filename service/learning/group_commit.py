@@ -29,22 +29,23 @@ database is the order every replica agrees on.
 What a request does around it (its answer, its log line, the evaluation after the commit) is
 :func:`service.learning.updates.learn_batch`'s.
 """
+
 from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING
 
 from service import metrics
-from service.writing.idempotency import KeyTakenOver
-from service.models.lifecycle import current_for_write
-from service.writing.locks import LockBusy
 from service.learning.prepare import prepare
-from service.store.reads import Snapshot
 from service.learning.queue import Queued, WriteQueue
+from service.models.lifecycle import current_for_write
+from service.store.reads import Snapshot
+from service.writing.idempotency import KeyTakenOver
+from service.writing.locks import LockBusy
 
 if TYPE_CHECKING:
-    from service.store.prepared import Prepared
     from service.hosting import HostedModel
+    from service.store.prepared import Prepared
 
 #: The most batches one group commits (one transaction), those that join it while it is learned
 #: included: its time under the update lock stays far below ``LOCK_TTL`` and its first batch is
@@ -149,8 +150,9 @@ def _learn_group(model: HostedModel, group: list[Queued], outcome: dict, joins: 
             outcome[item] = (None, None, exc)
             continue
         ready.append((item, prepared, parts))
-        snap = Snapshot(snap.version + 1, prepared.learner,
-                        {**snap.info, "version": snap.version + 1, "summary": prepared.summary})
+        snap = Snapshot(
+            snap.version + 1, prepared.learner, {**snap.info, "version": snap.version + 1, "summary": prepared.summary}
+        )
     if not ready:
         return
     try:
@@ -168,5 +170,5 @@ def _learn_group(model: HostedModel, group: list[Queued], outcome: dict, joins: 
             except KeyTakenOver as exc:  # taken over again: that batch only
                 outcome[item] = (None, None, exc)
         return
-    for (item, prepared, _), version in zip(ready, versions):
+    for (item, prepared, _), version in zip(ready, versions, strict=True):
         outcome[item] = (prepared, version, None)

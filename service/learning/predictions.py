@@ -1,5 +1,6 @@
 """Predict with a hosted model: the served version's predictions (never waiting for the update
 lock), counted (``fcl3_prediction_requests_total``, ``fcl3_predictions_total``)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -12,8 +13,9 @@ if TYPE_CHECKING:
     from service.store.reads import Snapshot
 
 
-def predict(model: HostedModel, task_id: str, X: Any, min_version: int | None = None, snap: Snapshot | None = None
-            ) -> tuple[list[float], list[float] | None, int]:
+def predict(
+    model: HostedModel, task_id: str, X: Any, min_version: int | None = None, snap: Snapshot | None = None
+) -> tuple[list[float], list[float] | None, int]:
     """Predictions of the served version, at least ``min_version``, or of ``snap`` (a snapshot
     :meth:`service.store.reads.ModelReader.fresh` just returned), and the version that made them.
     :class:`service.store.reads.VersionBehind` (409) when the stored model is below ``min_version``."""

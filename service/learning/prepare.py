@@ -2,6 +2,7 @@
 update, the batch's prequential score (test, then train), the model row's summary after it and
 the update's answer, built once (:class:`service.store.prepared.Prepared`, which the commit
 stores: :meth:`service.store.writes.ModelWriter.commit_group`)."""
+
 from __future__ import annotations
 
 import time
@@ -17,8 +18,14 @@ from service.store.reads import Snapshot
 from service.store.results import representatives, result_json
 
 
-def prepare(snap: Snapshot, task_id: str, X: Any, y: Any, served: tuple[np.ndarray, np.ndarray] | None = None,
-            defer_refits: bool = False) -> Prepared:
+def prepare(
+    snap: Snapshot,
+    task_id: str,
+    X: Any,
+    y: Any,
+    served: tuple[np.ndarray, np.ndarray] | None = None,
+    defer_refits: bool = False,
+) -> Prepared:
     """The update of ``snap`` by the batch, as version ``snap.version + 1``. ``served``: the
     outputs the rows were served when they were predicted (labels that arrive later,
     :mod:`service.labels`), which score the batch instead of the snapshot before it.
@@ -47,7 +54,20 @@ def prepare(snap: Snapshot, task_id: str, X: Any, y: Any, served: tuple[np.ndarr
     summary["n_representatives"] = int(result.n_representatives)
     last_update = result_json(result)
     answer = {**last_update, "version": snap.version + 1, "prequential": scores(prequential)}
-    return Prepared(base_version=snap.version, task_id=task_id, result=result, learner=learner, state=None,
-                    X=np.asarray(X, dtype=float), y=np.asarray(y, dtype=float), summary=summary, info=snap.info,
-                    last_update=last_update, answer=answer, prequential=prequential, engine_seconds=engine_seconds,
-                    prequential_seconds=prequential_seconds, refits_deferred=defer_refits)
+    return Prepared(
+        base_version=snap.version,
+        task_id=task_id,
+        result=result,
+        learner=learner,
+        state=None,
+        X=np.asarray(X, dtype=float),
+        y=np.asarray(y, dtype=float),
+        summary=summary,
+        info=snap.info,
+        last_update=last_update,
+        answer=answer,
+        prequential=prequential,
+        engine_seconds=engine_seconds,
+        prequential_seconds=prequential_seconds,
+        refits_deferred=defer_refits,
+    )

@@ -1,6 +1,7 @@
 """The batches of one model waiting in one process for their group commit, in arrival order:
 a data structure only (:class:`WriteQueue`, guarded by its condition). The request that leads
 a group and what it does under the update lock are :mod:`service.learning.group_commit`'s."""
+
 from __future__ import annotations
 
 import threading
@@ -56,13 +57,18 @@ class WriteQueue:
             group.append(item)
             if item.labels is not None:
                 break
-        self.items = self.items[len(group):]
+        self.items = self.items[len(group) :]
         for item in group:
             item.taken = True
         return group
 
-    def finish(self, item: Queued, prepared: Prepared | None = None, version: int | None = None,
-               error: BaseException | None = None) -> None:
+    def finish(
+        self,
+        item: Queued,
+        prepared: Prepared | None = None,
+        version: int | None = None,
+        error: BaseException | None = None,
+    ) -> None:
         """Mark ``item`` done (its version, or its error) and wake its request."""
         with self.cond:
             item.prepared, item.version, item.error, item.done = prepared, version, error, True

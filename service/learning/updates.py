@@ -10,6 +10,7 @@ outcome (:mod:`service.writing.outcomes`), one log line per committed update, an
 commit, off the lock, the evaluation sets it rescores and the accuracy matrix's row it queues
 (:mod:`service.evaluation`). :mod:`service.store` only reads and writes.
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,7 +24,8 @@ from service.learning.group_commit import submit
 from service.learning.queue import Queued
 from service.store.prepared import Prepared
 from service.writing import idempotent
-from service.writing.idempotency import Claim, Replayed, request_hash
+from service.writing.idempotency import Claim, Replayed
+from service.writing.idempotent import request_hash
 from service.writing.outcomes import observed
 
 if TYPE_CHECKING:
@@ -46,8 +48,9 @@ def learn(model: HostedModel, task_id: str, X: Any, y: Any, key: str | None = No
     return prepared.answer, False
 
 
-def learn_batch(model: HostedModel, task_id: str, X: Any, y: Any, claim: Claim | None = None,
-                labels: LabelBatch | None = None) -> tuple[Prepared, int]:
+def learn_batch(
+    model: HostedModel, task_id: str, X: Any, y: Any, claim: Claim | None = None, labels: LabelBatch | None = None
+) -> tuple[Prepared, int]:
     """Learn one batch and commit it; returns the prepared update and the new model version.
     With ``labels`` (a label request, :mod:`service.labels`), the batch is its remembered rows,
     loaded under the lock (``task_id``, ``X``, ``y`` are ignored), scored by the outputs they
@@ -83,25 +86,38 @@ def learn_batch(model: HostedModel, task_id: str, X: Any, y: Any, claim: Claim |
             with model.shared.foreground:
                 model.evaluation.rescore_sets(ev.rescore_job)
         except Exception as exc:  # noqa: BLE001 - the update is committed; those scores stay older
-            log.warning("evaluation sets of model %r not rescored at version %d: %s", model.name, version,
-                        type(exc).__name__)
+            log.warning(
+                "evaluation sets of model %r not rescored at version %d: %s", model.name, version, type(exc).__name__
+            )
     done = time.perf_counter()
     prepared.rescore_seconds, prepared.lock_held_seconds = done - rescoring, released - acquired
     metrics.UPDATE_SECONDS.observe(done - acquired)
     metrics.UPDATE_ENGINE_SECONDS.observe(prepared.engine_seconds)
     r = prepared.result
-    log.info("model update committed", extra={
-        "event": "update", "model": model.name, "task": prepared.task_id, "version": version,
-        "n_samples": int(prepared.X.shape[0]), "task_n_samples": int(r.n_samples), "new_task": bool(r.new_task),
-        "new_representative": bool(r.new_representative), "n_representatives": int(r.n_representatives),
-        "duration_ms": round((done - acquired) * 1000, 2), "lock_wait_ms": round((acquired - t0) * 1000, 2),
-        "engine_ms": round(prepared.engine_seconds * 1000, 2),
-        "outside_ms": round((done - t0 - prepared.engine_seconds) * 1000, 2),
-        "prequential_ms": round(prepared.prequential_seconds * 1000, 2),
-        "evaluation_ms": round(prepared.evaluation_seconds * 1000, 2),
-        "rescore_after_commit_ms": round(prepared.rescore_seconds * 1000, 2),
-        "lock_held_ms": round(prepared.lock_held_seconds * 1000, 2), "evaluation_rescored": ev.rescored,
-        "group_size": item.group_size})
+    log.info(
+        "model update committed",
+        extra={
+            "event": "update",
+            "model": model.name,
+            "task": prepared.task_id,
+            "version": version,
+            "n_samples": int(prepared.X.shape[0]),
+            "task_n_samples": int(r.n_samples),
+            "new_task": bool(r.new_task),
+            "new_representative": bool(r.new_representative),
+            "n_representatives": int(r.n_representatives),
+            "duration_ms": round((done - acquired) * 1000, 2),
+            "lock_wait_ms": round((acquired - t0) * 1000, 2),
+            "engine_ms": round(prepared.engine_seconds * 1000, 2),
+            "outside_ms": round((done - t0 - prepared.engine_seconds) * 1000, 2),
+            "prequential_ms": round(prepared.prequential_seconds * 1000, 2),
+            "evaluation_ms": round(prepared.evaluation_seconds * 1000, 2),
+            "rescore_after_commit_ms": round(prepared.rescore_seconds * 1000, 2),
+            "lock_held_ms": round(prepared.lock_held_seconds * 1000, 2),
+            "evaluation_rescored": ev.rescored,
+            "group_size": item.group_size,
+        },
+    )
     _observe_evaluation(model, prepared.learner.kind, ev)
     model.wake()
     if ev.matrix_job is not None:  # the accuracy matrix's row, off the lock (service.evaluation.matrix)

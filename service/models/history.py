@@ -11,6 +11,7 @@ they were (``batches.refits_deferred``): that is how forks are rebuilt, and how 
 is defined (docs/design.md, "Taking a batch back"). A model whose history has a hole (an
 imported model keeps none of the batches it learned before its export) cannot be rebuilt.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -21,11 +22,9 @@ import numpy as np
 from sqlalchemy import Engine, select
 
 import core
-
 from service.models.learners import ModelConfigError, make_learner
-from service.store.tables import batches_t, take_backs_t
 from service.store.results import learner_summary, representatives, result_json
-
+from service.store.tables import batches_t, take_backs_t
 
 
 @dataclass(frozen=True)
@@ -43,8 +42,15 @@ class StoredBatch:
     refits_deferred: bool = False
 
     def row(self) -> dict[str, Any]:
-        return {"task_id": self.task_id, "version": self.version, "X": self.X, "y": self.y,
-                "taken_back": self.taken_back, "source": self.source, "refits_deferred": self.refits_deferred}
+        return {
+            "task_id": self.task_id,
+            "version": self.version,
+            "X": self.X,
+            "y": self.y,
+            "taken_back": self.taken_back,
+            "source": self.source,
+            "refits_deferred": self.refits_deferred,
+        }
 
 
 @dataclass(frozen=True)
@@ -65,25 +71,37 @@ class History:
     def learned(self, upto: int, without: int | None = None) -> list[StoredBatch]:
         """The batches the model at version ``upto`` has learned (not taken back by a take-back
         of version ``<= upto``), in version order, less the batch ``without``."""
-        return [b for b in self.batches if b.version <= upto and b.version != without
-                and (b.taken_back is None or b.taken_back > upto)]
+        return [
+            b
+            for b in self.batches
+            if b.version <= upto and b.version != without and (b.taken_back is None or b.taken_back > upto)
+        ]
 
-    def upto(self, version: int) -> "History":
+    def upto(self, version: int) -> History:
         """The history as it stood at ``version`` (what a fork at ``version`` copies)."""
-        batches = [dataclasses.replace(b, taken_back=b.taken_back if b.taken_back is not None
-                                       and b.taken_back <= version else None)
-                   for b in self.batches if b.version <= version]
+        batches = [
+            dataclasses.replace(
+                b, taken_back=b.taken_back if b.taken_back is not None and b.taken_back <= version else None
+            )
+            for b in self.batches
+            if b.version <= version
+        ]
         return History(batches, {v: t for v, t in self.take_backs.items() if v <= version})
 
 
 def read_history(engine: Engine, name: str) -> History:
     """The stored history of the model ``name`` (one read of its batches and take-backs)."""
     with engine.connect() as conn:
-        batches = [StoredBatch(int(r.version), r.task_id, r.X, r.y, r.taken_back, r.source, bool(r.refits_deferred))
-                   for r in conn.execute(select(batches_t).where(batches_t.c.model_name == name)
-                                         .order_by(batches_t.c.version))]
-        take_backs = {int(r.version): dict(r._mapping) for r in conn.execute(
-            select(take_backs_t).where(take_backs_t.c.model_name == name).order_by(take_backs_t.c.version))}
+        batches = [
+            StoredBatch(int(r.version), r.task_id, r.X, r.y, r.taken_back, r.source, bool(r.refits_deferred))
+            for r in conn.execute(select(batches_t).where(batches_t.c.model_name == name).order_by(batches_t.c.version))
+        ]
+        take_backs = {
+            int(r.version): dict(r._mapping)
+            for r in conn.execute(
+                select(take_backs_t).where(take_backs_t.c.model_name == name).order_by(take_backs_t.c.version)
+            )
+        }
     return History(batches, take_backs)
 
 
@@ -118,18 +136,23 @@ def replay(settings: dict[str, Any], batches: list[StoredBatch], refused: str) -
         learner = make_learner(settings)
     except ModelConfigError as exc:  # stored before the parameter ranges existed
         why = str(exc).replace("FCL3_PARAMS", "params")
-        raise core.InputError(f"{refused}its stored settings are outside the ranges a model may have now ({why}), "
-                              "so it cannot be rebuilt from them") from None
+        raise core.InputError(
+            f"{refused}its stored settings are outside the ranges a model may have now ({why}), "
+            "so it cannot be rebuilt from them"
+        ) from None
     summary: dict[str, Any] = learner_summary(learner)
     tasks: dict[str, dict[str, Any]] = {}
     for b in batches:
         try:
             r = learner.learn(b.task_id, b.X, b.y, defer_refits=b.refits_deferred)
         except core.InputError as exc:
-            raise core.InputError(f"{refused}replaying its batch {b.version} (task {b.task_id!r}) is refused "
-                                  f"now: {exc}") from None
-        summary = {"representatives": representatives(learner, summary.get("representatives", []), r),
-                   "n_representatives": int(r.n_representatives)}
+            raise core.InputError(
+                f"{refused}replaying its batch {b.version} (task {b.task_id!r}) is refused now: {exc}"
+            ) from None
+        summary = {
+            "representatives": representatives(learner, summary.get("representatives", []), r),
+            "n_representatives": int(r.n_representatives),
+        }
         t = tasks.setdefault(b.task_id, {"n_batches": 0})
         t.update(version=b.version, n_batches=t["n_batches"] + 1, last_update=result_json(r))
     return Rebuilt(learner, summary, tasks)

@@ -1,4 +1,5 @@
 """Learner construction: the configured estimator name and hyper-parameters -> a core learner."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,6 +1,7 @@
 """A model's lifecycle: create (``POST /models``, and the default model when it is missing),
 delete, export, import and fork (``/models``), with the log line of each. Every new model is
 written in one transaction (:meth:`service.store.writes.ModelWriter.create`)."""
+
 from __future__ import annotations
 
 import logging
@@ -9,16 +10,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import core
-
+from fcl3.records import Column, RecordError, base_columns, parse_schema
 from service import metrics
 from service.models import state_files
-from service.writing.idempotency import IdempotencyKeys
 from service.models.history import ranges, read_history, replay
 from service.models.learners import ModelConfigError, make_learner
 from service.store.reads import ModelMissing, Snapshot
-from fcl3.records import Column, RecordError, base_columns, parse_schema
 from service.store.results import learner_summary
 from service.store.writes import ModelExists, NewModel
+from service.writing.idempotency import IdempotencyKeys
 
 if TYPE_CHECKING:
     from service.hosting import HostedModel, ModelRegistry
@@ -40,7 +40,9 @@ def check_settings(model_settings: dict[str, Any]) -> core.LifelongLearner:
     try:
         learner = make_learner(model_settings)
     except ModelConfigError as exc:
-        raise core.InputError(str(exc).replace("FCL3_PARAMS", "params").replace("FCL3_ESTIMATOR", "estimator")) from None
+        raise core.InputError(
+            str(exc).replace("FCL3_PARAMS", "params").replace("FCL3_ESTIMATOR", "estimator")
+        ) from None
     d = model_settings.get("d")
     check_size = getattr(learner, "check_size", None)
     if d is not None and callable(check_size):
@@ -53,8 +55,13 @@ def create_model(model: HostedModel, model_settings: dict[str, Any]) -> None:
     learner = check_settings(model_settings)
     model.writer.create(NewModel(learner, model_settings))
     register_base_columns(model, model_settings)
-    log.info("created model %r (%s, %s)", model.name, model_settings["estimator"], model_settings["kind"],
-             extra={"event": "model_created", "model": model.name})
+    log.info(
+        "created model %r (%s, %s)",
+        model.name,
+        model_settings["estimator"],
+        model_settings["kind"],
+        extra={"event": "model_created", "model": model.name},
+    )
 
 
 def start(model: HostedModel) -> None:
@@ -114,11 +121,19 @@ def delete_model(model: HostedModel, registry: ModelRegistry) -> None:
 def export_model(model: HostedModel) -> tuple[bytes, int]:
     """The served version of ``model`` as ``.npz`` bytes (:mod:`service.models.state_files`) and that version."""
     snap = model.reader.snapshot(check=True)
-    tasks = {r["task_id"]: {"version": int(r["version"]), "n_batches": int(r["n_batches"]),
-                            "last_update": r["last_update"]}
-             for r in model.reader.list_tasks(0, 2**62) if r["version"] <= snap.version}
-    service = {"model": model.name, "version": snap.version, "kind": snap.info["kind"],
-               "settings": snap.info.get("settings"), "summary": snap.info.get("summary") or {}, "tasks": tasks}
+    tasks = {
+        r["task_id"]: {"version": int(r["version"]), "n_batches": int(r["n_batches"]), "last_update": r["last_update"]}
+        for r in model.reader.list_tasks(0, 2**62)
+        if r["version"] <= snap.version
+    }
+    service = {
+        "model": model.name,
+        "version": snap.version,
+        "kind": snap.info["kind"],
+        "settings": snap.info.get("settings"),
+        "summary": snap.info.get("summary") or {},
+        "tasks": tasks,
+    }
     if (snap.info.get("settings") or {}).get("features"):  # the schema is in the settings
         service["vocabulary"] = [c.to_json() for c in model.vocabulary.refresh()]
     return state_files.to_npz(snap.learner.get_state(), service), snap.version
@@ -143,26 +158,49 @@ def import_model(model: HostedModel, data: bytes) -> None:
                 if p.shape != (1,) or not np.all(np.isfinite(p)):
                     raise ValueError(f"task {task_id!r} does not predict a finite value")
     except Exception as exc:  # noqa: BLE001 - whatever the engine refuses is a bad file
-        raise core.InputError(f"bad model file: the engine cannot load its state: {type(exc).__name__}: {exc}") from None
+        raise core.InputError(
+            f"bad model file: the engine cannot load its state: {type(exc).__name__}: {exc}"
+        ) from None
     params = learner.get_params()
     settings = service.get("settings") if isinstance(service.get("settings"), dict) else None
     if not settings or settings.get("estimator") != state.estimator:
-        settings = {"estimator": state.estimator, "kind": learner.kind,
-                    "params": {k: v for k, v in params.items() if k != "kind"}, "d": None}
+        settings = {
+            "estimator": state.estimator,
+            "kind": learner.kind,
+            "params": {k: v for k, v in params.items() if k != "kind"},
+            "d": None,
+        }
     version = service.get("version")
-    version = version if isinstance(version, int) and not isinstance(version, bool) and version >= 0 else int(learner.is_fitted)
+    version = (
+        version
+        if isinstance(version, int) and not isinstance(version, bool) and version >= 0
+        else int(learner.is_fitted)
+    )
     if version > MAX_IMPORTED_VERSION:
-        raise core.InputError(f"bad model file: version {version} is above the largest a model may have, "
-                              f"{MAX_IMPORTED_VERSION} (2^30)")
+        raise core.InputError(
+            f"bad model file: version {version} is above the largest a model may have, {MAX_IMPORTED_VERSION} (2^30)"
+        )
     tasks = service.get("tasks") if isinstance(service.get("tasks"), dict) else {}
     tasks = {t: _task_counters(tasks.get(t), version) for t in learner.task_ids}
     summary = service.get("summary") if isinstance(service.get("summary"), dict) else None
     columns = _imported_vocabulary(settings, service.get("vocabulary"), learner)
-    model.writer.create(NewModel(learner, settings, version=version, summary=summary or learner_summary(learner),
-                                 tasks=tasks, origin={"import": {"model": service.get("model"), "version": version}}))
+    model.writer.create(
+        NewModel(
+            learner,
+            settings,
+            version=version,
+            summary=summary or learner_summary(learner),
+            tasks=tasks,
+            origin={"import": {"model": service.get("model"), "version": version}},
+        )
+    )
     model.vocabulary.replace_all(columns)
-    log.info("imported model %r at version %d", model.name, version,
-             extra={"event": "model_imported", "model": model.name, "version": version})
+    log.info(
+        "imported model %r at version %d",
+        model.name,
+        version,
+        extra={"event": "model_imported", "model": model.name, "version": version},
+    )
 
 
 def _imported_vocabulary(settings: dict[str, Any], vocabulary: Any, learner: core.LifelongLearner) -> list[Column]:
@@ -177,12 +215,16 @@ def _imported_vocabulary(settings: dict[str, Any], vocabulary: Any, learner: cor
         raise core.InputError(f"bad model file: its feature schema or vocabulary: {exc}") from None
     base = base_columns(schema)
     names = {f.name for f in schema}
-    if columns[:len(base)] != base or len(set(columns)) != len(columns) or any(
-            c.feature not in names or c.role not in ("value", "missing", "level") for c in columns):
+    if (
+        columns[: len(base)] != base
+        or len(set(columns)) != len(columns)
+        or any(c.feature not in names or c.role not in ("value", "missing", "level") for c in columns)
+    ):
         raise core.InputError("bad model file: its vocabulary does not fit its feature schema")
     if learner.is_fitted and len(columns) < int(learner.n_features_in_):
-        raise core.InputError(f"bad model file: its vocabulary has {len(columns)} columns, its engine "
-                              f"{learner.n_features_in_}")
+        raise core.InputError(
+            f"bad model file: its vocabulary has {len(columns)} columns, its engine {learner.n_features_in_}"
+        )
     return columns
 
 
@@ -200,8 +242,11 @@ def _task_counters(info: Any, version: int) -> dict[str, Any]:
     info = info if isinstance(info, dict) else {}
     v, n = info.get("version"), info.get("n_batches")
     ok = lambda x: isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_IMPORTED_VERSION  # noqa: E731
-    return {"version": v if ok(v) and v <= version else version, "n_batches": n if ok(n) else 0,
-            "last_update": info.get("last_update") if isinstance(info.get("last_update"), dict) else {}}
+    return {
+        "version": v if ok(v) and v <= version else version,
+        "n_batches": n if ok(n) else 0,
+        "last_update": info.get("last_update") if isinstance(info.get("last_update"), dict) else {},
+    }
 
 
 class ForkRefused(Exception):
@@ -225,17 +270,32 @@ def fork_model(model: HostedModel, parent: HostedModel, version: int | None) -> 
     history = read_history(parent.reader.bulk, parent.name).upto(version)
     missing = history.missing(version)
     if missing:
-        raise ForkRefused(f"model {parent.name!r} cannot be rebuilt at version {version}: its stored batches "
-                          f"{ranges(missing)} are missing (an imported model keeps no batches: to copy it at its "
-                          "current version, export it and import the file under the new name)")
+        raise ForkRefused(
+            f"model {parent.name!r} cannot be rebuilt at version {version}: its stored batches "
+            f"{ranges(missing)} are missing (an imported model keeps no batches: to copy it at its "
+            "current version, export it and import the file under the new name)"
+        )
     settings = info["settings"]
     rebuilt = replay(settings, history.learned(version), f"model {parent.name!r} cannot be forked: ")
-    model.writer.create(NewModel(rebuilt.learner, settings, version=version, summary=rebuilt.summary,
-                                 tasks=rebuilt.tasks, batches=[b.row() for b in history.batches],
-                                 take_backs=list(history.take_backs.values()),
-                                 origin={"fork": {"model": parent.name, "version": version}}))
+    model.writer.create(
+        NewModel(
+            rebuilt.learner,
+            settings,
+            version=version,
+            summary=rebuilt.summary,
+            tasks=rebuilt.tasks,
+            batches=[b.row() for b in history.batches],
+            take_backs=list(history.take_backs.values()),
+            origin={"fork": {"model": parent.name, "version": version}},
+        )
+    )
     if settings.get("features"):  # the parent's columns: a superset of what the fork learned
         model.vocabulary.replace_all(parent.vocabulary.refresh())
-    log.info("forked model %r from %r at version %d", model.name, parent.name, version,
-             extra={"event": "model_forked", "model": model.name, "version": version})
+    log.info(
+        "forked model %r from %r at version %d",
+        model.name,
+        parent.name,
+        version,
+        extra={"event": "model_forked", "model": model.name, "version": version},
+    )
     return version

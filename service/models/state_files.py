@@ -28,6 +28,7 @@ with ``max_inflated`` refuses a larger file (:class:`StateFileTooLarge`) before 
 A file may be given as bytes, a path or a binary file object (the server spools an upload to
 a temporary file and reads it from there).
 """
+
 from __future__ import annotations
 
 import io
@@ -36,14 +37,14 @@ import math
 import os
 import re
 import zipfile
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO, Any, Iterator, Union
+from typing import IO, Any, Union
 
 import numpy as np
 
 import core
 from core.state import READABLE_FORMAT_VERSIONS
-
 from fcl3.schemas import storable_id
 
 MAGIC = "fcl3-model"
@@ -81,8 +82,14 @@ def to_npz(state: core.ModelState, service: dict[str, Any] | None = None) -> byt
     """``state`` (and the server's own ``service`` JSON, optional) as ``.npz`` bytes."""
     arrays: dict[str, np.ndarray] = {}
     header: dict[str, Any] = {
-        "format": MAGIC, "file_version": FILE_VERSION, "estimator": state.estimator, "params": state.params,
-        "meta": state.meta, "format_version": int(state.format_version), "arrays": [], "tasks": [],
+        "format": MAGIC,
+        "file_version": FILE_VERSION,
+        "estimator": state.estimator,
+        "params": state.params,
+        "meta": state.meta,
+        "format_version": int(state.format_version),
+        "arrays": [],
+        "tasks": [],
         "service": service or {},
     }
     for name, a in state.arrays.items():
@@ -118,7 +125,9 @@ def read_npz(source: Source, max_inflated: int | None = None) -> tuple[core.Mode
         with npz:
             files = set(npz.files)
             if META not in files:
-                raise StateFileError(f"no {META!r} entry: not a model file written by to_npz / GET /models/{{name}}/state")
+                raise StateFileError(
+                    f"no {META!r} entry: not a model file written by to_npz / GET /models/{{name}}/state"
+                )
             header = _header(_load(npz, META))
             state, expected = _state(header)
             extra = files - expected - {META}
@@ -128,7 +137,7 @@ def read_npz(source: Source, max_inflated: int | None = None) -> tuple[core.Mode
             if missing:
                 raise StateFileError(f"entries missing from the file: {sorted(missing)[:5]}")
             state.arrays = {name: _load(npz, f"a/{name}") for name in header["arrays"]}
-            for i, (task_id, task) in enumerate(state.tasks.items()):
+            for i, task in enumerate(state.tasks.values()):
                 task["arrays"] = {name: _load(npz, f"t/{i}/{name}") for name in task["arrays"]}
     return state, header.get("service") or {}
 
@@ -194,7 +203,7 @@ def _entry_size(zf: zipfile.ZipFile, fp: IO[bytes], info: zipfile.ZipInfo, parse
     fmt = np.lib.format
     try:
         start = _entry_start(zf, fp, info, 12)
-        if start[:len(fmt.MAGIC_PREFIX)] != fmt.MAGIC_PREFIX:
+        if start[: len(fmt.MAGIC_PREFIX)] != fmt.MAGIC_PREFIX:
             return info.file_size
         version = (start[6], start[7])
         if version not in ((1, 0), (2, 0)):
@@ -202,7 +211,7 @@ def _entry_size(zf: zipfile.ZipFile, fp: IO[bytes], info: zipfile.ZipInfo, parse
         width = 2 if version == (1, 0) else 4
         if len(start) < 8 + width:
             raise ValueError("truncated .npy header")
-        offset = 8 + width + int.from_bytes(start[8:8 + width], "little")
+        offset = 8 + width + int.from_bytes(start[8 : 8 + width], "little")
         head = _entry_start(zf, fp, info, offset)
         if len(head) < offset:
             raise ValueError("truncated .npy header")
@@ -219,8 +228,9 @@ def _entry_size(zf: zipfile.ZipFile, fp: IO[bytes], info: zipfile.ZipInfo, parse
         raise StateFileError(f"entry {info.filename!r} holds Python objects: refused")
     size = math.prod(int(n) for n in shape) * dtype.itemsize
     if offset + size > info.file_size:
-        raise StateFileError(f"entry {info.filename!r} claims {size} bytes of data but holds "
-                             f"{max(info.file_size - offset, 0)}")
+        raise StateFileError(
+            f"entry {info.filename!r} claims {size} bytes of data but holds {max(info.file_size - offset, 0)}"
+        )
     return size
 
 
@@ -254,7 +264,9 @@ def _header(a: np.ndarray) -> dict[str, Any]:
     if not isinstance(header, dict) or header.get("format") != MAGIC:
         raise StateFileError(f"{META!r} does not describe an {MAGIC!r} file")
     if header.get("file_version") != FILE_VERSION:
-        raise StateFileError(f"file version {header.get('file_version')!r} is not supported (this version reads {FILE_VERSION})")
+        raise StateFileError(
+            f"file version {header.get('file_version')!r} is not supported (this version reads {FILE_VERSION})"
+        )
     fv = header.get("format_version")
     if fv not in READABLE_FORMAT_VERSIONS:
         raise StateFileError(f"state format {fv!r} is not supported (this version reads {READABLE_FORMAT_VERSIONS})")
@@ -290,6 +302,12 @@ def _state(header: dict[str, Any]) -> tuple[core.ModelState, set[str]]:
         raise
     except (KeyError, TypeError, ValueError) as exc:
         raise StateFileError(f"{META!r} is malformed: {type(exc).__name__}: {exc}") from None
-    state = core.ModelState(estimator=estimator, params=params, meta=meta, arrays={}, tasks=out,
-                            format_version=int(header["format_version"]))
+    state = core.ModelState(
+        estimator=estimator,
+        params=params,
+        meta=meta,
+        arrays={},
+        tasks=out,
+        format_version=int(header["format_version"]),
+    )
     return state, expected

@@ -10,15 +10,15 @@ the order in which levels first arrived, so a retried request (same ``Idempotenc
 encoded to the same rows. A prediction registers nothing: a level the vocabulary does not hold
 is encoded as all-zero and reported (``unseen``).
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
-from fcl3.records import (Column, RecordError, Schema, check_records, encode, needed_columns, parse_schema,
-                          typed_records)
-
+from fcl3.records import Column, RecordError, Schema, check_records, encode, needed_columns, parse_schema, typed_records
 from service.store.reads import ModelMissing
 
 if TYPE_CHECKING:
@@ -52,8 +52,11 @@ def settings_of(model: HostedModel) -> dict[str, Any] | None:
 def require_schema(settings: dict[str, Any] | None, name: str) -> Schema:
     schema = schema_of(settings)
     if schema is None:
-        raise RecordError(f"model {name!r} has no feature schema: send X (rows of numbers), or create a model "
-                          "with features to send records", "records")
+        raise RecordError(
+            f"model {name!r} has no feature schema: send X (rows of numbers), or create a model "
+            "with features to send records",
+            "records",
+        )
     return schema
 
 
@@ -68,8 +71,7 @@ def _engine_width(snap) -> int:
     return int(learner.n_features_in_) if learner.is_fitted else 0
 
 
-def learning_rows(model: HostedModel, task_id: str, records: list[dict[str, Any]], text: bool = False
-                  ) -> list[list[float]]:
+def learning_rows(model: HostedModel, records: list[dict[str, Any]], text: bool = False) -> list[list[float]]:
     """``records`` of a batch to learn as rows; their new levels registered first. The rows end
     at the last column the batch uses (a narrower row holds 0 in the engine's later columns,
     ``grow_features``; a wider one brings new columns): the same records are the same rows
@@ -84,12 +86,13 @@ def learning_rows(model: HostedModel, task_id: str, records: list[dict[str, Any]
     columns = model.vocabulary.ensure(wanted)
     if len(columns) < engine:  # cached before another process added columns
         columns = model.vocabulary.refresh()
-    rows, _ = encode(schema, columns[:_width(columns, wanted)], records)
+    rows, _ = encode(schema, columns[: _width(columns, wanted)], records)
     return rows
 
 
-def prediction_rows(model: HostedModel, snap, records: list[dict[str, Any]], text: bool = False
-                    ) -> tuple[list[list[float]], dict[str, list[str]]]:
+def prediction_rows(
+    model: HostedModel, snap, records: list[dict[str, Any]], text: bool = False
+) -> tuple[list[list[float]], dict[str, list[str]]]:
     """``records`` to predict with ``snap`` as rows of its engine's width, and the levels its
     engine has never learned (encoded as all-zero), per category."""
     schema = require_schema(snap.info.get("settings"), model.name)
@@ -98,8 +101,9 @@ def prediction_rows(model: HostedModel, snap, records: list[dict[str, Any]], tex
     levels = check_records(schema, records)
     engine = _engine_width(snap)
     columns = model.vocabulary.columns()
-    if len(columns) < engine or any(Column(f, "level", lv) not in columns for f, found in levels.items()
-                                    for lv in found):
+    if len(columns) < engine or any(
+        Column(f, "level", lv) not in columns for f, found in levels.items() for lv in found
+    ):
         columns = model.vocabulary.refresh()  # another process may have added them
     # a model that has learned nothing yet (evaluation rows sent first): every column it has
     return encode(schema, columns[:engine] if engine else columns, records)
@@ -115,5 +119,8 @@ def checked_x_width(model: HostedModel, settings: dict[str, Any] | None, widths)
     if widest > limit:
         limit = len(model.vocabulary.refresh())
     if widest > limit:
-        raise RecordError(f"X has {widest} columns but model {model.name!r} encodes its records into {limit} "
-                          "(its vocabulary, GET /models/{name}): send records", "X")
+        raise RecordError(
+            f"X has {widest} columns but model {model.name!r} encodes its records into {limit} "
+            "(its vocabulary, GET /models/{name}): send records",
+            "X",
+        )

@@ -11,22 +11,20 @@ Two writers that add a column at once: the unique constraints on ``(model, colum
 ``(model, feature, role, level)`` refuse the second insert, which reads the vocabulary again
 and retries. Rows go with their model (``ON DELETE CASCADE``).
 """
+
 from __future__ import annotations
 
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 
 from fcl3.records import Column
-
 from service.store.tables import columns_t
 
 #: Attempts of :meth:`Vocabulary.ensure` when other writers keep taking the next column.
 ATTEMPTS = 8
-
-
 
 
 class VocabularyConflict(Exception):
@@ -49,8 +47,11 @@ class Vocabulary:
 
     def refresh(self) -> tuple[Column, ...]:
         with self.engine.connect() as conn:
-            rows = conn.execute(select(columns_t.c.feature, columns_t.c.role, columns_t.c.level)
-                                .where(columns_t.c.model_name == self.name).order_by(columns_t.c.column)).all()
+            rows = conn.execute(
+                select(columns_t.c.feature, columns_t.c.role, columns_t.c.level)
+                .where(columns_t.c.model_name == self.name)
+                .order_by(columns_t.c.column)
+            ).all()
         cols = tuple(Column(f, r, lv) for f, r, lv in rows)
         with self._guard:
             self._columns = cols
@@ -72,9 +73,19 @@ class Vocabulary:
                 return cols
             try:
                 with self.engine.begin() as conn:
-                    conn.execute(insert(columns_t), [
-                        {"model_name": self.name, "column": len(cols) + i, "feature": c.feature, "role": c.role,
-                         "level": c.level} for i, c in enumerate(missing)])
+                    conn.execute(
+                        insert(columns_t),
+                        [
+                            {
+                                "model_name": self.name,
+                                "column": len(cols) + i,
+                                "feature": c.feature,
+                                "role": c.role,
+                                "level": c.level,
+                            }
+                            for i, c in enumerate(missing)
+                        ],
+                    )
             except IntegrityError:
                 pass  # another writer took those places (or those columns): read again
             cols = self.refresh()
@@ -84,7 +95,11 @@ class Vocabulary:
         """Store ``columns`` as the vocabulary of a model that has none yet (an import, a fork)."""
         if columns:
             with self.engine.begin() as conn:
-                conn.execute(insert(columns_t), [
-                    {"model_name": self.name, "column": i, "feature": c.feature, "role": c.role, "level": c.level}
-                    for i, c in enumerate(columns)])
+                conn.execute(
+                    insert(columns_t),
+                    [
+                        {"model_name": self.name, "column": i, "feature": c.feature, "role": c.role, "level": c.level}
+                        for i, c in enumerate(columns)
+                    ],
+                )
         self.refresh()

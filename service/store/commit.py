@@ -3,6 +3,7 @@ transaction (the evaluation, an ``Idempotency-Key``'s answer, labels marked, a t
 scores): each is a :class:`CommitParticipant` and sees the :class:`Commit` being written.
 :mod:`service.store.writes` calls them without naming any feature, so a feature depends on the
 commit and never the other way round."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

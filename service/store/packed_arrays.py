@@ -7,6 +7,7 @@ two axes, bit for bit (a model's ``A``, ``C`` and environment weights; a task's 
 ``X'X``), is stored as the upper triangles of those axes, about half its bytes, and given back
 exactly. Rows stored as an ``np.savez`` zip are read as well.
 """
+
 from __future__ import annotations
 
 import functools
@@ -62,7 +63,7 @@ def unpack_arrays(data: bytes) -> dict[str, np.ndarray]:
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             return {name: npz[name] for name in npz.files}
     start = len(PACKED) + 4
-    end = start + int.from_bytes(data[len(PACKED):start], "little")
+    end = start + int.from_bytes(data[len(PACKED) : start], "little")
     out, at = {}, end
     for entry in json.loads(data[start:end]):
         name, descr, shape, *how = entry

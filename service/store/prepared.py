@@ -3,6 +3,7 @@ learned on a private copy of the learner, :func:`service.learning.prepare.prepar
 :class:`PreparedTakeBack` (the model rebuilt without a batch, :mod:`service.take_back`). Both
 are dataclasses handed from the step that computes to the commit that stores
 (:mod:`service.store.writes`), so nothing is stored until the version compare-and-set succeeds."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -66,7 +67,13 @@ class PreparedTakeBack:
 
     def answer_at(self, version: int) -> dict[str, Any]:
         task = self.learner.tasks_.get(self.task_id) if not self.task_removed else None
-        return {"version": version, "batch_version": self.batch_version, "task_id": self.task_id,
-                "n_samples": self.n_samples, "task_removed": self.task_removed,
-                "task_n_samples": int(task.n_samples) if task is not None else 0, "n_replayed": self.n_replayed,
-                "n_representatives": int(self.summary.get("n_representatives", 0))}
+        return {
+            "version": version,
+            "batch_version": self.batch_version,
+            "task_id": self.task_id,
+            "n_samples": self.n_samples,
+            "task_removed": self.task_removed,
+            "task_n_samples": int(task.n_samples) if task is not None else 0,
+            "n_replayed": self.n_replayed,
+            "n_representatives": int(self.summary.get("n_representatives", 0)),
+        }

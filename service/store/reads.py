@@ -17,6 +17,7 @@ last check, or since this process's own last commit). Readers never take the upd
 nothing here writes: a missing model row is :class:`ModelMissing` (answered 503 with
 Retry-After).
 """
+
 from __future__ import annotations
 
 import threading
@@ -28,13 +29,11 @@ import numpy as np
 from sqlalchemy import Engine, bindparam, case, cast, func, null, select, union_all
 
 import core
-
 from service import memory
 from service.store.tables import batches_t, models_t, tasks_t
 from service.store.watch import NoWatch
 
-
-_MODEL_INFO_COLS = [c for c in models_t.c if c.name != "arrays"]
+MODEL_INFO_COLS = [c for c in models_t.c if c.name != "arrays"]
 _TASK_INFO_COLS = [c for c in tasks_t.c if c.name != "arrays"]
 
 #: What identifies a stored model's version (another model of the same name has another
@@ -51,13 +50,17 @@ def _if_moved(column):
 #: ``w_since``) and the rows of its tasks written after version ``w_since``, in one statement
 #: (:meth:`ModelReader._changes`).
 _CHANGES = union_all(
-    select(*(c if c in _MODEL_KEY_COLS else _if_moved(c) for c in _MODEL_INFO_COLS), _if_moved(models_t.c.arrays),
-           cast(null(), tasks_t.c.task_id.type).label("task_id"),
-           cast(null(), tasks_t.c.position.type).label("position"),
-           cast(null(), tasks_t.c.meta.type).label("task_meta")).where(models_t.c.name == bindparam("w_model")),
-    select(*(null() for _ in _MODEL_INFO_COLS), tasks_t.c.arrays, tasks_t.c.task_id, tasks_t.c.position,
-           tasks_t.c.meta).where(tasks_t.c.model_name == bindparam("w_model"),
-                                 tasks_t.c.version > bindparam("w_since")))
+    select(
+        *(c if c in _MODEL_KEY_COLS else _if_moved(c) for c in MODEL_INFO_COLS),
+        _if_moved(models_t.c.arrays),
+        cast(null(), tasks_t.c.task_id.type).label("task_id"),
+        cast(null(), tasks_t.c.position.type).label("position"),
+        cast(null(), tasks_t.c.meta.type).label("task_meta"),
+    ).where(models_t.c.name == bindparam("w_model")),
+    select(
+        *(null() for _ in MODEL_INFO_COLS), tasks_t.c.arrays, tasks_t.c.task_id, tasks_t.c.position, tasks_t.c.meta
+    ).where(tasks_t.c.model_name == bindparam("w_model"), tasks_t.c.version > bindparam("w_since")),
+)
 
 
 class ModelMissing(Exception):
@@ -103,8 +106,14 @@ class Snapshot:
 class ModelReader:
     """Reads of the model ``name``, with the process's cached :class:`Snapshot`."""
 
-    def __init__(self, engine: Engine, name: str, bulk_engine: Engine | None = None, watch=None,
-                 heap: memory.HeapTrimmer | None = None):
+    def __init__(
+        self,
+        engine: Engine,
+        name: str,
+        bulk_engine: Engine | None = None,
+        watch=None,
+        heap: memory.HeapTrimmer | None = None,
+    ):
         """``engine``: small queries (the ``SELECT version``, task listings);
         ``bulk_engine`` (default: ``engine``): the statements that move the model's arrays
         (the model row and changed task rows, batches); see :data:`service.db.BULK_POOL_SIZE`.
@@ -182,16 +191,23 @@ class ModelReader:
 
     def _fresh(self, token, min_version: int | None) -> Snapshot | None:
         seen = self._seen
-        if (token is not None and seen is not None and seen[0] == token and time.monotonic() < seen[1]
-                and seen[2] is self._cache and (min_version is None or seen[2].version >= min_version)):
+        if (
+            token is not None
+            and seen is not None
+            and seen[0] == token
+            and time.monotonic() < seen[1]
+            and seen[2] is self._cache
+            and (min_version is None or seen[2].version >= min_version)
+        ):
             return seen[2]
         return None
 
     def _checked(self) -> Snapshot:
         """The model at its stored version, after one ``SELECT version, created_at``."""
         with self._autocommit.connect() as conn:
-            row = conn.execute(select(models_t.c.version, models_t.c.created_at)
-                               .where(models_t.c.name == self.name)).first()
+            row = conn.execute(
+                select(models_t.c.version, models_t.c.created_at).where(models_t.c.name == self.name)
+            ).first()
         if row is None:
             self._cache = None  # deleted: keep nothing of it
             raise ModelMissing(self.name)
@@ -223,8 +239,11 @@ class ModelReader:
 
     def _install(self, snap: Snapshot) -> None:
         current = self._cache
-        if (current is None or snap.version >= current.version
-                or current.info.get("created_at") != snap.info.get("created_at")):
+        if (
+            current is None
+            or snap.version >= current.version
+            or current.info.get("created_at") != snap.info.get("created_at")
+        ):
             self._cache = snap
 
     def _caught_up(self) -> Snapshot:
@@ -259,8 +278,10 @@ class ModelReader:
             same_model = cached is not None and cached.info.get("created_at") == row["created_at"]
             if same_model and cached.version == row["version"]:
                 return cached  # nothing committed since (the row's other columns were not sent)
-            if cached is None or (same_model  # not another model of the name
-                                  and _take_backs(cached.info) == _take_backs(row)):  # nor rebuilt (may drop a task)
+            if cached is None or (
+                same_model  # not another model of the name
+                and _take_backs(cached.info) == _take_backs(row)
+            ):  # nor rebuilt (may drop a task)
                 break
             cached = None  # read every task
         changed = {t["task_id"]: {"arrays": t["arrays"], "meta": t["task_meta"]} for t in rows}
@@ -268,24 +289,32 @@ class ModelReader:
         if meta.get("fitted") and "task_order" not in meta:  # the order is kept by the task rows' positions
             known = list(cached.learner.task_ids) if cached is not None else []
             seen = set(known)
-            added = sorted((t for t in rows if t["task_id"] not in seen),
-                           key=lambda t: (t["position"] is None, t["position"]))
+            added = sorted(
+                (t for t in rows if t["task_id"] not in seen), key=lambda t: (t["position"] is None, t["position"])
+            )
             meta["task_order"] = known + [t["task_id"] for t in added]
         del rows
-        state = core.ModelState(estimator=row["estimator"], params=row["params"], meta=meta,
-                                arrays=row["arrays"], tasks=changed, format_version=row["format_version"])
+        state = core.ModelState(
+            estimator=row["estimator"],
+            params=row["params"],
+            meta=meta,
+            arrays=row["arrays"],
+            tasks=changed,
+            format_version=row["format_version"],
+        )
         if cached is None:
             learner = core.load_state(state)
         else:  # rebuild only the global arrays and the tasks written since the cached version
             learner = cached.learner.with_state(state)
         del state, changed  # the learner copied what it needs: keep no second copy of the arrays
-        info = {c.name: row[c.name] for c in _MODEL_INFO_COLS}
+        info = {c.name: row[c.name] for c in MODEL_INFO_COLS}
         snap = Snapshot(int(row["version"]), learner, info)
         self._install(snap)
         return snap
 
-    def predict(self, task_id: str, X, min_version: int | None = None, snap: Snapshot | None = None
-                ) -> tuple[list[float], list[float] | None, int]:
+    def predict(
+        self, task_id: str, X, min_version: int | None = None, snap: Snapshot | None = None
+    ) -> tuple[list[float], list[float] | None, int]:
         """Predictions (and P(positive class) for classification) of the served version (at
         least ``min_version``: :class:`VersionBehind` if the stored model is not there yet), or
         of ``snap``, a snapshot :meth:`fresh` just returned."""
@@ -294,31 +323,47 @@ class ModelReader:
         learner = snap.learner
         preds = learner.predict(task_id, X)
         probs = learner.predict_proba(task_id, X) if learner.kind == "classification" else None
-        return (np.asarray(preds, dtype=float).tolist(),
-                None if probs is None else np.asarray(probs, dtype=float).tolist(), snap.version)
+        return (
+            np.asarray(preds, dtype=float).tolist(),
+            None if probs is None else np.asarray(probs, dtype=float).tolist(),
+            snap.version,
+        )
 
     # ------------------------------------------------------------------ rows, uncached
     def model_info(self) -> dict[str, Any]:
         """The model row without arrays, with its task and batch counts (batches learned, from
         the tasks' counts: an imported model has learned batches it has not stored)."""
         with self._autocommit.connect() as conn:
-            row = conn.execute(select(*_MODEL_INFO_COLS).where(models_t.c.name == self.name)).mappings().first()
+            row = conn.execute(select(*MODEL_INFO_COLS).where(models_t.c.name == self.name)).mappings().first()
             if row is None:
                 raise ModelMissing(self.name)
-            n_tasks, n_batches = conn.execute(select(func.count(), func.coalesce(func.sum(tasks_t.c.n_batches), 0))
-                                              .where(tasks_t.c.model_name == self.name)).one()
+            n_tasks, n_batches = conn.execute(
+                select(func.count(), func.coalesce(func.sum(tasks_t.c.n_batches), 0)).where(
+                    tasks_t.c.model_name == self.name
+                )
+            ).one()
         return {**row, "n_tasks": int(n_tasks), "n_batches": int(n_batches)}
 
     def list_tasks(self, offset: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
         with self._autocommit.connect() as conn:
-            rows = conn.execute(select(*_TASK_INFO_COLS).where(tasks_t.c.model_name == self.name)
-                                .order_by(tasks_t.c.created_at, tasks_t.c.task_id).offset(offset).limit(limit))
+            rows = conn.execute(
+                select(*_TASK_INFO_COLS)
+                .where(tasks_t.c.model_name == self.name)
+                .order_by(tasks_t.c.created_at, tasks_t.c.task_id)
+                .offset(offset)
+                .limit(limit)
+            )
             return [dict(r) for r in rows.mappings()]
 
     def task_info(self, task_id: str) -> dict[str, Any]:
         with self._autocommit.connect() as conn:
-            row = conn.execute(select(*_TASK_INFO_COLS).where(
-                tasks_t.c.model_name == self.name, tasks_t.c.task_id == task_id)).mappings().first()
+            row = (
+                conn.execute(
+                    select(*_TASK_INFO_COLS).where(tasks_t.c.model_name == self.name, tasks_t.c.task_id == task_id)
+                )
+                .mappings()
+                .first()
+            )
         if row is None:
             self.require()  # an unknown model is said first
             raise core.UnknownTaskError(f"unknown task {task_id!r}: model {self.name!r} has not learned it")
@@ -336,18 +381,3 @@ class ModelReader:
 def _take_backs(info) -> int:
     """How many batches the model row says were taken back (:mod:`service.take_back`)."""
     return int((info.get("summary") or {}).get("take_backs", 0))
-
-
-def list_models(engine: Engine, offset: int = 0, limit: int = 100) -> tuple[int, list[dict[str, Any]]]:
-    """How many models are stored, and the rows (without arrays, with task and batch counts)
-    of ``limit`` of them from ``offset``, by name."""
-    # Correlated counts: computed for the listed models only, each on its primary-key prefix.
-    n_tasks = select(func.count()).where(tasks_t.c.model_name == models_t.c.name).scalar_subquery()
-    n_batches = select(func.coalesce(func.sum(tasks_t.c.n_batches), 0)).where(
-        tasks_t.c.model_name == models_t.c.name).scalar_subquery()
-    q = (select(*_MODEL_INFO_COLS, n_tasks.label("n_tasks"), n_batches.label("n_batches"))
-         .order_by(models_t.c.name).offset(offset).limit(limit))
-    with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
-        total = conn.execute(select(func.count()).select_from(models_t)).scalar()
-        rows = [dict(r) for r in conn.execute(q).mappings()]
-    return int(total), rows

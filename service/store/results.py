@@ -1,5 +1,6 @@
 """An engine's results as the JSON a model's rows keep: an update's result (a task row's
 ``last_update``, the core of an update's answer) and a learner's summary (its representatives)."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -22,13 +22,26 @@ shape kept, never pickled: one array as ``np.save(..., allow_pickle=False)`` byt
 named arrays (a model's or a task's) as :func:`service.store.packed_arrays.pack_arrays` bytes, or, in
 rows written before, an ``np.savez`` zip, which is read as well.
 """
+
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
 import numpy as np
-from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String,
-                        UniqueConstraint, false)
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    UniqueConstraint,
+    false,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -83,7 +96,9 @@ class ModelRow(Base):
     arrays: Mapped[dict] = mapped_column(NDArrayDict, nullable=False)  # ModelState.arrays
     format_version: Mapped[int] = mapped_column(Integer, nullable=False)
     summary: Mapped[dict] = mapped_column(JSON, nullable=False, default=dict)  # representatives etc.
-    origin: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # {"fork": {...}} / {"import": {...}}; null: created
+    origin: Mapped[dict | None] = mapped_column(
+        JSON, nullable=True
+    )  # {"fork": {...}} / {"import": {...}}; null: created
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
 
@@ -231,10 +246,18 @@ class EvaluationLogRow(Base):
     task_id: Mapped[str] = mapped_column(String(200), nullable=False)
     new_task: Mapped[bool] = mapped_column(Boolean, nullable=False)
     event: Mapped[dict] = mapped_column(JSON, nullable=False)  # the update event's body (UpdateEvent)
-    batch: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), nullable=True)  # the batch's sums (+ auc); null: not scored
-    overall: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), nullable=True)  # model-wide sums after this version
-    evaluation: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), nullable=True)  # EvaluationEvent body; null: no sets
-    matrix: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), nullable=True)  # task id -> [metric, baseline]; new task only
+    batch: Mapped[dict | None] = mapped_column(
+        JSON(none_as_null=True), nullable=True
+    )  # the batch's sums (+ auc); null: not scored
+    overall: Mapped[dict | None] = mapped_column(
+        JSON(none_as_null=True), nullable=True
+    )  # model-wide sums after this version
+    evaluation: Mapped[dict | None] = mapped_column(
+        JSON(none_as_null=True), nullable=True
+    )  # EvaluationEvent body; null: no sets
+    matrix: Mapped[dict | None] = mapped_column(
+        JSON(none_as_null=True), nullable=True
+    )  # task id -> [metric, baseline]; new task only
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
 
 

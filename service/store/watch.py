@@ -27,13 +27,14 @@ and with ``None`` when the watch closes. The app subscribes its event hub
 ``min_version`` (the version a write returned) makes a prediction refresh first when the
 cached version is lower: see :meth:`service.store.reads.ModelReader.snapshot`.
 """
+
 from __future__ import annotations
 
 import logging
 import sqlite3
 import threading
 from collections import defaultdict
-from typing import Callable, Hashable
+from collections.abc import Callable, Hashable
 
 from sqlalchemy import Connection, Engine, text
 
@@ -55,6 +56,7 @@ class _Subscribers:
     def _changed(self, name: str | None) -> None:
         for callback in list(self._callbacks):
             callback(name)
+
 
 log = logging.getLogger("service.watch")
 

@@ -27,24 +27,26 @@ one transaction::
 The lock only saves wasted work; the version compare-and-set is the guard (see
 :mod:`service.writing.locks`).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 from sqlalchemy import Connection, bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 import core
-
-from service.store.commit import Commit, CommitParticipant
 from service.db import check_store
+from service.store.commit import Commit, CommitParticipant
 from service.store.prepared import Prepared, PreparedTakeBack
 from service.store.reads import ModelReader, Snapshot
 from service.store.results import learner_summary
 from service.store.tables import batches_t, models_t, take_backs_t, tasks_t
+from service.store.task_rows import group_task_rows, task_positions
 from service.store.watch import notify
 
 
@@ -88,24 +90,20 @@ def stored_meta(meta: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in meta.items() if k != "task_order"}
 
 
-def task_positions(state: core.ModelState, learner: core.LifelongLearner | None = None) -> dict[str, int]:
-    """Each task's place in the learner's task order (the state's ``task_order``)."""
-    order = state.meta.get("task_order")
-    if order is None:
-        order = list(learner.task_ids) if learner is not None else list(state.tasks)
-    return {tid: i for i, tid in enumerate(order)}
-
-
 # The commit's statements, built once: the SET clause comes from the parameters given to
 # ``execute`` (column names), the WHERE clause from the ``w_*`` parameters. Building and
 # coercing a statement on every commit cost more than a PostgreSQL round trip.
-_UPDATE_MODEL = update(models_t).where(models_t.c.name == bindparam("w_name"),
-                                       models_t.c.version == bindparam("w_version"))
-_UPDATE_TASK = (update(tasks_t).where(tasks_t.c.model_name == bindparam("w_name"),
-                                      tasks_t.c.task_id == bindparam("w_task"))
-                .values(n_batches=tasks_t.c.n_batches + bindparam("w_n")))
-_REWRITE_TASK = update(tasks_t).where(tasks_t.c.model_name == bindparam("w_name"),
-                                      tasks_t.c.task_id == bindparam("w_task"))
+_UPDATE_MODEL = update(models_t).where(
+    models_t.c.name == bindparam("w_name"), models_t.c.version == bindparam("w_version")
+)
+_UPDATE_TASK = (
+    update(tasks_t)
+    .where(tasks_t.c.model_name == bindparam("w_name"), tasks_t.c.task_id == bindparam("w_task"))
+    .values(n_batches=tasks_t.c.n_batches + bindparam("w_n"))
+)
+_REWRITE_TASK = update(tasks_t).where(
+    tasks_t.c.model_name == bindparam("w_name"), tasks_t.c.task_id == bindparam("w_task")
+)
 _INSERT_TASK = insert(tasks_t)
 _INSERT_BATCH = insert(batches_t)
 
@@ -132,27 +130,56 @@ class ModelWriter:
             with self.reader.bulk.begin() as conn:
                 if conn.execute(select(models_t.c.version).where(models_t.c.name == self.name)).first():
                     raise ModelExists(self.name)
-                conn.execute(insert(models_t).values(
-                    name=self.name, version=new.version, estimator=state.estimator, kind=learner.kind,
-                    settings=new.settings, params=state.params, meta=stored_meta(state.meta), arrays=state.arrays,
-                    format_version=state.format_version, summary=summary, origin=new.origin,
-                    created_at=now, updated_at=now))
+                conn.execute(
+                    insert(models_t).values(
+                        name=self.name,
+                        version=new.version,
+                        estimator=state.estimator,
+                        kind=learner.kind,
+                        settings=new.settings,
+                        params=state.params,
+                        meta=stored_meta(state.meta),
+                        arrays=state.arrays,
+                        format_version=state.format_version,
+                        summary=summary,
+                        origin=new.origin,
+                        created_at=now,
+                        updated_at=now,
+                    )
+                )
                 positions = task_positions(state, learner)
                 for task_id, task in state.tasks.items():
                     info = infos.get(task_id) or {}
-                    conn.execute(insert(tasks_t).values(
-                        model_name=self.name, task_id=task_id, version=int(info.get("version", new.version)),
-                        n_samples=int(learner.tasks_[task_id].n_samples), n_batches=int(info.get("n_batches", 0)),
-                        position=positions[task_id],
-                        arrays=task["arrays"], meta=task["meta"], last_update=info.get("last_update") or {},
-                        created_at=now, updated_at=now))
+                    conn.execute(
+                        insert(tasks_t).values(
+                            model_name=self.name,
+                            task_id=task_id,
+                            version=int(info.get("version", new.version)),
+                            n_samples=int(learner.tasks_[task_id].n_samples),
+                            n_batches=int(info.get("n_batches", 0)),
+                            position=positions[task_id],
+                            arrays=task["arrays"],
+                            meta=task["meta"],
+                            last_update=info.get("last_update") or {},
+                            created_at=now,
+                            updated_at=now,
+                        )
+                    )
                 for b in new.batches or ():
-                    conn.execute(insert(batches_t).values(
-                        model_name=self.name, task_id=b["task_id"], version=int(b["version"]),
-                        n_samples=int(np.shape(b["X"])[0]), X=np.asarray(b["X"], dtype=float),
-                        y=np.asarray(b["y"], dtype=float), taken_back=b.get("taken_back"),
-                        source=b.get("source"), refits_deferred=bool(b.get("refits_deferred", False)),
-                        created_at=now))
+                    conn.execute(
+                        insert(batches_t).values(
+                            model_name=self.name,
+                            task_id=b["task_id"],
+                            version=int(b["version"]),
+                            n_samples=int(np.shape(b["X"])[0]),
+                            X=np.asarray(b["X"], dtype=float),
+                            y=np.asarray(b["y"], dtype=float),
+                            taken_back=b.get("taken_back"),
+                            source=b.get("source"),
+                            refits_deferred=bool(b.get("refits_deferred", False)),
+                            created_at=now,
+                        )
+                    )
                 for tb in new.take_backs or ():
                     conn.execute(insert(take_backs_t).values(**{**tb, "model_name": self.name}))
                 notify(conn, self.name)
@@ -173,26 +200,52 @@ class ModelWriter:
                 notify(conn, self.name)
         return bool(gone)
 
-    def _set_model(self, conn: Connection, p: Prepared | PreparedTakeBack, new_version: int, now: datetime,
-                   not_applied: str, last: Prepared | None = None) -> None:
+    def _set_model(
+        self,
+        conn: Connection,
+        p: Prepared | PreparedTakeBack,
+        new_version: int,
+        now: datetime,
+        not_applied: str,
+        last: Prepared | None = None,
+    ) -> None:
         """The model row at ``new_version`` (with ``last``'s state and summary, by default
         ``p``'s), if it is still at ``p.base_version`` (the compare-and-set that guards every
         write), else :class:`StaleWrite`."""
         last = last if last is not None else p
-        res = conn.execute(_UPDATE_MODEL, {
-            "w_name": self.name, "w_version": p.base_version, "version": new_version, "params": last.state.params,
-            "meta": stored_meta(last.state.meta), "arrays": last.state.arrays, "format_version": last.state.format_version,
-            "summary": last.summary, "updated_at": now})
+        res = conn.execute(
+            _UPDATE_MODEL,
+            {
+                "w_name": self.name,
+                "w_version": p.base_version,
+                "version": new_version,
+                "params": last.state.params,
+                "meta": stored_meta(last.state.meta),
+                "arrays": last.state.arrays,
+                "format_version": last.state.format_version,
+                "summary": last.summary,
+                "updated_at": now,
+            },
+        )
         if res.rowcount != 1:
-            raise StaleWrite(f"model {self.name!r} changed since version {p.base_version} was read (the update lock "
-                             f"expired before the commit); {not_applied} — retry")
+            raise StaleWrite(
+                f"model {self.name!r} changed since version {p.base_version} was read (the update lock "
+                f"expired before the commit); {not_applied} — retry"
+            )
 
     def _serve(self, p: Prepared | PreparedTakeBack, new_version: int, now: datetime) -> int:
         """After a commit: acknowledged only if the store is still there, then this process's
         cached snapshot; the new version."""
         check_store(self.reader.bulk)  # not acknowledged if its file vanished during the commit
-        info = {**p.info, "version": new_version, "params": p.state.params, "meta": stored_meta(p.state.meta),
-                "format_version": p.state.format_version, "summary": p.summary, "updated_at": now}
+        info = {
+            **p.info,
+            "version": new_version,
+            "params": p.state.params,
+            "meta": stored_meta(p.state.meta),
+            "format_version": p.state.format_version,
+            "summary": p.summary,
+            "updated_at": now,
+        }
         self.reader.offer(Snapshot(new_version, p.learner, info))
         return new_version
 
@@ -203,8 +256,7 @@ class ModelWriter:
         the whole commit back). One batch: :meth:`commit_group` of one."""
         return self.commit_group([p], [participants])[0]
 
-    def commit_group(self, group: Sequence[Prepared], participants: Sequence[Sequence[CommitParticipant]]
-                     ) -> list[int]:
+    def commit_group(self, group: Sequence[Prepared], participants: Sequence[Sequence[CommitParticipant]]) -> list[int]:
         """Write consecutive updates in ONE transaction: ``group[i]`` was prepared on the learner
         of ``group[i-1]`` (the first on the stored version), so batch ``i`` gets the model version
         ``base + i + 1``, its own batch row, its own answer and its participants
@@ -218,56 +270,36 @@ class ModelWriter:
         versions = [base + i + 1 for i in range(len(group))]
         last = group[-1]
         now = _now()
-        touched: dict[str, dict[str, Any]] = {}  # task id -> what its row gets
-        for p, v in zip(group, versions):
-            t = touched.setdefault(p.task_id, {"n": 0, "new": False})
-            t.update(n=t["n"] + 1, version=v, last=p.last_update, n_samples=p.result.n_samples)
-            t["new"] = t["new"] or bool(p.result.new_task)
-            for tid in p.result.changed_tasks:  # learned again (the scaling's warm-up) or their evidence measured again
-                other = touched.setdefault(tid, {"n": 0, "new": False})
-                other["version"] = v
-                other["arrays"] = other.get("arrays", False) or tid not in p.result.remeasured_tasks
-        state = last.learner.get_state(tasks=list(touched))
-        last.state = state
-        positions = task_positions(state, last.learner) if any(t["new"] for t in touched.values()) else {}
-        inserts, updates, rewrites, remeasures = [], [], [], []  # each kind of task row in one statement
-        for tid, t in touched.items():
-            task = state.tasks[tid]
-            if t["new"]:
-                inserts.append({
-                    "model_name": self.name, "task_id": tid, "version": t["version"],
-                    "n_samples": t["n_samples"], "n_batches": t["n"], "position": positions[tid],
-                    "arrays": task["arrays"], "meta": task["meta"], "last_update": t["last"],
-                    "created_at": now, "updated_at": now})
-            elif t["n"]:
-                updates.append({
-                    "w_name": self.name, "w_task": tid, "w_n": t["n"], "version": t["version"],
-                    "n_samples": t["n_samples"], "arrays": task["arrays"], "meta": task["meta"],
-                    "last_update": t["last"], "updated_at": now})
-            elif t["arrays"]:
-                rewrites.append({
-                    "w_name": self.name, "w_task": tid, "version": t["version"],
-                    "arrays": task["arrays"], "meta": task["meta"], "updated_at": now})
-            else:  # its evidence alone measured again: its arrays are as stored
-                remeasures.append({
-                    "w_name": self.name, "w_task": tid, "version": t["version"], "meta": task["meta"],
-                    "updated_at": now})
+        rows = group_task_rows(self.name, group, versions, now)
         with self.reader.bulk.begin() as conn:
             self._set_model(conn, group[0], versions[-1], now, "this batch was NOT applied", last)
-            if inserts:
-                conn.execute(_INSERT_TASK, inserts)
-            if updates and conn.execute(_UPDATE_TASK, updates).rowcount != len(updates):
+            if rows.inserts:
+                conn.execute(_INSERT_TASK, rows.inserts)
+            if rows.updates and conn.execute(_UPDATE_TASK, rows.updates).rowcount != len(rows.updates):
                 raise StaleWrite("a task row is missing; this batch was NOT applied — retry")
-            for rows in (rewrites, remeasures):
-                if rows:
-                    conn.execute(_REWRITE_TASK, rows)
-            conn.execute(_INSERT_BATCH, [
-                {"model_name": self.name, "task_id": p.task_id, "version": v, "n_samples": int(p.X.shape[0]),
-                 "X": p.X, "y": p.y, "source": p.source, "refits_deferred": p.refits_deferred, "created_at": now}
-                for p, v in zip(group, versions)])
+            for kind in (rows.rewrites, rows.remeasures):
+                if kind:
+                    conn.execute(_REWRITE_TASK, kind)
+            conn.execute(
+                _INSERT_BATCH,
+                [
+                    {
+                        "model_name": self.name,
+                        "task_id": p.task_id,
+                        "version": v,
+                        "n_samples": int(p.X.shape[0]),
+                        "X": p.X,
+                        "y": p.y,
+                        "source": p.source,
+                        "refits_deferred": p.refits_deferred,
+                        "created_at": now,
+                    }
+                    for p, v in zip(group, versions, strict=True)
+                ],
+            )
             # each participant once, with the commits of its batches, in the order they first appear
             its: dict[int, tuple[CommitParticipant, list[Commit]]] = {}
-            for p, v, parts in zip(group, versions, participants):
+            for p, v, parts in zip(group, versions, participants, strict=True):
                 commit = Commit(p, v, now, p.answer)
                 for part in parts:
                     its.setdefault(id(part), (part, []))[1].append(commit)
@@ -288,25 +320,52 @@ class ModelWriter:
         p.answer = p.answer_at(new_version)
         with self.reader.bulk.begin() as conn:
             self._set_model(conn, p, new_version, now, "the batch was NOT taken back")
-            res = conn.execute(update(batches_t).where(
-                batches_t.c.model_name == self.name, batches_t.c.version == p.batch_version,
-                batches_t.c.taken_back.is_(None)).values(taken_back=new_version))
+            res = conn.execute(
+                update(batches_t)
+                .where(
+                    batches_t.c.model_name == self.name,
+                    batches_t.c.version == p.batch_version,
+                    batches_t.c.taken_back.is_(None),
+                )
+                .values(taken_back=new_version)
+            )
             if res.rowcount != 1:
-                raise StaleWrite(f"batch {p.batch_version} of model {self.name!r} changed while it was taken back; "
-                                 "nothing was changed — retry")
-            conn.execute(insert(take_backs_t).values(
-                model_name=self.name, version=new_version, batch_version=p.batch_version, task_id=p.task_id,
-                n_samples=p.n_samples, task_removed=p.task_removed, n_replayed=p.n_replayed, created_at=now))
+                raise StaleWrite(
+                    f"batch {p.batch_version} of model {self.name!r} changed while it was taken back; "
+                    "nothing was changed — retry"
+                )
+            conn.execute(
+                insert(take_backs_t).values(
+                    model_name=self.name,
+                    version=new_version,
+                    batch_version=p.batch_version,
+                    task_id=p.task_id,
+                    n_samples=p.n_samples,
+                    task_removed=p.task_removed,
+                    n_replayed=p.n_replayed,
+                    created_at=now,
+                )
+            )
             if p.task_removed:
                 conn.execute(delete(tasks_t).where(tasks_t.c.model_name == self.name, tasks_t.c.task_id == p.task_id))
             positions = task_positions(p.state, p.learner)
             for tid, task in p.state.tasks.items():
                 counters = p.tasks[tid]
-                res = conn.execute(_REWRITE_TASK, {
-                    "w_name": self.name, "w_task": tid, "version": new_version, "position": positions[tid],
-                    "n_samples": int(p.learner.tasks_[tid].n_samples), "n_batches": int(counters["n_batches"]),
-                    "arrays": task["arrays"], "meta": task["meta"], "last_update": counters["last_update"],
-                    "updated_at": now})
+                res = conn.execute(
+                    _REWRITE_TASK,
+                    {
+                        "w_name": self.name,
+                        "w_task": tid,
+                        "version": new_version,
+                        "position": positions[tid],
+                        "n_samples": int(p.learner.tasks_[tid].n_samples),
+                        "n_batches": int(counters["n_batches"]),
+                        "arrays": task["arrays"],
+                        "meta": task["meta"],
+                        "last_update": counters["last_update"],
+                        "updated_at": now,
+                    },
+                )
                 if res.rowcount != 1:
                     raise StaleWrite(f"task {tid!r} row missing; the batch was NOT taken back — retry")
             commit = Commit(p, new_version, now, p.answer)

@@ -2,6 +2,7 @@
 once per ``Idempotency-Key``, observed like an update (outcome ``taken_back``) with one log
 line. What the model becomes and what is refused are :mod:`service.take_back`'s.
 """
+
 from __future__ import annotations
 
 import logging
@@ -50,10 +51,21 @@ def take_back_batch(model: HostedModel, batch_version: int, claim: Claim | None 
     t0, acquired = h.t0, h.acquired
     done = time.perf_counter()
     metrics.UPDATE_SECONDS.observe(done - acquired)
-    log.info("batch taken back", extra={
-        "event": "take_back", "model": model.name, "task": prepared.task_id, "version": version,
-        "batch_version": batch_version, "n_samples": prepared.n_samples, "task_removed": prepared.task_removed,
-        "n_replayed": prepared.n_replayed, "replay_ms": round(prepared.replay_seconds * 1000, 2),
-        "duration_ms": round((done - acquired) * 1000, 2), "lock_wait_ms": round((acquired - t0) * 1000, 2)})
+    log.info(
+        "batch taken back",
+        extra={
+            "event": "take_back",
+            "model": model.name,
+            "task": prepared.task_id,
+            "version": version,
+            "batch_version": batch_version,
+            "n_samples": prepared.n_samples,
+            "task_removed": prepared.task_removed,
+            "n_replayed": prepared.n_replayed,
+            "replay_ms": round(prepared.replay_seconds * 1000, 2),
+            "duration_ms": round((done - acquired) * 1000, 2),
+            "lock_wait_ms": round((acquired - t0) * 1000, 2),
+        },
+    )
     model.wake()
     return prepared, version

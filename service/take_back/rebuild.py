@@ -19,6 +19,7 @@ batch inherited from the model a fork was made from (409: forked ancestry), the 
 replay needs not stored (409: an imported model keeps none of the batches before its import),
 the engine refusing the replay (422).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,13 +29,13 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from service.evaluation import store
-from service.store.commit import Commit, CommitParticipant
+from service.evaluation.scores import add_sums, stored, to_json
 from service.models.history import History, ranges, read_history, replay
-from service.store.tables import batches_t
+from service.refusals import Refused
+from service.store.commit import Commit, CommitParticipant
 from service.store.prepared import PreparedTakeBack
 from service.store.reads import Snapshot
-from service.refusals import Refused
-from service.evaluation.scores import add_sums, stored, to_json
+from service.store.tables import batches_t
 
 
 class TakeBackRefused(Refused):
@@ -78,37 +79,53 @@ def check(name: str, snap: Snapshot, history: History, batch_version: int) -> No
     if batch is None or batch_version > current:
         if batch_version in history.take_backs:
             tb = history.take_backs[batch_version]
-            raise NotABatch(f"version {batch_version} of model {name!r} is not a batch: it took back batch "
-                            f"{tb['batch_version']}; nothing was changed", batch_version=batch_version)
+            raise NotABatch(
+                f"version {batch_version} of model {name!r} is not a batch: it took back batch "
+                f"{tb['batch_version']}; nothing was changed",
+                batch_version=batch_version,
+            )
         if 1 <= batch_version <= current:
-            raise RowsUnavailable(f"batch {batch_version} of model {name!r} is not stored ({_why_missing(origin)}): "
-                                  "the model cannot be rebuilt without it; nothing was changed",
-                                  batch_version=batch_version)
-        raise NotABatch(f"model {name!r} has no batch {batch_version} (it is at version {current}); nothing was "
-                        "changed", batch_version=batch_version)
+            raise RowsUnavailable(
+                f"batch {batch_version} of model {name!r} is not stored ({_why_missing(origin)}): "
+                "the model cannot be rebuilt without it; nothing was changed",
+                batch_version=batch_version,
+            )
+        raise NotABatch(
+            f"model {name!r} has no batch {batch_version} (it is at version {current}); nothing was changed",
+            batch_version=batch_version,
+        )
     if batch.taken_back is not None:
-        raise AlreadyTakenBack(f"batch {batch_version} of model {name!r} was taken back already, by version "
-                               f"{batch.taken_back}; nothing was changed", batch_version=batch_version,
-                               taken_back_by=int(batch.taken_back))
+        raise AlreadyTakenBack(
+            f"batch {batch_version} of model {name!r} was taken back already, by version "
+            f"{batch.taken_back}; nothing was changed",
+            batch_version=batch_version,
+            taken_back_by=int(batch.taken_back),
+        )
     fork = origin.get("fork") if isinstance(origin, dict) else None
     if fork and batch_version <= int(fork.get("version", 0)):
-        raise ForkedAncestry(f"batch {batch_version} of model {name!r} was learned by model {fork.get('model')!r} "
-                             f"before {name!r} was forked from it at version {fork.get('version')}: a fork is its "
-                             "parent at that version, so its inherited batches stay; take the batch back in "
-                             f"{fork.get('model')!r} and fork it again; nothing was changed",
-                             batch_version=batch_version, fork=fork)
+        raise ForkedAncestry(
+            f"batch {batch_version} of model {name!r} was learned by model {fork.get('model')!r} "
+            f"before {name!r} was forked from it at version {fork.get('version')}: a fork is its "
+            "parent at that version, so its inherited batches stay; take the batch back in "
+            f"{fork.get('model')!r} and fork it again; nothing was changed",
+            batch_version=batch_version,
+            fork=fork,
+        )
     missing = history.missing(current)
     if missing:
-        raise RowsUnavailable(f"model {name!r} cannot be rebuilt without batch {batch_version}: the batches of "
-                              f"versions {ranges(missing)} are not stored ({_why_missing(origin)}); nothing was "
-                              "changed", batch_version=batch_version, missing=ranges(missing))
+        raise RowsUnavailable(
+            f"model {name!r} cannot be rebuilt without batch {batch_version}: the batches of "
+            f"versions {ranges(missing)} are not stored ({_why_missing(origin)}); nothing was "
+            "changed",
+            batch_version=batch_version,
+            missing=ranges(missing),
+        )
 
 
 def _why_missing(origin: Any) -> str:
     imported = origin.get("import") if isinstance(origin, dict) else None
     if imported:
-        return (f"the model was imported from a file at version {imported.get('version')}, and a file keeps no "
-                "batches")
+        return f"the model was imported from a file at version {imported.get('version')}, and a file keeps no batches"
     return "deleted from the database"
 
 
@@ -120,8 +137,9 @@ def prepare(reader, snap: Snapshot, batch_version: int) -> PreparedTakeBack:
     batch = history.batch(batch_version)
     others = history.learned(snap.version, without=batch_version)
     t0 = time.perf_counter()
-    rebuilt = replay(snap.info["settings"], others,
-                     f"batch {batch_version} of model {reader.name!r} cannot be taken back: ")
+    rebuilt = replay(
+        snap.info["settings"], others, f"batch {batch_version} of model {reader.name!r} cannot be taken back: "
+    )
     seconds = time.perf_counter() - t0
     learner = rebuilt.learner
     task_removed = batch.task_id not in getattr(learner, "tasks_", {})  # unfitted: the model's only batch
@@ -129,10 +147,20 @@ def prepare(reader, snap: Snapshot, batch_version: int) -> PreparedTakeBack:
     before = snap.info.get("summary") or {}
     # take_backs: how many the model has had; a reader whose cached model had fewer reads every task again
     summary = {**before, **rebuilt.summary, "take_backs": int(before.get("take_backs", 0)) + 1}
-    return PreparedTakeBack(base_version=snap.version, batch_version=batch_version, task_id=batch.task_id,
-                            n_samples=int(batch.X.shape[0]), task_removed=task_removed, n_replayed=len(others),
-                            learner=learner, state=state, summary=summary, tasks=rebuilt.tasks, info=snap.info,
-                            replay_seconds=seconds)
+    return PreparedTakeBack(
+        base_version=snap.version,
+        batch_version=batch_version,
+        task_id=batch.task_id,
+        n_samples=int(batch.X.shape[0]),
+        task_removed=task_removed,
+        n_replayed=len(others),
+        learner=learner,
+        state=state,
+        summary=summary,
+        tasks=rebuilt.tasks,
+        info=snap.info,
+        replay_seconds=seconds,
+    )
 
 
 class TakeBackLog(CommitParticipant):
@@ -150,12 +178,23 @@ class TakeBackLog(CommitParticipant):
     def in_commit(self, conn: Connection, commit: Commit) -> None:
         p: PreparedTakeBack = commit.prepared  # type: ignore[assignment]
         kind = p.learner.kind
-        event = {"version": commit.version, "task_id": p.task_id, "new_task": False, "new_representative": False,
-                 "n_representatives": int(p.summary.get("n_representatives", 0)), "prequential": None,
-                 "taken_back": {"batch_version": p.batch_version, "n_samples": p.n_samples,
-                                "task_removed": p.task_removed}}
-        removed = {int(v) for v in conn.execute(select(batches_t.c.version).where(
-            batches_t.c.model_name == self.name, batches_t.c.taken_back.is_not(None))).scalars()}
+        event = {
+            "version": commit.version,
+            "task_id": p.task_id,
+            "new_task": False,
+            "new_representative": False,
+            "n_representatives": int(p.summary.get("n_representatives", 0)),
+            "prequential": None,
+            "taken_back": {"batch_version": p.batch_version, "n_samples": p.n_samples, "task_removed": p.task_removed},
+        }
+        removed = {
+            int(v)
+            for v in conn.execute(
+                select(batches_t.c.version).where(
+                    batches_t.c.model_name == self.name, batches_t.c.taken_back.is_not(None)
+                )
+            ).scalars()
+        }
         overall = task = None
         n_task = 0
         for version, task_id, batch in store.scored_batches(conn, self.name):
@@ -167,12 +206,35 @@ class TakeBackLog(CommitParticipant):
                 task, n_task = add_sums(task, sums), n_task + 1
         store.unscore(conn, self.name, p.batch_version)
         store.write_task_sums(conn, self.name, p.task_id, to_json(task), n_task, commit.at)
-        res = conn.execute(store.UPDATE_STATE, {"w_model": self.name, "version": commit.version,
-                                                "overall": to_json(overall), "updated_at": commit.at})
+        res = conn.execute(
+            store.UPDATE_STATE,
+            {"w_model": self.name, "version": commit.version, "overall": to_json(overall), "updated_at": commit.at},
+        )
         if res.rowcount == 0:
-            conn.execute(store.INSERT_STATE, {"model_name": self.name, "revision": 0, "scores": {},
-                                              "overall": to_json(overall), "matrix": {}, "version": commit.version,
-                                              "updated_at": commit.at})
-        conn.execute(store.INSERT_LOG, {"model_name": self.name, "version": commit.version, "task_id": p.task_id,
-                                        "new_task": False, "event": event, "batch": None, "overall": to_json(overall),
-                                        "evaluation": None, "matrix": None, "created_at": commit.at})
+            conn.execute(
+                store.INSERT_STATE,
+                {
+                    "model_name": self.name,
+                    "revision": 0,
+                    "scores": {},
+                    "overall": to_json(overall),
+                    "matrix": {},
+                    "version": commit.version,
+                    "updated_at": commit.at,
+                },
+            )
+        conn.execute(
+            store.INSERT_LOG,
+            {
+                "model_name": self.name,
+                "version": commit.version,
+                "task_id": p.task_id,
+                "new_task": False,
+                "event": event,
+                "batch": None,
+                "overall": to_json(overall),
+                "evaluation": None,
+                "matrix": None,
+                "created_at": commit.at,
+            },
+        )

@@ -6,6 +6,7 @@ thread for each hold costs about 1 ms per update). A hold that reaches its TTL i
 while its update still runs: the version check decides which commit applies
 (:mod:`service.writing.locks`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,8 +36,11 @@ class FileHold:
                 return
             self.expired = True
             self.lock.release(force=True)
-        log.warning("update lock %r held past its TTL: unlocked while its update still runs; the version "
-                    "check decides which commit applies", self.name)
+        log.warning(
+            "update lock %r held past its TTL: unlocked while its update still runs; the version "
+            "check decides which commit applies",
+            self.name,
+        )
 
     def release(self) -> None:
         with self._guard:

@@ -45,13 +45,11 @@ the process's wall clock neither expires a live claim nor purges a key early. Ro
 ``IDEMPOTENCY_TTL`` after their last touch (at start-up and on writes, at most every
 ``IDEMPOTENCY_PURGE_EVERY`` seconds per process, counted on the monotonic clock).
 """
+
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import logging
-import re
 import secrets
 import threading
 import time
@@ -59,21 +57,16 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-import numpy as np
 from sqlalchemy import Engine, bindparam, delete, event, func, insert, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 import core
-
 from service.store.commit import Commit, CommitParticipant
-from service.writing.leases import Liveness
 from service.store.tables import keys_t
 from service.store.writes import StaleWrite
+from service.writing.leases import Liveness
 
 log = logging.getLogger("service.store")
-
-#: 1-255 printable ASCII characters (space included).
-KEY_PATTERN = re.compile(r"^[\x20-\x7e]{1,255}$")
 
 #: Seconds between two attempts to release the claims this process abandoned.
 RELEASE_EVERY = 0.25
@@ -116,35 +109,6 @@ class Claim(CommitParticipant):
         IdempotencyKeys.record(conn, self, commit.version, commit.answer)
 
 
-def check_key(key: str) -> str:
-    """The key, or :class:`core.InputError` (422) saying what is wrong with it."""
-    if not KEY_PATTERN.match(key):
-        if not key:
-            why = "it is empty"
-        elif len(key) > 255:
-            why = f"it has {len(key)} characters"
-        else:
-            bad = next(c for c in key if not 0x20 <= ord(c) <= 0x7E)
-            why = f"it holds the character {bad!r}"
-        raise core.InputError(f"bad Idempotency-Key header: {why}; a key is 1-255 printable ASCII characters "
-                              "(e.g. a UUID)")
-    return key
-
-
-def request_hash(task_id: str, X: Any, y: Any) -> str:
-    """SHA-256 of the task id and the parsed batch (so the JSON's spacing, key order and number
-    spelling — ``1`` or ``1.0`` — do not matter)."""
-    h = hashlib.sha256(b"fcl3-batch-v1\0")
-    h.update(task_id.encode("utf-8", "surrogatepass") + b"\0")
-    for part in (X, y):
-        try:
-            a = np.ascontiguousarray(np.asarray(part, dtype=np.float64))
-            h.update(repr(a.shape).encode() + b"\0" + a.tobytes())
-        except (ValueError, TypeError):  # ragged rows (refused later anyway): canonical JSON
-            h.update(b"json\0" + json.dumps(part, separators=(",", ":")).encode())
-    return h.hexdigest()
-
-
 def db_now(dialect: str, shift: float = 0.0):
     """The database's clock ``shift`` seconds later (earlier if negative), as SQL: ``now()`` on
     PostgreSQL; on SQLite ``strftime(..., 'now')`` in the text form SQLAlchemy stores there
@@ -174,13 +138,12 @@ def _stamped(dialect: str):
     return insert(keys_t).values(touched_at=now), update(keys_t).where(*_OURS).values(touched_at=now)
 
 
-def _key(claim: "Claim", owner: str | None = None) -> dict[str, str]:
+def _key(claim: Claim, owner: str | None = None) -> dict[str, str]:
     return {"w_model": claim.model_name, "w_key": claim.key, "w_owner": claim.owner if owner is None else owner}
 
 
-def _row(claim: "Claim") -> dict[str, str]:
-    return {"model_name": claim.model_name, "key": claim.key, "request_hash": claim.request_hash,
-            "owner": claim.owner}
+def _row(claim: Claim) -> dict[str, str]:
+    return {"model_name": claim.model_name, "key": claim.key, "request_hash": claim.request_hash, "owner": claim.owner}
 
 
 def _shown(key: str) -> str:
@@ -204,8 +167,12 @@ class IdempotencyKeys:
         self._abandoned: dict[str, Claim] = {}
         self._pending = threading.Lock()
         self._releaser: threading.Thread | None = None
-        self._find = select(keys_t.c.owner, keys_t.c.request_hash, keys_t.c.response,
-                            (keys_t.c.touched_at < db_now(self.dialect, -claim_ttl)).label("expired")).where(*_KEY)
+        self._find = select(
+            keys_t.c.owner,
+            keys_t.c.request_hash,
+            keys_t.c.response,
+            (keys_t.c.touched_at < db_now(self.dialect, -claim_ttl)).label("expired"),
+        ).where(*_KEY)
         self._insert, self._set = _stamped(self.dialect)
         event.listen(engine, "engine_disposed", self._disposed)
 
@@ -244,21 +211,30 @@ class IdempotencyKeys:
             conn.execute(self._insert, _row(claim))
             return True
         if row.request_hash != claim.request_hash:
-            raise KeyMismatch(f"Idempotency-Key {_shown(claim.key)} was already used on model {claim.model_name!r} "
-                              "with another request (a different task id or batch): use a new key for a new batch")
+            raise KeyMismatch(
+                f"Idempotency-Key {_shown(claim.key)} was already used on model {claim.model_name!r} "
+                "with another request (a different task id or batch): use a new key for a new batch"
+            )
         if row.response is not None:
             raise Replayed(row.response)
         if not row.expired and not self.gone(conn, row.owner):
             raise KeyInFlight(self._in_flight_message(claim.model_name, claim.key))
         # its request can no longer commit (or ran past the claim TTL): take it over (compare-and-set)
-        res = conn.execute(self._set, {**_key(claim, row.owner), "owner": claim.owner,
-                                       "request_hash": claim.request_hash})
+        res = conn.execute(
+            self._set, {**_key(claim, row.owner), "owner": claim.owner, "request_hash": claim.request_hash}
+        )
         if res.rowcount != 1:
             return False
         self._forget(row.owner)
-        log.info("Idempotency-Key claim taken over", extra={
-            "event": "idempotency_takeover", "model": claim.model_name, "holder": row.owner.partition(".")[0],
-            "expired": bool(row.expired)})
+        log.info(
+            "Idempotency-Key claim taken over",
+            extra={
+                "event": "idempotency_takeover",
+                "model": claim.model_name,
+                "holder": row.owner.partition(".")[0],
+                "expired": bool(row.expired),
+            },
+        )
         return True
 
     def gone(self, conn, owner: str) -> bool:
@@ -271,8 +247,10 @@ class IdempotencyKeys:
         return bool(dot) and self.liveness.gone(holder, conn)
 
     def _in_flight_message(self, model_name: str, key: str) -> str:
-        return (f"a request with Idempotency-Key {_shown(key)} is still running on model {model_name!r}: "
-                "retry later with the same key to get its answer (nothing was applied by this request)")
+        return (
+            f"a request with Idempotency-Key {_shown(key)} is still running on model {model_name!r}: "
+            "retry later with the same key to get its answer (nothing was applied by this request)"
+        )
 
     # ------------------------------------------------------------------ under the lock
     def verify(self, claim: Claim) -> None:
@@ -309,8 +287,10 @@ class IdempotencyKeys:
         transaction then rolls back)."""
         res = conn.execute(_stamped(conn.dialect.name)[1], {**_key(claim), "version": version, "response": response})
         if res.rowcount != 1:
-            raise KeyTakenOver(f"Idempotency-Key {_shown(claim.key)} of model {claim.model_name!r} was taken over by "
-                               "another request while this one ran; this batch was NOT applied by this request")
+            raise KeyTakenOver(
+                f"Idempotency-Key {_shown(claim.key)} of model {claim.model_name!r} was taken over by "
+                "another request while this one ran; this batch was NOT applied by this request"
+            )
 
     # ------------------------------------------------------------------ clean-up
     def release(self, claim: Claim) -> None:
@@ -328,8 +308,9 @@ class IdempotencyKeys:
         with self._pending:
             self._abandoned[claim.owner] = claim
             if self._releaser is None:
-                self._releaser = threading.Thread(target=self._release_abandoned, name="fcl3-claim-release",
-                                                  daemon=True)
+                self._releaser = threading.Thread(
+                    target=self._release_abandoned, name="fcl3-claim-release", daemon=True
+                )
                 self._releaser.start()
 
     def _forget(self, owner: str) -> None:
@@ -346,8 +327,10 @@ class IdempotencyKeys:
                 self.release(claim)
             except Exception:  # noqa: BLE001 - the database still fails: later
                 return False
-            log.info("abandoned Idempotency-Key claim released", extra={
-                "event": "idempotency_release", "model": claim.model_name})
+            log.info(
+                "abandoned Idempotency-Key claim released",
+                extra={"event": "idempotency_release", "model": claim.model_name},
+            )
         return True
 
     def _release_abandoned(self) -> None:

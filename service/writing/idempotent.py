@@ -10,13 +10,20 @@ request, a take-back) runs in :func:`claimed`, observed like any other::
         return replayed(model, replay), True                     # the first request's answer
     return prepared.answer, False
 """
+
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+import core
 from service import metrics
 from service.writing.idempotency import Claim, IdempotencyKeys, KeyInFlight, KeyTakenOver, Replayed
 
@@ -25,6 +32,40 @@ if TYPE_CHECKING:
 
 # "service.store": the logger name is part of each of its log lines (their "logger" field).
 log = logging.getLogger("service.store")
+
+
+#: 1-255 printable ASCII characters (space included).
+KEY_PATTERN = re.compile(r"^[\x20-\x7e]{1,255}$")
+
+
+def check_key(key: str) -> str:
+    """The key, or :class:`core.InputError` (422) saying what is wrong with it."""
+    if not KEY_PATTERN.match(key):
+        if not key:
+            why = "it is empty"
+        elif len(key) > 255:
+            why = f"it has {len(key)} characters"
+        else:
+            bad = next(c for c in key if not 0x20 <= ord(c) <= 0x7E)
+            why = f"it holds the character {bad!r}"
+        raise core.InputError(
+            f"bad Idempotency-Key header: {why}; a key is 1-255 printable ASCII characters (e.g. a UUID)"
+        )
+    return key
+
+
+def request_hash(task_id: str, X: Any, y: Any) -> str:
+    """SHA-256 of the task id and the parsed batch (so the JSON's spacing, key order and number
+    spelling — ``1`` or ``1.0`` — do not matter)."""
+    h = hashlib.sha256(b"fcl3-batch-v1\0")
+    h.update(task_id.encode("utf-8", "surrogatepass") + b"\0")
+    for part in (X, y):
+        try:
+            a = np.ascontiguousarray(np.asarray(part, dtype=np.float64))
+            h.update(repr(a.shape).encode() + b"\0" + a.tobytes())
+        except (ValueError, TypeError):  # ragged rows (refused later anyway): canonical JSON
+            h.update(b"json\0" + json.dumps(part, separators=(",", ":")).encode())
+    return h.hexdigest()
 
 
 @contextmanager
@@ -64,8 +105,15 @@ def replayed(model: HostedModel, replay: Replayed) -> dict[str, Any]:
     if not replay.counted:
         metrics.UPDATES.labels("replayed").inc()
     response = replay.response
-    log.info("idempotent replay", extra={"event": "update_replayed", "model": model.name,
-                                         "task": response.get("task_id"), "version": response.get("version")})
+    log.info(
+        "idempotent replay",
+        extra={
+            "event": "update_replayed",
+            "model": model.name,
+            "task": response.get("task_id"),
+            "version": response.get("version"),
+        },
+    )
     return response
 
 
@@ -88,5 +136,8 @@ def _release(keys: IdempotencyKeys, claim: Claim) -> None:
         keys.release(claim)
     except Exception as exc:  # noqa: BLE001 - the request's own error is the one to answer
         keys.abandon(claim)
-        log.warning("could not release Idempotency-Key claim on model %r (%s): released as soon as the database "
-                    "answers again", claim.model_name, type(exc).__name__)
+        log.warning(
+            "could not release Idempotency-Key claim on model %r (%s): released as soon as the database answers again",
+            claim.model_name,
+            type(exc).__name__,
+        )

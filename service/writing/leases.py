@@ -20,6 +20,7 @@ Holders:
 A process holds one lease per database, whoever asks: every :class:`Liveness` of that database
 shares one :class:`PgLease`, hence one connection (:meth:`PgLease.of`).
 """
+
 from __future__ import annotations
 
 import functools
@@ -58,7 +59,7 @@ def process_start(pid: int) -> int | None:
         return None
     except OSError:
         return None
-    fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) ": state is field 3, starttime 22
+    fields = stat[stat.rfind(b")") + 2 :].split()  # after "pid (comm) ": state is field 3, starttime 22
     if fields[0] in (b"Z", b"X", b"x"):
         raise ProcessLookupError(pid)
     return int(fields[19])
@@ -87,8 +88,10 @@ def machine() -> str:
     """This machine and pid namespace (a short hash of the kernel's boot id and the namespace's
     inode): the scope in which a process id names one process. Fixed for the process's life."""
     parts = []
-    for read in (lambda: Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
-                 lambda: os.readlink("/proc/self/ns/pid")):
+    for read in (
+        lambda: Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+        lambda: os.readlink("/proc/self/ns/pid"),
+    ):
         try:
             parts.append(read())
         except OSError:
@@ -140,11 +143,11 @@ class PgLease:
     CHECK_EVERY = 1.0
     CONNECT_TIMEOUT = 2
 
-    _shared: dict[str, "PgLease"] = {}
+    _shared: dict[str, PgLease] = {}
     _shared_guard = threading.Lock()
 
     @classmethod
-    def of(cls, url: str | URL) -> "PgLease":
+    def of(cls, url: str | URL) -> PgLease:
         """The lease of this process on the database at ``url`` (made once)."""
         url = make_url(url)
         key = url.render_as_string(hide_password=False)
@@ -196,8 +199,11 @@ class PgLease:
         if self._conn is not None:
             return
         if time.monotonic() - self._failed < self.CHECK_EVERY:
-            raise OperationalError("connect (process lease)", None,
-                                   ConnectionError("the database did not answer the lease's connect a moment ago"))
+            raise OperationalError(
+                "connect (process lease)",
+                None,
+                ConnectionError("the database did not answer the lease's connect a moment ago"),
+            )
         try:
             conn = self._own.connect().execution_options(isolation_level="AUTOCOMMIT")
         except Exception:
@@ -205,7 +211,7 @@ class PgLease:
             raise
         try:
             for _ in range(16):
-                lease = secrets.randbelow(2 ** 31 - 2) + 1
+                lease = secrets.randbelow(2**31 - 2) + 1
                 if conn.exec_driver_sql(f"SELECT pg_try_advisory_lock({LEASE_SPACE}, {lease})").scalar():
                     self._conn, self.id, self._pid, self._checked = conn, lease, os.getpid(), time.monotonic()
                     return
@@ -218,7 +224,7 @@ class PgLease:
         """Whether nobody holds the lease ``lease`` (its process is gone); ours is held. Asked in
         the transaction of ``conn`` if given (the transaction lock, if granted, lasts until it
         ends), else on the lease's own connection (it ends with the statement)."""
-        if not 0 < lease < 2 ** 31:
+        if not 0 < lease < 2**31:
             return False
         query = f"SELECT pg_try_advisory_xact_lock({LEASE_SPACE}, {lease})"
         if conn is not None:

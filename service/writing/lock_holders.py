@@ -3,6 +3,7 @@ value, and whether that holder is gone, so that a waiter takes over at once the 
 process that died instead of waiting out its TTL. The holder is the process's lease of
 :mod:`service.writing.leases`.
 """
+
 from __future__ import annotations
 
 import logging
@@ -37,8 +38,10 @@ class Holders:
         try:
             return self.liveness.holder()
         except Exception as exc:  # noqa: BLE001 - the database is down: the update fails anyway
-            log.warning("update lock holder unknown (%s): a lock of this process lasts its TTL if it dies",
-                        (str(getattr(exc, "orig", None) or exc).splitlines() or [type(exc).__name__])[0])
+            log.warning(
+                "update lock holder unknown (%s): a lock of this process lasts its TTL if it dies",
+                (str(getattr(exc, "orig", None) or exc).splitlines() or [type(exc).__name__])[0],
+            )
         return ""
 
     def gone(self, holder: str) -> bool:

@@ -29,6 +29,7 @@ The three backends and the choice between them (:func:`make_locks`) are here; a 
 holds and their TTL are :mod:`service.writing.file_holds`, a Redis lock's holders
 :mod:`service.writing.lock_holders`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -39,9 +40,9 @@ import stat
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import filelock
 
@@ -88,8 +89,12 @@ class LocalLocks:
                 held = self._held.get(name)
                 if held is None or held[1] <= now:
                     if held is not None:
-                        log.warning("update lock %r held past its TTL (%gs): taken over; the version check "
-                                    "decides which commit applies", name, ttl)
+                        log.warning(
+                            "update lock %r held past its TTL (%gs): taken over; the version check "
+                            "decides which commit applies",
+                            name,
+                            ttl,
+                        )
                     self._held[name] = (token, now + ttl)
                     break
                 if now >= deadline:
@@ -143,7 +148,9 @@ class FileLocks:
         self._expiries = HoldExpiries()
 
     def path(self, name: str) -> Path:
-        stem = name if _SAFE_NAME.match(name) else "h-" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
+        stem = (
+            name if _SAFE_NAME.match(name) else "h-" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
+        )
         return self.directory / f"{stem}.lock"
 
     def wake_path(self, name: str) -> Path:
@@ -317,8 +324,12 @@ class RedisLocks:
             return False
         if not self._delete_if(keys=[key], args=[value]):
             return False  # expired or released meanwhile, perhaps taken by another: look again
-        log.warning("update lock %r of a process that is gone (%s) taken over at once (LOCK_TTL not waited for)",
-                    name, holder, extra={"event": "lock_takeover", "model": name, "holder": holder})
+        log.warning(
+            "update lock %r of a process that is gone (%s) taken over at once (LOCK_TTL not waited for)",
+            name,
+            holder,
+            extra={"event": "lock_takeover", "model": name, "holder": holder},
+        )
         return True
 
     @contextmanager
@@ -370,8 +381,9 @@ def make_locks(settings) -> LocalLocks | FileLocks | RedisLocks:
     default: safe for ``--workers N`` on one machine); else (in-memory SQLite, or PostgreSQL
     without Redis) in-process locks, right for one process only."""
     if settings.REDIS_URL:
-        return RedisLocks(settings.REDIS_URL, settings.REDIS_PREFIX, settings.LOCK_TTL, settings.LOCK_WAIT,
-                          settings.database_url)
+        return RedisLocks(
+            settings.REDIS_URL, settings.REDIS_PREFIX, settings.LOCK_TTL, settings.LOCK_WAIT, settings.database_url
+        )
     path = sqlite_file(settings.database_url)
     if path is not None:
         return FileLocks(path.with_name(path.name + ".locks"), settings.LOCK_TTL, settings.LOCK_WAIT)

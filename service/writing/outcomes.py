@@ -3,6 +3,7 @@ outcome (committed, taken back, or what refused it), ``fcl3_lock_wait_seconds`` 
 busy), then the served-model gauges. Every write of a hosted model (a batch, a label request,
 a take-back) is observed through :func:`observed` or :func:`held`, so that each counts the same.
 """
+
 from __future__ import annotations
 
 import time
@@ -12,7 +13,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import core
-
 from service import metrics
 from service.refusals import Refused
 from service.store.writes import StaleWrite

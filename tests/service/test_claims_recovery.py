@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import create_engine, event, select
 
 from service.store.tables import keys_t
-from service.writing.idempotency import request_hash
+from service.writing.idempotent import request_hash
 
 from .conftest import ESTIMATOR, PARAMS, TcpProxy, regression_batch, unique_name
 

@@ -136,7 +136,7 @@ def test_concurrent_duplicates_apply_once(backend_client):
 
 
 def test_an_abandoned_claim_expires_after_lock_ttl(make_client):
-    from service.writing.idempotency import request_hash
+    from service.writing.idempotent import request_hash
 
     c = make_client(LOCK_TTL=0.6)
     name = c.app.state.settings.MODEL_NAME

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import func, select, text, update
 
 from service.store.tables import keys_t
-from service.writing.idempotency import request_hash
+from service.writing.idempotent import request_hash
 
 from .conftest import regression_batch
 

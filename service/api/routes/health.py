@@ -1,4 +1,5 @@
 """GET /healthz (the process answers) and GET /readyz (database, schema and lock reachable)."""
+
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
@@ -44,8 +45,14 @@ def readyz(request: Request) -> JSONResponse:
             checks["schema"] = ("missing", "missing: run `alembic upgrade head`")
     except Exception as exc:  # noqa: BLE001 - any failure means not ready
         first = (str(exc).splitlines() or [""])[0]
-        checks["database"] = ("unavailable", redact(f"unavailable: {first}" if isinstance(exc, StoreGone) else
-                                                    f"unavailable: {type(exc).__name__}: {first[:200]}"))
+        checks["database"] = (
+            "unavailable",
+            redact(
+                f"unavailable: {first}"
+                if isinstance(exc, StoreGone)
+                else f"unavailable: {type(exc).__name__}: {first[:200]}"
+            ),
+        )
     try:
         state.locks.ping()
         checks["lock"] = ("ok", f"ok ({state.locks.backend})")

@@ -11,16 +11,17 @@ then loaded from disk.
 The routes of one model (learn, predict, tasks) live in their own routers, included both
 on the default model and under ``/models/{name}`` (see :func:`service.main.create_app`).
 """
+
 from __future__ import annotations
 
 import tempfile
 
-import core
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
+import core
 from fcl3.schemas import ModelCreate, ModelList, ModelOut
 from service.api.deps import MAX_OFFSET, ModelDep, ModelName, RegistryDep, hosted
 from service.api.json_body import JsonRoute
@@ -28,7 +29,7 @@ from service.api.responses import described_model, model_out
 from service.evaluation import figures
 from service.hosting import HostedModel
 from service.models import lifecycle, state_files
-from service.store.reads import list_models
+from service.store.catalog import list_models
 
 write_router = APIRouter(route_class=JsonRoute, tags=["models"])
 read_router = APIRouter(tags=["models"])
@@ -47,13 +48,21 @@ class NpzResponse(Response):
     media_type = NPZ
 
 
-@write_router.post("/models", response_model=ModelOut, status_code=201, responses={
-    400: {"description": "A body that cannot be decoded at all (not UTF-8 JSON)."},
-    404: {"description": "The model to fork is unknown."},
-    409: {"description": "The name is taken, or the fork cannot be made (version past the last one, batches gone)."},
-    413: {"description": "Request body over MAX_BODY_BYTES."},
-    422: {"description": "Bad name, unknown estimator or kind, parameters the estimator refuses, bad fork."},
-    **BUSY})
+@write_router.post(
+    "/models",
+    response_model=ModelOut,
+    status_code=201,
+    responses={
+        400: {"description": "A body that cannot be decoded at all (not UTF-8 JSON)."},
+        404: {"description": "The model to fork is unknown."},
+        409: {
+            "description": "The name is taken, or the fork cannot be made (version past the last one, batches gone)."
+        },
+        413: {"description": "Request body over MAX_BODY_BYTES."},
+        422: {"description": "Bad name, unknown estimator or kind, parameters the estimator refuses, bad fork."},
+        **BUSY,
+    },
+)
 def create_model(registry: RegistryDep, body: ModelCreate) -> ModelOut:
     """Create a model from its settings, or fork one (``{"name": .., "fork": {"model": .., "version": N}}``):
     the new model is the parent as it was at version N, rebuilt by replaying its batches 1..N."""
@@ -79,8 +88,9 @@ def with_prequential(model: HostedModel, out: ModelOut) -> ModelOut:
 
 
 @read_router.get("/models", response_model=ModelList)
-def get_models(request: Request, offset: int = Query(0, ge=0, le=MAX_OFFSET),
-               limit: int = Query(100, ge=1, le=1000)) -> ModelList:
+def get_models(
+    request: Request, offset: int = Query(0, ge=0, le=MAX_OFFSET), limit: int = Query(100, ge=1, le=1000)
+) -> ModelList:
     """The models, by name (paginated with ``offset`` and ``limit``)."""
     total, rows = list_models(request.app.state.engine, offset, limit)
     return ModelList(total=total, offset=offset, count=len(rows), models=[model_out(r) for r in rows])
@@ -101,24 +111,41 @@ def delete_model(request: Request, registry: RegistryDep, name: ModelName) -> Re
     return Response(status_code=204)
 
 
-@read_router.get("/models/{name}/state", response_class=NpzResponse, responses={
-    200: {"description": "The model as one .npz file (np.savez, no pickle; see service.models.state_files).",
-          "content": {NPZ: {"schema": {"type": "string", "format": "binary"}}}},
-    **UNKNOWN, **BUSY})
+@read_router.get(
+    "/models/{name}/state",
+    response_class=NpzResponse,
+    responses={
+        200: {
+            "description": "The model as one .npz file (np.savez, no pickle; see service.models.state_files).",
+            "content": {NPZ: {"schema": {"type": "string", "format": "binary"}}},
+        },
+        **UNKNOWN,
+        **BUSY,
+    },
+)
 def export_model(request: Request, name: ModelName) -> NpzResponse:
     """Export the model (its served version) as one ``.npz`` file."""
     data, version = lifecycle.export_model(hosted(request, name))
-    return NpzResponse(data, headers={"Content-Disposition": f'attachment; filename="{name}.npz"',
-                                      "X-Model-Version": str(version)})
+    return NpzResponse(
+        data, headers={"Content-Disposition": f'attachment; filename="{name}.npz"', "X-Model-Version": str(version)}
+    )
 
 
-@import_router.post("/models/{name}/state", response_model=ModelOut, status_code=201, responses={
-    408: {"description": "The client sent nothing for BODY_TIMEOUT seconds before the whole file arrived."},
-    409: {"description": "The name is taken."},
-    413: {"description": "File over MAX_IMPORT_BYTES, or its arrays over MAX_IMPORT_INFLATED_BYTES once loaded."},
-    422: {"description": "Not a model file: malformed, truncated, pickled, wrong format (the reason is given)."},
-    503: {"description": "The database is down."}},
-    openapi_extra={"requestBody": {"required": True, "content": {NPZ: {"schema": {"type": "string", "format": "binary"}}}}})
+@import_router.post(
+    "/models/{name}/state",
+    response_model=ModelOut,
+    status_code=201,
+    responses={
+        408: {"description": "The client sent nothing for BODY_TIMEOUT seconds before the whole file arrived."},
+        409: {"description": "The name is taken."},
+        413: {"description": "File over MAX_IMPORT_BYTES, or its arrays over MAX_IMPORT_INFLATED_BYTES once loaded."},
+        422: {"description": "Not a model file: malformed, truncated, pickled, wrong format (the reason is given)."},
+        503: {"description": "The database is down."},
+    },
+    openapi_extra={
+        "requestBody": {"required": True, "content": {NPZ: {"schema": {"type": "string", "format": "binary"}}}}
+    },
+)
 async def import_model(request: Request, name: ModelName) -> JSONResponse:
     """Create the model ``name`` from an exported ``.npz`` file sent as the body; its
     predictions equal the exported model's. Nothing is stored unless the whole file loads."""
@@ -161,5 +188,7 @@ def _check_inflated_size(file, max_inflated: int) -> None:
     except state_files.StateFileError as exc:
         raise core.InputError(f"bad model file: {exc}") from None
     if inflated > max_inflated:
-        raise HTTPException(413, f"the file's arrays take {inflated} bytes once loaded; at most {max_inflated} "
-                                 "(MAX_IMPORT_INFLATED_BYTES)")
+        raise HTTPException(
+            413,
+            f"the file's arrays take {inflated} bytes once loaded; at most {max_inflated} (MAX_IMPORT_INFLATED_BYTES)",
+        )

@@ -22,6 +22,7 @@ version to check, a large batch) in the thread pool, so that a database query or
 numpy computation never blocks the loop. The inline answer comes from the very snapshot
 ``fresh`` returned: one look at the watch per request.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -53,11 +54,15 @@ ERRORS = {
     401: security.UNAUTHORIZED,
     404: {"description": "Unknown task (or unknown model, under /models/{name})."},
     409: {"description": "The stored model is below `min_version`."},
-    413: {"description": "Request body, rows or features over the limits (or, with `remember`, more rows than "
-                         "MAX_REMEMBERED_PER_MODEL)."},
-    422: {"description": "Bad rows (wrong width, NaN/inf, non-numbers, unknown fields) or a body that is not JSON; "
-                         "records: an unknown feature, a wrong type, a required field missing (named in `field`, "
-                         "with its `row`), or a model without a feature schema."},
+    413: {
+        "description": "Request body, rows or features over the limits (or, with `remember`, more rows than "
+        "MAX_REMEMBERED_PER_MODEL)."
+    },
+    422: {
+        "description": "Bad rows (wrong width, NaN/inf, non-numbers, unknown fields) or a body that is not JSON; "
+        "records: an unknown feature, a wrong type, a required field missing (named in `field`, "
+        "with its `row`), or a model without a feature schema."
+    },
     503: {"description": "The database is down."},
 }
 
@@ -66,17 +71,22 @@ class VersionQuery(BaseModel):
     """The query of ``POST /predict``."""
 
     model_config = ConfigDict(extra="ignore")
-    min_version: int | None = Field(None, ge=0, description="Answer from this version or a later one (the "
-                                    "`version` a write returned): read-your-writes across processes. 409 if the "
-                                    "stored model is older.")
+    min_version: int | None = Field(
+        None,
+        ge=0,
+        description="Answer from this version or a later one (the "
+        "`version` a write returned): read-your-writes across processes. 409 if the "
+        "stored model is older.",
+    )
 
 
 class PredictQuery(VersionQuery):
     """The query of ``GET /predict``: the task and its rows."""
 
     task_id: TaskId
-    x: list[str] = Field(..., description="One feature row as comma-separated numbers; repeat for more rows.",
-                         examples=["1.0,2.0,3.0"])
+    x: list[str] = Field(
+        ..., description="One feature row as comma-separated numbers; repeat for more rows.", examples=["1.0,2.0,3.0"]
+    )
 
 
 class CsvQuery(VersionQuery):
@@ -102,8 +112,10 @@ def _validated(adapter: TypeAdapter, where: str, value: Any, *, json: bool = Fal
         return adapter.validate_json(value) if json else adapter.validate_python(value)
     except ValidationError as exc:
         loc = (where,) if where != "path" else ("path", "name")
-        raise RequestValidationError([{**e, "loc": (*loc, *e["loc"])} for e in exc.errors(include_url=False)],
-                                     body=value if where == "body" else None) from None
+        raise RequestValidationError(
+            [{**e, "loc": (*loc, *e["loc"])} for e in exc.errors(include_url=False)],
+            body=value if where == "body" else None,
+        ) from None
 
 
 def _query(request: Request) -> dict[str, Any]:
@@ -160,8 +172,9 @@ def parse_body(body: bytes, content_type: str | None, task_id: str | None = None
         try:
             rows = csv_batch(body, target=False)
         except ValueError as exc:
-            raise RequestValidationError([{"type": "value_error", "loc": ("body",), "msg": str(exc),
-                                           "input": None}]) from None
+            raise RequestValidationError(
+                [{"type": "value_error", "loc": ("body",), "msg": str(exc), "input": None}]
+            ) from None
         return _validated(_request, "body", {"task_id": task_id, **rows}).with_text_cells()
     return _validated(_request, "body", body, json=_is_json(content_type))
 
@@ -172,8 +185,15 @@ def _csv_task(query: VersionQuery) -> str | None:
     return query.task_id if isinstance(query, CsvQuery) else None
 
 
-def _answer(model: HostedModel, settings: Settings, query: PredictQuery | VersionQuery, body: bytes | None,
-            content_type: str | None, snap: Snapshot | None = None, req: PredictRequest | None = None) -> Response:
+def _answer(
+    model: HostedModel,
+    settings: Settings,
+    query: PredictQuery | VersionQuery,
+    body: bytes | None,
+    content_type: str | None,
+    snap: Snapshot | None = None,
+    req: PredictRequest | None = None,
+) -> Response:
     """The 200 of a prediction (``snap``: the snapshot ``fresh`` returned, to answer from;
     ``req``: the POST body already parsed). Records are encoded with the model's vocabulary
     (:func:`service.records.rows.prediction_rows`), against the snapshot that predicts them."""
@@ -192,10 +212,14 @@ def _answer(model: HostedModel, settings: Settings, query: PredictQuery | Versio
         check_size(settings, len(X), map(len, X))
         if req.remember:  # stored for a label that arrives later (service.labels): a write
             if len(X) > settings.MAX_REMEMBERED_PER_MODEL:
-                raise HTTPException(413, f"{len(X)} rows to remember in one request; at most "
-                                         f"{settings.MAX_REMEMBERED_PER_MODEL} (MAX_REMEMBERED_PER_MODEL)")
+                raise HTTPException(
+                    413,
+                    f"{len(X)} rows to remember in one request; at most "
+                    f"{settings.MAX_REMEMBERED_PER_MODEL} (MAX_REMEMBERED_PER_MODEL)",
+                )
             preds, probs, version, ids = predict_remembered(
-                model, task_id, X, query.min_version, snap, settings.PREDICTION_TTL, settings.MAX_REMEMBERED_PER_MODEL)
+                model, task_id, X, query.min_version, snap, settings.PREDICTION_TTL, settings.MAX_REMEMBERED_PER_MODEL
+            )
     if ids is None:
         preds, probs, version = predict_rows(model, task_id, X, query.min_version, snap)
     out: dict[str, Any] = {"task_id": task_id, "predictions": preds, "probabilities": probs, "version": version}
@@ -239,26 +263,53 @@ async def predict(request: Request) -> Response:
 def _parameters(model: type[BaseModel], where: str = "query") -> list[dict[str, Any]]:
     """OpenAPI parameters from a pydantic model's JSON schema."""
     schema = model.model_json_schema()
-    return [{"name": n, "in": where, "required": n in schema.get("required", ()), "schema": s,
-             **({"description": s["description"]} if "description" in s else {})}
-            for n, s in schema["properties"].items()]
+    return [
+        {
+            "name": n,
+            "in": where,
+            "required": n in schema.get("required", ()),
+            "schema": s,
+            **({"description": s["description"]} if "description" in s else {}),
+        }
+        for n, s in schema["properties"].items()
+    ]
 
 
-_NAME_PARAMETER = {"name": "name", "in": "path", "required": True, "schema": _name.json_schema(),
-                   "description": f"Model name: {MODEL_NAME_RULE}."}
-_BODY = {"required": True, "content": {"application/json": {
-    "schema": PredictRequest.model_json_schema(),
-    "examples": {"predict": {"summary": "Predict", "value": {"task_id": "school-1", "X": [[1.0, 2.0, 3.0]]}},
-                 "records": {"summary": "Predict records (a model with a feature schema)",
-                             "value": {"task_id": "district-1", "records": [{"age": 31.0, "urban": "Y",
-                                                                             "livch": "3+"}]}},
-                 "remember": {"summary": "Predict and remember the rows for labels that arrive later",
-                              "value": {"task_id": "school-1", "X": [[1.0, 2.0, 3.0], [0.5, 0.1, 2.0]],
-                                        "remember": True}}}},
-    "text/csv": {"schema": {"type": "string", "description": "Records of a model with a feature schema: a header "
-                            "naming the features, one row per line, an empty cell null; the task is the query's "
-                            "`task_id`."},
-                 "example": "age,urban,livch\n31.5,Y,3+\n"}}}
+_NAME_PARAMETER = {
+    "name": "name",
+    "in": "path",
+    "required": True,
+    "schema": _name.json_schema(),
+    "description": f"Model name: {MODEL_NAME_RULE}.",
+}
+_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": PredictRequest.model_json_schema(),
+            "examples": {
+                "predict": {"summary": "Predict", "value": {"task_id": "school-1", "X": [[1.0, 2.0, 3.0]]}},
+                "records": {
+                    "summary": "Predict records (a model with a feature schema)",
+                    "value": {"task_id": "district-1", "records": [{"age": 31.0, "urban": "Y", "livch": "3+"}]},
+                },
+                "remember": {
+                    "summary": "Predict and remember the rows for labels that arrive later",
+                    "value": {"task_id": "school-1", "X": [[1.0, 2.0, 3.0], [0.5, 0.1, 2.0]], "remember": True},
+                },
+            },
+        },
+        "text/csv": {
+            "schema": {
+                "type": "string",
+                "description": "Records of a model with a feature schema: a header "
+                "naming the features, one row per line, an empty cell null; the task is the query's "
+                "`task_id`.",
+            },
+            "example": "age,urban,livch\n31.5,Y,3+\n",
+        },
+    },
+}
 
 
 def _documented(router: APIRouter, path: str, named: bool) -> None:
@@ -266,24 +317,40 @@ def _documented(router: APIRouter, path: str, named: bool) -> None:
     head = [_NAME_PARAMETER] if named else []
     responses = {**ERRORS, 404: {"description": "Unknown task, or unknown model."}} if named else ERRORS
     key = {"security": [{security.bearer.scheme_name: []}]}
-    router.add_api_route(path, predict, methods=["GET"], name="predict", summary="Predict (rows in the query)",
-                         description="Predictions for feature rows given in the query string.",
-                         response_model=PredictOut, responses=responses,
-                         openapi_extra={**key, "parameters": head + _parameters(PredictQuery)})
-    router.add_api_route(path, predict, methods=["POST"], name="predict", summary="Predict (a batch of rows)",
-                         description="Predictions for a batch of feature rows (for many rows). With `\"remember\": "
-                         "true` the rows, the outputs served and the version serving them are stored, and the "
-                         "answer holds one `prediction_ids` entry per row, in row order: `POST .../labels` learns "
-                         "them later with their labels (within PREDICTION_TTL; at most MAX_REMEMBERED_PER_MODEL "
-                         "rows of a model wait, the oldest dropped beyond it).",
-                         response_model=PredictOut, responses=responses,
-                         openapi_extra={**key, "parameters": head + _parameters(VersionQuery), "requestBody": _BODY})
+    router.add_api_route(
+        path,
+        predict,
+        methods=["GET"],
+        name="predict",
+        summary="Predict (rows in the query)",
+        description="Predictions for feature rows given in the query string.",
+        response_model=PredictOut,
+        responses=responses,
+        openapi_extra={**key, "parameters": head + _parameters(PredictQuery)},
+    )
+    router.add_api_route(
+        path,
+        predict,
+        methods=["POST"],
+        name="predict",
+        summary="Predict (a batch of rows)",
+        description='Predictions for a batch of feature rows (for many rows). With `"remember": '
+        "true` the rows, the outputs served and the version serving them are stored, and the "
+        "answer holds one `prediction_ids` entry per row, in row order: `POST .../labels` learns "
+        "them later with their labels (within PREDICTION_TTL; at most MAX_REMEMBERED_PER_MODEL "
+        "rows of a model wait, the oldest dropped beyond it).",
+        response_model=PredictOut,
+        responses=responses,
+        openapi_extra={**key, "parameters": head + _parameters(VersionQuery), "requestBody": _BODY},
+    )
 
 
 #: The prediction routes that answer: plain Starlette routes, put first among the app's routes
 #: (:func:`service.main.create_app`). The read key is checked inside :func:`predict`.
-routes = [Route(path, predict, methods=["GET", "POST"], include_in_schema=False)
-          for path in ("/predict", "/models/{name}/predict")]
+routes = [
+    Route(path, predict, methods=["GET", "POST"], include_in_schema=False)
+    for path in ("/predict", "/models/{name}/predict")
+]
 
 #: The same endpoint as FastAPI routes, which the OpenAPI document describes (the routes above
 #: answer first): include this router without dependencies.

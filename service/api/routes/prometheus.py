@@ -1,4 +1,5 @@
 """GET /metrics: Prometheus text format (open, like /healthz: put it behind the network's own policy)."""
+
 from __future__ import annotations
 
 from fastapi import APIRouter

@@ -1,4 +1,5 @@
 """GET /tasks, GET /tasks/{task_id}: what the model knows about each task."""
+
 from __future__ import annotations
 
 from fastapi import APIRouter, Query
@@ -10,9 +11,11 @@ from service.evaluation import figures
 
 router = APIRouter(tags=["tasks"])
 
+
 @router.get("/tasks", response_model=TaskList)
-def list_tasks(model: ModelDep, offset: int = Query(0, ge=0, le=MAX_OFFSET),
-               limit: int = Query(1000, ge=1, le=10000)) -> TaskList:
+def list_tasks(
+    model: ModelDep, offset: int = Query(0, ge=0, le=MAX_OFFSET), limit: int = Query(1000, ge=1, le=10000)
+) -> TaskList:
     """The learned tasks, oldest first (``last_update`` is the task's latest update result)."""
     reader = model.reader
     version = reader.stored_version() if model.default else reader.require()
@@ -20,8 +23,11 @@ def list_tasks(model: ModelDep, offset: int = Query(0, ge=0, le=MAX_OFFSET),
     return TaskList(model=reader.name, version=version, count=len(rows), tasks=[task_out(r) for r in rows])
 
 
-@router.get("/tasks/{task_id}", response_model=TaskOut,
-            responses={404: {"description": "Unknown task (or unknown model, under /models/{name})."}})
+@router.get(
+    "/tasks/{task_id}",
+    response_model=TaskOut,
+    responses={404: {"description": "Unknown task (or unknown model, under /models/{name})."}},
+)
 def get_task(model: ModelDep, task_id: TaskIdPath) -> TaskOut:
     """One task: samples, batches, its latest code, assignment and outlier probability, its
     cumulative prequential score and its score on its evaluation rows."""
