@@ -158,7 +158,7 @@ def features_of(features: Any) -> list[dict[str, Any]] | None:
 
 
 def create_model(
-    name: str, kind: str | None, estimator: str, params: dict | None, d: int | None, features: Any = None
+    name: str, kind: str | None, estimator: str, params: dict[str, Any] | None, d: int | None, features: Any = None
 ) -> Call[ModelOut]:
     body = schemas.ModelCreate(
         name=name, kind=kind, estimator=estimator, params=params or {}, d=d, features=features_of(features)
@@ -195,7 +195,7 @@ def delete_model(name: str) -> Call[None]:
     return Call("DELETE", model_path(name), lambda r: None, replay_safe=True, missing_ok_on_retry=True)
 
 
-def _write_export(path: str | os.PathLike) -> Callable[[httpx.Response], int]:
+def _write_export(path: str | os.PathLike[str]) -> Callable[[httpx.Response], int]:
     def parse(r: httpx.Response) -> int:
         target = Path(path)
         tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.part")
@@ -206,11 +206,11 @@ def _write_export(path: str | os.PathLike) -> Callable[[httpx.Response], int]:
     return parse
 
 
-def export_model(name: str, path: str | os.PathLike) -> Call[int]:
+def export_model(name: str, path: str | os.PathLike[str]) -> Call[int]:
     return _get(f"{model_path(name)}/state", _write_export(path))
 
 
-def import_model(name: str, path: str | os.PathLike) -> Call[ModelOut]:
+def import_model(name: str, path: str | os.PathLike[str]) -> Call[ModelOut]:
     return Call(
         "POST",
         f"{model_path(name)}/state",
@@ -330,11 +330,11 @@ def evaluation(model: str, limit: int | None) -> Call[EvaluationOut]:
 
 
 # ----------------------------------------------------------------------------- service
-def healthz() -> Call[dict]:
+def healthz() -> Call[dict[str, Any]]:
     return _get("/healthz", _parsed_json)
 
 
-def ready() -> Call[dict]:
+def ready() -> Call[dict[str, Any]]:
     return _get("/readyz", _parsed_json)
 
 

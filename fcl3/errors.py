@@ -153,7 +153,7 @@ def error_from(response: httpx.Response) -> APIError:
 
 
 def unreachable(
-    call: Call, base_url: httpx.URL, exc: httpx.TransportError, attempts: int, timeout: httpx.Timeout | None = None
+    call: Call[Any], base_url: httpx.URL, exc: httpx.TransportError, attempts: int, timeout: httpx.Timeout | None = None
 ) -> ConnectionFailed:
     """The error raised when the retries of ``call`` ran out on transport errors (or it could
     not be resent safely): what was tried, where, how many times, and why."""

@@ -13,7 +13,7 @@ import email.utils
 import random
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -56,7 +56,7 @@ class Retries:
         return self.backoff_for(attempt)
 
 
-def wait_after_error(call: Call, retries: Retries, attempt: int, exc: httpx.TransportError) -> float | None:
+def wait_after_error(call: Call[Any], retries: Retries, attempt: int, exc: httpx.TransportError) -> float | None:
     """Seconds to wait before retrying after a transport error, or None to give up."""
     if attempt >= retries.total:
         return None
@@ -65,7 +65,7 @@ def wait_after_error(call: Call, retries: Retries, attempt: int, exc: httpx.Tran
     return None
 
 
-def wait_after_response(call: Call, retries: Retries, attempt: int, response: httpx.Response) -> float | None:
+def wait_after_response(call: Call[Any], retries: Retries, attempt: int, response: httpx.Response) -> float | None:
     """Seconds to wait before retrying after this answer, or None: it is the answer."""
     if attempt >= retries.total:
         return None
@@ -77,7 +77,7 @@ def wait_after_response(call: Call, retries: Retries, attempt: int, response: ht
     return None
 
 
-def busy(call: Call, response: httpx.Response) -> bool:
+def busy(call: Call[Any], response: httpx.Response) -> bool:
     """Whether the answer says "busy, nothing applied, retry": 503; a 409 with ``Retry-After``
     (an ``Idempotency-Key`` still in flight, for any call that sends one); or any 409 where
     the call retries conflicts (a batch: its key in flight, or a stale writer refused). A 409
@@ -93,7 +93,7 @@ class Attempts:
     ``Retries.total``, and how long the client waited after busy answers of a patient call
     (:attr:`fcl3._calls.Call.patient`: a batch)."""
 
-    def __init__(self, call: Call, retries: Retries):
+    def __init__(self, call: Call[Any], retries: Retries):
         self.call, self.retries = call, retries
         self.retried = 0
         self.counted = 0

@@ -56,7 +56,7 @@ class Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def _not_empty(X: list) -> list:
+def _not_empty(X: list[Any]) -> list[Any]:
     if not X:
         raise ValueError("X is empty: a batch needs at least one row")
     return X

@@ -13,6 +13,7 @@ import threading
 import urllib.parse
 import weakref
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pydantic_core import from_json, to_json
 from sqlalchemy import Engine, create_engine, event, inspect
@@ -20,6 +21,9 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
 from service.config import Settings
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 log = logging.getLogger("service.db")
 
@@ -48,7 +52,7 @@ def sqlite_file(url: str) -> Path | None:
     return Path(database).resolve()
 
 
-def json_text(value) -> str:
+def json_text(value: Any) -> str:
     """A JSON column's value as text, by pydantic-core's encoder (the engines' serializer;
     read back by its ``from_json``): a few times faster than the standard library's, SQLAlchemy's
     default, on an update's meta and scores. Non-finite floats are written ``NaN`` and
@@ -73,7 +77,7 @@ def make_engine(settings: Settings, pool_size: int | None = None) -> Engine:
         guard = StoreFile.of(engine)
 
         @event.listens_for(engine, "connect")
-        def _pragmas(dbapi_conn, _record):  # WAL: readers never block the writer
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:  # WAL: readers never block the writer
             if guard is not None:
                 guard.opened()  # before anything is written to the file
             cur = dbapi_conn.cursor()
@@ -121,15 +125,15 @@ def _quiet_socket_ping(engine: Engine) -> None:
     would be: a timeout, a 503, and the pool invalidated."""
     full_ping = engine.dialect.do_ping
 
-    def do_ping(dbapi_conn) -> bool:
+    def do_ping(dbapi_conn: Any) -> bool:
         if _socket_quiet(dbapi_conn):
             return True
         return full_ping(dbapi_conn)
 
-    engine.dialect.do_ping = do_ping  # this engine's own dialect instance
+    engine.dialect.do_ping = do_ping  # type: ignore[method-assign,assignment]  # this engine's own dialect instance
 
 
-def _socket_quiet(dbapi_conn) -> bool:
+def _socket_quiet(dbapi_conn: Any) -> bool:
     """Whether the connection is open, idle, and has nothing waiting on its socket."""
     try:
         if getattr(dbapi_conn, "closed", True):
@@ -227,7 +231,7 @@ class StoreFile:
         self._take_identity()
 
         @event.listens_for(engine, "do_connect")
-        def _open_existing(_dialect, _record, cargs, cparams):
+        def _open_existing(_dialect: Any, _record: Any, cargs: list[Any], cparams: dict[str, Any]) -> None:
             if self.identity is not None:
                 self.check()
                 # only the file that exists: a vanished one is not created again at the path
@@ -235,11 +239,11 @@ class StoreFile:
                 cparams["uri"] = True
 
         @event.listens_for(engine, "checkout")
-        def _checkout(_dbapi_conn, _record, _proxy):
+        def _checkout(_dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
             self.check()
 
         @event.listens_for(engine, "commit")
-        def _commit(_conn):
+        def _commit(_conn: Any) -> None:
             why = self.problem()
             if why is not None:
                 raise sa_exc.OperationalError("COMMIT", None, sqlite3.OperationalError(why))
@@ -278,7 +282,7 @@ def make_bulk_engine(settings: Settings, engine: Engine) -> Engine:
     return make_engine(settings, pool_size=BULK_POOL_SIZE)
 
 
-def alembic_config(url: str | None = None):
+def alembic_config(url: str | None = None) -> Config:
     """The Alembic configuration of the installed migrations (``url``: else DATABASE_URL)."""
     from alembic.config import Config
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -18,6 +19,7 @@ from service.events.hub import Hub
 from service.learning.queue import WriteQueue
 from service.records.vocabulary import Vocabulary
 from service.store.reads import ModelReader, Snapshot
+from service.store.watch import Watch
 from service.store.writes import ModelWriter
 from service.writing.idempotency import IdempotencyKeys
 from service.writing.locks import FileLocks, LocalLocks, RedisLocks
@@ -28,7 +30,7 @@ Locks = LocalLocks | FileLocks | RedisLocks
 class ServedGauges:
     """The gauges of the version the process serves (of its default model), set when it changes."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._observed: Snapshot | None = None
 
     def observe(self, reader: ModelReader) -> None:
@@ -86,11 +88,11 @@ class HostedModel:
         engine: Engine,
         locks: Locks,
         name: str,
-        model_settings: dict | None,
+        model_settings: dict[str, Any] | None,
         bulk_engine: Engine | None = None,
         default: bool = True,
         keys: IdempotencyKeys | None = None,
-        watch=None,
+        watch: Watch | None = None,
         shared: Shared | None = None,
     ) -> HostedModel:
         """The model ``name`` on ``engine`` (``bulk_engine`` for its large transfers; see
@@ -145,10 +147,10 @@ class ModelRegistry:
         bulk_engine: Engine,
         locks: Locks,
         default_name: str,
-        default_settings: dict,
+        default_settings: dict[str, Any],
         cache_size: int,
         keys: IdempotencyKeys | None = None,
-        watch=None,
+        watch: Watch | None = None,
         shared: Shared | None = None,
     ):
         self.engine, self.bulk_engine, self.locks, self.watch = engine, bulk_engine, locks, watch

@@ -20,7 +20,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TextIO
 
 from pydantic_core import PydanticSerializationError, to_json
 from pythonjsonlogger.core import RESERVED_ATTRS
@@ -91,19 +91,19 @@ class RequestId(logging.Filter):
         return True
 
 
-class _Stderr(logging.StreamHandler):
+class _Stderr(logging.StreamHandler[TextIO]):
     """A :class:`logging.StreamHandler` on whatever ``sys.stderr`` is when a line is written
     (a server's stderr, or a test's capture)."""
 
     @property
-    def stream(self):
+    def stream(self) -> TextIO:
         return sys.stderr
 
     @stream.setter
-    def stream(self, _value):
+    def stream(self, _value: TextIO) -> None:
         pass
 
-    def handleError(self, record):  # noqa: N802 - logging's name
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
         """As logging's own (the line is lost, a report goes to stderr), except that a stderr
         that cannot take the report either (closed) loses it too: a log line never fails a request."""
         try:
@@ -159,7 +159,7 @@ def installed() -> logging.Handler | None:
     return next((h for h in logging.getLogger("service").handlers if isinstance(h, _Stderr)), None)
 
 
-def configure(level: str = "INFO", redact=None) -> None:
+def configure(level: str = "INFO", redact: Callable[[str], str] | None = None) -> None:
     """Send the ``service`` loggers to stderr as JSON lines (idempotent: re-configures in place)."""
     logger = logging.getLogger("service")
     handler = installed()

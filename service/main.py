@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
-from fastapi import Depends, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
 from fastapi_offline import FastAPIOffline
 from sqlalchemy import exc as sa_exc
 
@@ -48,7 +50,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     limit_malloc_arenas()  # before the request thread pool exists (see service/memory.py)
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if not keys.enabled:
             log.warning(
                 "NO API KEYS CONFIGURED: the API is OPEN, anyone who can reach it may read and change "
@@ -115,12 +117,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     rules = RouteRules(BodyRule(None, settings.MAX_BODY_BYTES))
     app.add_middleware(RequestContext, gate=BodyGate(rules, keys, settings.BODY_TIMEOUT))  # sees every answer
     install_error_handlers(app)
-    auth_errors = {401: UNAUTHORIZED}
-    write_errors = {**auth_errors, 403: FORBIDDEN}
+    auth_errors: dict[int | str, dict[str, Any]] = {401: UNAUTHORIZED}
+    write_errors: dict[int | str, dict[str, Any]] = {**auth_errors, 403: FORBIDDEN}
     guards = {"read": (Depends(require_read), auth_errors), "write": (Depends(require_write), write_errors)}
 
     def include(
-        router,
+        router: APIRouter,
         role: Role | None = None,
         *,
         named: bool = False,
@@ -129,7 +131,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     ) -> None:
         """Include ``router`` behind a ``role`` key (its dependency, unless the router checks the
         key itself), under ``/models/{name}`` when ``named``, with bodies up to ``limit``."""
-        dependencies, responses = [], {}
+        dependencies: list[Any] = []
+        responses: dict[int | str, dict[str, Any]] = {}
         if role is not None and not checks_key:
             dependencies, responses = [guards[role][0]], dict(guards[role][1])
         prefix = ""

@@ -32,7 +32,7 @@ M_ARENA_MAX = -8  # <malloc.h>
 DEFAULT_ARENAS = 2
 
 
-def _glibc():
+def _glibc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -71,7 +71,7 @@ class HeapTrimmer:
     free pages anywhere in the heaps; it takes a few milliseconds and is paid by the request
     that refreshed the model, at most once per interval. Off glibc it does nothing."""
 
-    def __init__(self, interval: float = TRIM_INTERVAL, libc=None):
+    def __init__(self, interval: float = TRIM_INTERVAL, libc: ctypes.CDLL | None = None):
         self.interval = interval
         self.libc = libc if libc is not None else _GLIBC
         self._lock = threading.Lock()

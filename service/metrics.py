@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import Any
 
 MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
 if MULTIPROC_DIR:  # must exist before the metrics below are made
@@ -86,7 +87,7 @@ REFUSED_STATUSES = {401, 403, 404, 409, 413, 422, 503}
 
 
 @functools.lru_cache(maxsize=256)
-def _children(method: str, status: int) -> tuple:
+def _children(method: str, status: int) -> tuple[Any, ...]:
     """The labelled children of the per-request metrics for ``method`` and ``status``, looked up
     once: ``labels()`` costs more than the increment itself, and every request pays it."""
     return (
@@ -115,13 +116,13 @@ def exposition() -> tuple[bytes, str]:
         from prometheus_client import multiprocess
 
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # prometheus-client's
     else:
         registry = REGISTRY
     return generate_latest(registry), CONTENT_TYPE_LATEST
 
 
-def set_prequential(model: str, kind: str, overall: dict) -> None:
+def set_prequential(model: str, kind: str, overall: dict[str, Any]) -> None:
     """The prequential gauges of ``model`` from its overall Scores JSON."""
     metric = "rmse" if kind == "regression" else "log_loss"
     PREQUENTIAL_ERROR.labels(model, metric).set(overall[metric])

@@ -9,10 +9,12 @@ import json
 import logging
 import re
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from fastapi import HTTPException
-from starlette.routing import compile_path
+from starlette.routing import BaseRoute, Route, compile_path
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service import logs, metrics
 from service.security import KeyRing, Role, refusal
@@ -26,10 +28,10 @@ class RequestContext:
     unhandled, and for a request with a body the :class:`BodyGate`. The request's headers are
     read once, here, for all of it."""
 
-    def __init__(self, app, gate: BodyGate):
+    def __init__(self, app: ASGIApp, gate: BodyGate):
         self.app, self.gate = app, gate
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         sent_id = declared = authorization = None
@@ -50,7 +52,7 @@ class RequestContext:
         status: int | None = None
         t0 = time.perf_counter()
 
-        async def send_with_id(message):
+        async def send_with_id(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
@@ -115,15 +117,14 @@ class RouteRules:
 
     def __init__(self, default: BodyRule):
         self.default = default
-        self._rules: list[tuple[re.Pattern, frozenset[str], BodyRule]] = []
+        self._rules: list[tuple[re.Pattern[str], frozenset[str], BodyRule]] = []
 
-    def add(self, routes, rule: BodyRule, prefix: str = "") -> None:
+    def add(self, routes: Iterable[BaseRoute], rule: BodyRule, prefix: str = "") -> None:
         """Every route of ``routes`` (included under ``prefix``) gets ``rule``."""
         for route in routes:
-            methods = getattr(route, "methods", None)
-            if methods:  # a mount (static files) keeps the default
+            if isinstance(route, Route) and route.methods:  # a mount (static files) keeps the default
                 regex, _, _ = compile_path(prefix + route.path)
-                self._rules.append((regex, frozenset(methods), rule))
+                self._rules.append((regex, frozenset(route.methods), rule))
 
     def lookup(self, method: str, path: str) -> BodyRule:
         for regex, methods, rule in self._rules:
@@ -149,7 +150,15 @@ class BodyGate:
     def __init__(self, rules: RouteRules, keys: KeyRing, timeout: float):
         self.rules, self.keys, self.timeout = rules, keys, timeout
 
-    async def __call__(self, app, scope, receive, send, declared: bytes | None, authorization: str | None):
+    async def __call__(
+        self,
+        app: ASGIApp,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        declared: bytes | None,
+        authorization: str | None,
+    ) -> None:
         """Run ``app`` on a request with a body of ``declared`` bytes (``None``: chunked)."""
         path, root = scope["path"], scope.get("root_path", "")
         rule = self.rules.lookup(scope["method"], path[len(root) :] if root and path.startswith(root) else path)
@@ -171,12 +180,12 @@ class BodyGate:
 class _Body:
     """One request's ``receive`` and ``send``, as :class:`BodyGate` hands them to the app."""
 
-    def __init__(self, receive, send, rule: BodyRule, timeout: float):
+    def __init__(self, receive: Receive, send: Send, rule: BodyRule, timeout: float):
         self._receive, self._send, self.rule, self.timeout = receive, send, rule, timeout
         self.size = 0
         self.complete = self.started = False
 
-    async def receive(self):
+    async def receive(self) -> Message:
         if self.complete:
             return await self._receive()  # e.g. a streaming response waiting for the disconnect
         try:
@@ -193,7 +202,7 @@ class _Body:
         self.complete = not message.get("more_body", False)
         return message
 
-    async def send(self, message):
+    async def send(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             self.started = True
             if not self.complete:
@@ -205,7 +214,7 @@ def _too_large(rule: BodyRule) -> str:
     return f"request body larger than {rule.max_bytes} bytes ({rule.setting})"
 
 
-async def _answer(send, status: int, detail: str, headers: dict | None = None) -> None:
+async def _answer(send: Send, status: int, detail: str, headers: Mapping[str, str] | None = None) -> None:
     """A JSON ``{"detail": ...}`` answer that closes the connection (the body is left unread)."""
     body = json.dumps({"detail": detail}).encode()
     await send(

@@ -21,12 +21,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 from urllib.parse import urlsplit
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
+
+if TYPE_CHECKING:
+    from service.config import Settings
 
 Role = Literal["read", "write"]
 
@@ -166,7 +169,7 @@ class Redactor:
         self.secrets = sorted({s for s in (secrets or []) if s and len(s) >= 3}, key=len, reverse=True)
 
     @classmethod
-    def from_settings(cls, settings) -> Redactor:
+    def from_settings(cls, settings: Settings) -> Redactor:
         secrets: list[str] = []
         for text in (settings.API_WRITE_KEYS, settings.API_READ_KEYS):
             secrets += [e.strip() for e in (text or "").split(",") if e.strip()]

@@ -111,7 +111,7 @@ class AsyncClient:
         kind: str,
         *,
         estimator: str = "FCL3",
-        params: dict | None = None,
+        params: dict[str, Any] | None = None,
         d: int | None = None,
         features: Any = None,
     ) -> ModelOut:
@@ -149,11 +149,11 @@ class AsyncClient:
         """Delete the model with its tasks and batches (404 if unknown)."""
         await self._run(calls.delete_model(name))
 
-    async def export_model(self, name: str, path: str | PathLike) -> int:
+    async def export_model(self, name: str, path: str | PathLike[str]) -> int:
         """Write the model as one ``.npz`` file to ``path``; returns the version exported."""
         return await self._run(calls.export_model(name, path))
 
-    async def import_model(self, name: str, path: str | PathLike) -> ModelOut:
+    async def import_model(self, name: str, path: str | PathLike[str]) -> ModelOut:
         """Create the model ``name`` from a file written by :meth:`export_model`."""
         return await self._run(calls.import_model(name, path))
 
@@ -276,18 +276,18 @@ class AsyncClient:
             attempt += 1
 
     # --- service ----------------------------------------------------------------------
-    async def healthz(self) -> dict:
+    async def healthz(self) -> dict[str, Any]:
         """``GET /healthz``, liveness: ``{"status": "ok"}`` as long as the process answers
         (touches neither the database nor the lock)."""
         return await self._run(calls.healthz())
 
-    async def ready(self) -> dict:
+    async def ready(self) -> dict[str, Any]:
         """``GET /readyz``, readiness: ``{"status": "ready", "database": "ok", "schema": "ok",
         "lock": "ok (...)"}``. Not ready (503, retried like any 503): :class:`Unavailable`
         whose ``detail`` is the service's dict of checks, saying what is missing."""
         return await self._run(calls.ready())
 
-    async def health(self) -> dict:
+    async def health(self) -> dict[str, Any]:
         """:meth:`ready` (the older name)."""
         return await self.ready()
 

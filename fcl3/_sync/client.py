@@ -113,7 +113,7 @@ class Client:
         kind: str,
         *,
         estimator: str = "FCL3",
-        params: dict | None = None,
+        params: dict[str, Any] | None = None,
         d: int | None = None,
         features: Any = None,
     ) -> ModelOut:
@@ -151,11 +151,11 @@ class Client:
         """Delete the model with its tasks and batches (404 if unknown)."""
         self._run(calls.delete_model(name))
 
-    def export_model(self, name: str, path: str | PathLike) -> int:
+    def export_model(self, name: str, path: str | PathLike[str]) -> int:
         """Write the model as one ``.npz`` file to ``path``; returns the version exported."""
         return self._run(calls.export_model(name, path))
 
-    def import_model(self, name: str, path: str | PathLike) -> ModelOut:
+    def import_model(self, name: str, path: str | PathLike[str]) -> ModelOut:
         """Create the model ``name`` from a file written by :meth:`export_model`."""
         return self._run(calls.import_model(name, path))
 
@@ -278,18 +278,18 @@ class Client:
             attempt += 1
 
     # --- service ----------------------------------------------------------------------
-    def healthz(self) -> dict:
+    def healthz(self) -> dict[str, Any]:
         """``GET /healthz``, liveness: ``{"status": "ok"}`` as long as the process answers
         (touches neither the database nor the lock)."""
         return self._run(calls.healthz())
 
-    def ready(self) -> dict:
+    def ready(self) -> dict[str, Any]:
         """``GET /readyz``, readiness: ``{"status": "ready", "database": "ok", "schema": "ok",
         "lock": "ok (...)"}``. Not ready (503, retried like any 503): :class:`Unavailable`
         whose ``detail`` is the service's dict of checks, saying what is missing."""
         return self._run(calls.ready())
 
-    def health(self) -> dict:
+    def health(self) -> dict[str, Any]:
         """:meth:`ready` (the older name)."""
         return self.ready()
 

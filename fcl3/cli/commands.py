@@ -207,7 +207,7 @@ def models():
     """Create, list, show, delete, export, import and fork models."""
 
 
-def _params(params: str | None) -> dict:
+def _params(params: str | None) -> dict[str, Any]:
     if not params:
         return {}
     try:

@@ -17,7 +17,7 @@ class BadFile(click.ClickException):
 
     def __init__(
         self,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         message: str,
         line: int | None = None,
         column: int | None = None,

@@ -23,7 +23,7 @@ TASK_COLUMNS = ("task", "task_id")
 TARGET_COLUMNS = ("y", "target")
 
 
-def data_lines(reader, header: list[str], path: str | os.PathLike):
+def data_lines(reader, header: list[str], path: str | os.PathLike[str]):
     """The CSV ``reader``'s records after the header, with their line numbers; blank lines are
     skipped and a record of another width than ``header`` is :class:`BadFile`."""
     for record in reader:
@@ -91,7 +91,7 @@ def _find(header: list[str], names: Iterable[str]) -> int | None:
     return None
 
 
-def read_csv(path: str | os.PathLike, *, task: str = "required", target: str = "required") -> Rows:
+def read_csv(path: str | os.PathLike[str], *, task: str = "required", target: str = "required") -> Rows:
     """Read a CSV file with a header line. ``task``/``target``: ``required``, ``optional``
     (used when present) or ``ignored`` (dropped when present); every other column is a feature.
     Raises :class:`BadFile` naming the file, line and column of the first problem."""
@@ -150,7 +150,7 @@ def read_csv(path: str | os.PathLike, *, task: str = "required", target: str = "
 
 
 def read_records_csv(
-    path: str | os.PathLike, task_column: str, target_column: str
+    path: str | os.PathLike[str], task_column: str, target_column: str
 ) -> tuple[Rows, dict[str, list[str]]]:
     """Read a CSV of named columns for records: the rows (``X[i]``: the features of a row as
     a dict of its cells, as text) and each feature column's cells (for a schema to infer).
@@ -234,7 +234,7 @@ def _number(text: str, path: Path, line: int, column: int, name: str) -> float:
     return v
 
 
-def read_npz(path: str | os.PathLike) -> Rows:
+def read_npz(path: str | os.PathLike[str]) -> Rows:
     """Read a data set in the layout of the paper's data sets: ``n_tasks``, ``kind``, ``X_i``,
     ``y_i`` (and optionally ``task_ids``, ``feature_names``). Needs numpy."""
     path = Path(path)
@@ -302,7 +302,7 @@ def read_npz(path: str | os.PathLike) -> Rows:
     return rows
 
 
-def read_dataset(path: str | os.PathLike) -> Rows:
+def read_dataset(path: str | os.PathLike[str]) -> Rows:
     """A data set to replay: an .npz (the paper's layout) or a CSV with task and y columns."""
     return read_npz(path) if str(path).lower().endswith(".npz") else read_csv(path)
 
@@ -324,7 +324,7 @@ def file_digest(path: Path) -> str:
 ID_COLUMNS = ("prediction_id", "id")
 
 
-def read_labels(path: str | os.PathLike) -> tuple[list[str], list[float], list[str] | None, list[int]]:
+def read_labels(path: str | os.PathLike[str]) -> tuple[list[str], list[float], list[str] | None, list[int]]:
     """A labels file: a CSV with a header, a 'prediction_id' column and a 'y' column (and
     optionally 'task'). Returns the ids, labels, tasks (None without the column) and line
     numbers; :class:`BadFile` naming the file, line and column of the first problem."""

@@ -91,7 +91,7 @@ def replay_key(digest: str, model: str, task: str, index: int, what: str = "batc
     return f"fcl3-replay-{h[:48]}"
 
 
-def deliver_labels(c: Client, model: str, pending: list, now: float, counts: dict) -> None:
+def deliver_labels(c: Client, model: str, pending: list[Any], now: float, counts: dict[str, Any]) -> None:
     """``fcl3 replay --delay``: label the remembered batches due by batch ``now``, oldest first.
     A label's key names the batch's rows: a replay run again gets 422 for a batch an earlier
     run labelled (its rows remembered again under new ids), which is counted as applied."""
@@ -121,7 +121,7 @@ def send_batches(
     path: Path,
     quiet: bool,
     delay: int | None = None,
-) -> dict:
+) -> dict[str, Any]:
     from tqdm import tqdm
 
     n_rows = sum(len(b.rows) for b in batches)
@@ -146,7 +146,7 @@ def send_batches(
         leave=False,
     )
     done = 0
-    pending: list = []  # --delay: (due at batch, batch, prediction ids, labels)
+    pending: list[Any] = []  # --delay: (due at batch, batch, prediction ids, labels)
     counts = {"labelled": 0, "replayed": 0, "replayed_rows": 0}
     try:
         for n, b in enumerate(batches, 1):
@@ -229,7 +229,7 @@ def send_batches(
     return out
 
 
-def score_figures(s: Any) -> dict | None:
+def score_figures(s: Any) -> dict[str, Any] | None:
     """A Scores object as {metric: (model, baseline)} for the summary (the primary metric first)."""
     if s is None:
         return None
@@ -243,7 +243,7 @@ def score_figures(s: Any) -> dict | None:
     return out
 
 
-def add_prequential(summary: dict, info) -> None:
+def add_prequential(summary: dict[str, Any], info) -> None:
     """The model's prequential scores (each batch predicted just before it was learned) beside
     the baseline (each task's own single-task model), as the service reports them."""
     preq = getattr(info, "prequential", None)
@@ -253,7 +253,9 @@ def add_prequential(summary: dict, info) -> None:
         summary["prequential_window"] = preq.window
 
 
-def add_evaluation(summary: dict, c: Client, model: str, n_tasks: int, wait: float = 60.0, stall: float = 5.0) -> None:
+def add_evaluation(
+    summary: dict[str, Any], c: Client, model: str, n_tasks: int, wait: float = 60.0, stall: float = 5.0
+) -> None:
     """Scores on the held-out rows (pooled over the tasks), and the transfer figures.
 
     The service computes the accuracy matrix's rows (one per new task) in the background,
@@ -293,7 +295,7 @@ def add_evaluation(summary: dict, c: Client, model: str, n_tasks: int, wait: flo
     summary["evaluation"] = pooled
 
 
-def metrics_text(s: dict, prefix: str = "") -> str:
+def metrics_text(s: dict[str, Any], prefix: str = "") -> str:
     return ", ".join(
         f"{m} {s[prefix + m]:.4g}"
         for m in ("rmse", "mae", "log_loss", "accuracy", "auc")
@@ -301,7 +303,7 @@ def metrics_text(s: dict, prefix: str = "") -> str:
     )
 
 
-def print_summary(s: dict) -> None:
+def print_summary(s: dict[str, Any]) -> None:
     out = [
         f"replayed {s['file']} into model {s['model']!r} at {s['url']}"
         f" ({'created, ' if s['created'] else ''}{s['kind']}) in {s['seconds']} s"

@@ -48,17 +48,20 @@ async def model_name(name: ModelName) -> str:
 
 
 async def get_settings(request: Request) -> Settings:
-    return request.app.state.settings
+    settings: Settings = request.app.state.settings
+    return settings
 
 
 async def get_registry(request: Request) -> ModelRegistry:
-    return request.app.state.models
+    registry: ModelRegistry = request.app.state.models
+    return registry
 
 
 def hosted(request: Request, name: str | None) -> HostedModel:
     """The model ``name`` (``None``: the default model) of this app's registry."""
     if name is None:
-        return request.app.state.model
+        default: HostedModel = request.app.state.model
+        return default
     registry: ModelRegistry = request.app.state.models
     if not _NAME.match(name):
         # Never cached, never used: the route's validation of {name} (service.api.deps.model_name)
@@ -118,6 +121,7 @@ def rows_of(model: HostedModel, settings: Settings, batch: Batch, learn: bool = 
         else:
             X, _ = rows.prediction_rows(model, model.reader.snapshot(), batch.records, batch.text_cells)
     else:
+        assert batch.X is not None  # a batch holds X or records
         X = batch.X
         rows.checked_x_width(model, rows.settings_of(model), map(len, X))
     check_size(settings, len(X), map(len, X))

@@ -39,7 +39,7 @@ class JsonRequest(Request):
 class JsonRoute(APIRoute):
     """An ``APIRoute`` whose endpoint gets a :class:`JsonRequest`."""
 
-    def get_route_handler(self) -> Callable:
+    def get_route_handler(self) -> Callable[..., Any]:
         handler = super().get_route_handler()
 
         async def json_route_handler(request: Request) -> Response:

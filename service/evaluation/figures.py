@@ -45,7 +45,9 @@ def _reads(engine: Engine) -> Engine:
     return engine.execution_options(isolation_level="AUTOCOMMIT")
 
 
-def task_figures(engine: Engine, name: str, task_id: str, kind: str) -> tuple[dict | None, dict | None]:
+def task_figures(
+    engine: Engine, name: str, task_id: str, kind: str
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """(cumulative prequential, current evaluation score) of one task."""
     with _reads(engine).connect() as conn:
         sums = store.task_sums(conn, name, task_id)

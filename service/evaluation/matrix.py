@@ -25,6 +25,7 @@ from service.evaluation.worker import Foreground, MatrixWorker
 from service.store.watch import notify
 
 if TYPE_CHECKING:
+    from service.store.prepared import Prepared
     from service.store.reads import ModelReader
 
 # "service.evaluation": the logger name is part of each of its log lines (their "logger" field).
@@ -47,14 +48,14 @@ class AccuracyMatrix:
         self._guard = threading.Lock()
         #: (model created_at, version) of the matrix rows this process has queued or is computing
         self._claimed: set[tuple[Any, int]] = set()
-        self._futures: set[Future] = set()
+        self._futures: set[Future[Any]] = set()
 
     def claim(self, created: Any, version: int) -> None:
         """The row of ``version`` (of the model created at ``created``) is this process's to compute."""
         with self._guard:
             self._claimed.add((created, version))
 
-    def recover(self, conn: Connection, p, created: Any, sets: dict[str, EvaluationSet]) -> MatrixJob | None:
+    def recover(self, conn: Connection, p: Prepared, created: Any, sets: dict[str, EvaluationSet]) -> MatrixJob | None:
         """The job of a due accuracy-matrix row this commit can compute again, or None.
 
         A row still due that this process is not computing was lost (its process died after the
@@ -108,7 +109,7 @@ class AccuracyMatrix:
             self._futures.add(future)
         future.add_done_callback(self._finished)
 
-    def _finished(self, future: Future) -> None:
+    def _finished(self, future: Future[Any]) -> None:
         with self._guard:
             self._futures.discard(future)
 
@@ -118,7 +119,7 @@ class AccuracyMatrix:
             futures = list(self._futures)
         return not wait_futures(futures, timeout).not_done
 
-    def _rows(self, job: MatrixJob, done) -> None:
+    def _rows(self, job: MatrixJob, done: Callable[[Transfer], None] | None) -> None:
         for j in (*job.also, job):
             try:
                 figures = self.store_row(j)

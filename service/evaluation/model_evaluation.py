@@ -34,12 +34,14 @@ from service.evaluation.matrix import AccuracyMatrix
 from service.evaluation.scores import Transfer, add_sums, figures_of, reservoir, score_rows, scores, stored, to_json
 from service.evaluation.worker import Foreground, MatrixWorker
 from service.models.lifecycle import current_for_write
+from service.store.commit import Commit, CommitParticipant
+from service.store.prepared import Prepared
 from service.store.watch import notify
 
 if TYPE_CHECKING:
+    from service.config import Settings
     from service.hosting import HostedModel
-    from service.store.commit import Commit
-    from service.store.reads import ModelReader
+    from service.store.reads import ModelReader, Snapshot
 
 # "service.store": the logger name is part of each of its log lines (their "logger" field).
 log = logging.getLogger("service.store")
@@ -55,7 +57,7 @@ class EvaluationSettings:
     matrix: bool = True
 
     @classmethod
-    def of(cls, settings) -> EvaluationSettings:
+    def of(cls, settings: Settings) -> EvaluationSettings:
         return cls(
             int(settings.EVALUATION_MAX_ROWS),
             int(settings.EVALUATION_RESCORE),
@@ -64,13 +66,13 @@ class EvaluationSettings:
         )
 
 
-def _freshness(entry: dict | None, pending: int = -1) -> int:
+def _freshness(entry: dict[str, Any] | None, pending: int = -1) -> int:
     """The version a task's current score is of, or will be once a rescoring of this process
     under way stores it (``pending``)."""
-    return max((entry or {}).get("version", -1), pending)
+    return max(int((entry or {}).get("version", -1)), pending)
 
 
-class ModelEvaluation:
+class ModelEvaluation(CommitParticipant[Prepared]):
     """The evaluation of one stored model in one process: a cache of its evaluation sets (by
     the revision of ``evaluation_state``), its part in each commit, the rescoring after it and
     the posts of evaluation rows; its accuracy matrix's rows are :attr:`matrix`'s. ``reader``:
@@ -111,11 +113,11 @@ class ModelEvaluation:
             return sets
 
     # ------------------------------------------------------------------ in the commit
-    def in_commit(self, conn: Connection, commit: Commit) -> None:
+    def in_commit(self, conn: Connection, commit: Commit[Prepared]) -> None:
         """In the update's commit transaction: :meth:`in_commits` of one update."""
         self.in_commits(conn, [commit])
 
-    def in_commits(self, conn: Connection, commits: list[Commit]) -> None:
+    def in_commits(self, conn: Connection, commits: list[Commit[Prepared]]) -> None:
         """In the commit transaction of consecutive updates (one, or a group in version order),
         after the version compare-and-set: for each, choose the evaluation sets to rescore after
         the commit (the learned task's and the oldest others, passing over those this process is
@@ -135,12 +137,14 @@ class ModelEvaluation:
         overall = state["overall"] if state else None  # as stored (JSON)
         due = bool(state and state["n_due"])
         # task id -> [stored sums (JSON) or None: no row, whether the row exists, batches added]
-        tasks: dict[str, list] = {}
+        tasks: dict[str, list[Any]] = {}
         scored = {c.prepared.task_id for c in commits if c.prepared.prequential is not None}
         if scored:
             known = store.tasks_sums(conn, self.name, sorted(scored - {first.task_id}))  # {} for none
             if first.task_id in scored:
-                known[first.task_id] = state["task_sums"] if state else store.task_sums(conn, self.name, first.task_id)
+                stored_sums = state["task_sums"] if state else store.task_sums(conn, self.name, first.task_id)
+                if stored_sums is not None:
+                    known[first.task_id] = stored_sums
             tasks = {t: [known.get(t), known.get(t) is not None, 0] for t in scored}
         logs, dues = [], []
         for commit in commits:
@@ -272,12 +276,13 @@ class ModelEvaluation:
                         del self._pending[t]
 
     # ------------------------------------------------------------------ evaluation rows
-    def add_rows(self, snap, task_id: str, X, y, d: int | None = None) -> dict[str, Any]:
+    def add_rows(self, snap: Snapshot, task_id: str, X: Any, y: Any, d: int | None = None) -> dict[str, Any]:
         """Store labelled rows as ``task_id``'s evaluation set (the caller holds the model's
         update lock; ``snap``: its stored version). The batch's checks: :class:`core.InputError`
         (422) and nothing written. Returns the body of :class:`fcl3.schemas.EvaluationRowsOut`."""
         learner = snap.learner
         kind = learner.kind
+        width: int | None
         if learner.is_fitted:
             width = learner.n_features_in_
         else:

@@ -113,7 +113,7 @@ class ClassificationSums:
     def scores(self) -> dict[str, Any]:
         """The Scores JSON (:class:`fcl3.schemas.ClassificationScores`)."""
         n = self.n
-        out = {
+        out: dict[str, Any] = {
             "n": n,
             "log_loss": self.ll / n,
             "accuracy": self.hit / n,
@@ -131,14 +131,14 @@ class ClassificationSums:
 Sums = RegressionSums | ClassificationSums
 
 
-def stored(kind: str, data: dict | None) -> Sums | None:
+def stored(kind: str, data: dict[str, Any] | None) -> Sums | None:
     """Sums from their stored JSON (:meth:`RegressionSums.to_json`, ...); None stays None."""
     if data is None:
         return None
     return RegressionSums(**data) if kind == "regression" else ClassificationSums(**data)
 
 
-def to_json(sums: Sums | None) -> dict | None:
+def to_json(sums: Sums | None) -> dict[str, Any] | None:
     return None if sums is None else sums.to_json()
 
 
@@ -152,7 +152,7 @@ def batch_sums(kind: str, y: np.ndarray, out: np.ndarray, base: np.ndarray) -> S
         return RegressionSums(n, float(e @ e), float(np.abs(e).sum()), float(b @ b), float(np.abs(b).sum()))
     pos = y == 1.0
 
-    def ll(score):
+    def ll(score: np.ndarray) -> float:
         p = np.clip(sigmoid(score), EPS, 1.0 - EPS)
         return float(-(np.log(p[pos]).sum() + np.log1p(-p[~pos]).sum()))
 
@@ -167,10 +167,12 @@ def add_sums(a: Sums | None, b: Sums | None) -> Sums | None:
     """Sums of two sets of batches (without AUCs: they are not additive). Sums are finite: when
     adding ``b`` would overflow, ``b`` is left out (its rows stay unscored in the total, ``n``
     says which rows count), as a batch whose own sums overflow is never scored."""
-    if a is None or b is None:
-        return None if a is None and b is None else (b if a is None else a).plain()
+    if a is None:
+        return None if b is None else b.plain()
+    if b is None:
+        return a.plain()
     with np.errstate(over="ignore"):
-        total = a + b
+        total: Sums = a + b  # type: ignore[operator]  # sums of one model: of one kind
     return total if total.finite() else a.plain()
 
 
@@ -202,7 +204,7 @@ def score_rows(learner: core.LifelongLearner, task_id: str, X: np.ndarray, y: np
     return sums
 
 
-def prequential(learner: core.LifelongLearner, task_id: str, X, y) -> Sums | None:
+def prequential(learner: core.LifelongLearner, task_id: str, X: Any, y: Any) -> Sums | None:
     """The batch's prequential sums against ``learner`` as it stood before the batch (the
     served snapshot); ``None`` for a task it has not learned (a new task's first batch)."""
     if task_id not in getattr(learner, "tasks_", {}):
@@ -224,7 +226,7 @@ def served_outputs(learner: core.LifelongLearner, task_id: str, X: np.ndarray) -
     return np.asarray(score, dtype=float), np.where(np.isfinite(base), base, np.nan)
 
 
-def served_sums(kind: str, task_id: str, y, out: np.ndarray, base: np.ndarray) -> Sums | None:
+def served_sums(kind: str, task_id: str, y: Any, out: np.ndarray, base: np.ndarray) -> Sums | None:
     """The prequential sums of a batch from the outputs its rows were served when they were
     predicted (:func:`served_outputs`), not from a recomputation; ``None`` when they cannot be
     scored (a baseline that overflowed, errors too large for float64), as :func:`score_rows`."""
@@ -241,7 +243,7 @@ def served_sums(kind: str, task_id: str, y, out: np.ndarray, base: np.ndarray) -
 MATRIX_METRIC = {"regression": ("rmse", False), "classification": ("accuracy", True)}
 
 
-def matrix_entry(kind: str, s: dict | None) -> tuple[float | None, float | None]:
+def matrix_entry(kind: str, s: dict[str, Any] | None) -> tuple[float | None, float | None]:
     """(model, baseline) value of the matrix metric from a Scores JSON."""
     if not s:
         return None, None
@@ -260,7 +262,7 @@ class MatrixRow:
     baseline: dict[str, float | None]
 
     @classmethod
-    def stored(cls, task_id: str, entries: dict[str, list]) -> MatrixRow:
+    def stored(cls, task_id: str, entries: dict[str, list[Any]]) -> MatrixRow:
         """From an ``evaluation_log.matrix`` value (task id -> [metric, baseline])."""
         return cls(task_id, {t: v[0] for t, v in entries.items()}, {t: v[1] for t, v in entries.items()})
 
@@ -277,7 +279,7 @@ class Transfer:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
-    def of(cls, stored: dict | None) -> Transfer:
+    def of(cls, stored: dict[str, Any] | None) -> Transfer:
         """The figures kept in ``evaluation_state.matrix``."""
         return cls(**{f.name: (stored or {}).get(f.name) for f in fields(cls)})
 
@@ -298,12 +300,14 @@ def transfer(tasks: list[str], rows: list[MatrixRow], higher_is_better: bool) ->
     """
     s = 1.0 if higher_is_better else -1.0
     T = len(rows)
-    bwt, fgt, fwt = [], [], []
+    bwt: list[float] = []
+    fgt: list[float] = []
+    fwt: list[float] = []
     if T == 0:
         return Transfer()
     first: dict[str, int] = {}
-    for i, r in enumerate(rows):
-        first.setdefault(r.task_id, i)
+    for k, r in enumerate(rows):
+        first.setdefault(r.task_id, k)
     last = rows[-1].scores
     for j in tasks:
         i = first.get(j)
@@ -315,17 +319,17 @@ def transfer(tasks: list[str], rows: list[MatrixRow], higher_is_better: bool) ->
             base = rows[i].baseline.get(j)
             if i >= 1 and diag is not None and base is not None:
                 fwt.append(s * (diag - base))
-        earlier = [s * rows[k].scores[j] for k in range(T - 1) if rows[k].scores.get(j) is not None]
+        earlier = [s * v for k in range(T - 1) if (v := rows[k].scores.get(j)) is not None]
         if final is not None and earlier:
             fgt.append(max(earlier) - s * final)
 
-    def mean(v):
+    def mean(v: list[float]) -> float | None:
         return float(np.mean(v)) if v else None
 
     return Transfer(mean(bwt), mean(fgt), mean(fwt))
 
 
-def figures_of(matrix_state: dict | None) -> dict[str, float | None]:
+def figures_of(matrix_state: dict[str, Any] | None) -> dict[str, float | None]:
     """The transfer figures kept in ``evaluation_state.matrix``, as the API's fields."""
     return Transfer.of(matrix_state).as_dict()
 
@@ -342,7 +346,7 @@ def reservoir(
     """The kept rows after ``X, y`` arrive: all of them up to ``cap``, then a uniform sample of
     every row received (the engine's Algorithm R, :meth:`core.state.TaskRows.merged`), drawn
     from a seed of the task id and the rows seen, so the same posts give the same rows."""
-    if X_kept is None:
+    if X_kept is None or y_kept is None:
         X_kept, y_kept = X[:0], y[:0]
     rng = np.random.default_rng([zlib.crc32(task_id.encode()), n_seen])
     kept = TaskRows(X_kept, y_kept, n_seen).merged(TaskRows(X, y, X.shape[0]), cap, rng)

@@ -7,10 +7,11 @@ Every statement is built once: the SET clause comes from the parameters given to
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, Result, RowMapping, bindparam, delete, func, insert, select, update
 
 from service.store.tables import due_t, log_t, models_t, preq_t, sets_t, state_t
 
@@ -64,7 +65,7 @@ LOCK_SCORES = (
 UPDATE_SCORES = update(state_t).where(state_t.c.model_name == bindparam("w_model"))
 
 
-def state(conn: Connection, name: str, lock: bool = False):
+def state(conn: Connection, name: str, lock: bool = False) -> RowMapping | None:
     """The model's ``evaluation_state`` row; with ``lock``, locked for this transaction first
     (a no-op ``UPDATE``: PostgreSQL's row lock, and SQLite's write lock taken *before* the
     read, so no other writer commits between the read and this transaction's write)."""
@@ -73,11 +74,11 @@ def state(conn: Connection, name: str, lock: bool = False):
     return conn.execute(select(state_t).where(state_t.c.model_name == name)).mappings().first()
 
 
-def task_sums(conn: Connection, name: str, task_id: str) -> dict | None:
+def task_sums(conn: Connection, name: str, task_id: str) -> dict[str, Any] | None:
     return conn.execute(select(preq_t.c.sums).where(preq_t.c.model_name == name, preq_t.c.task_id == task_id)).scalar()
 
 
-def tasks_sums(conn: Connection, name: str, task_ids: list[str]) -> dict[str, dict]:
+def tasks_sums(conn: Connection, name: str, task_ids: list[str]) -> dict[str, dict[str, Any]]:
     """The stored prequential sums of those of ``task_ids`` that have a row."""
     if not task_ids:
         return {}
@@ -88,7 +89,7 @@ def tasks_sums(conn: Connection, name: str, task_ids: list[str]) -> dict[str, di
     )
 
 
-def sets(conn: Connection, name: str, after_revision: int | None = None):
+def sets(conn: Connection, name: str, after_revision: int | None = None) -> Result[Any]:
     """The model's evaluation sets (those written after ``after_revision`` only, if given)."""
     q = select(sets_t.c.task_id, sets_t.c.X, sets_t.c.y, sets_t.c.n_received).where(sets_t.c.model_name == name)
     if after_revision is not None:
@@ -127,7 +128,7 @@ def created_at(conn: Connection, name: str) -> Any:
     return conn.execute(select(models_t.c.created_at).where(models_t.c.name == name)).scalar()
 
 
-def store_matrix_row(conn: Connection, name: str, version: int, task_id: str, entries: dict) -> bool:
+def store_matrix_row(conn: Connection, name: str, version: int, task_id: str, entries: dict[str, Any]) -> bool:
     """Store ``version``'s accuracy-matrix row unless it is stored already (the first wins)."""
     res = conn.execute(
         update(log_t)
@@ -139,7 +140,7 @@ def store_matrix_row(conn: Connection, name: str, version: int, task_id: str, en
     return res.rowcount == 1
 
 
-def matrix_rows(conn: Connection, name: str):
+def matrix_rows(conn: Connection, name: str) -> Sequence[Any]:
     """(version, task_id, matrix) of every stored accuracy-matrix row, by version."""
     return conn.execute(
         select(log_t.c.version, log_t.c.task_id, log_t.c.matrix)
@@ -156,7 +157,7 @@ def insert_state(conn: Connection, name: str, **values: Any) -> None:
     conn.execute(insert(state_t).values(model_name=name, **values))
 
 
-def one_set(conn: Connection, name: str, task_id: str):
+def one_set(conn: Connection, name: str, task_id: str) -> Any:
     return conn.execute(
         select(sets_t.c.X, sets_t.c.y, sets_t.c.n_received).where(
             sets_t.c.model_name == name, sets_t.c.task_id == task_id
@@ -175,15 +176,15 @@ def count_sets(conn: Connection, name: str) -> int:
     return len(conn.execute(select(sets_t.c.task_id).where(sets_t.c.model_name == name)).all())
 
 
-def overall(conn: Connection, name: str) -> dict | None:
+def overall(conn: Connection, name: str) -> dict[str, Any] | None:
     return conn.execute(select(state_t.c.overall).where(state_t.c.model_name == name)).scalar()
 
 
-def current_scores(conn: Connection, name: str) -> dict | None:
+def current_scores(conn: Connection, name: str) -> dict[str, Any] | None:
     return conn.execute(select(state_t.c.scores).where(state_t.c.model_name == name)).scalar()
 
 
-def recent_batches(conn: Connection, name: str, window: int):
+def recent_batches(conn: Connection, name: str, window: int) -> list[dict[str, Any]]:
     """The sums of the ``window`` latest scored batches."""
     return [
         b
@@ -196,13 +197,13 @@ def recent_batches(conn: Connection, name: str, window: int):
     ]
 
 
-def set_sizes(conn: Connection, name: str):
+def set_sizes(conn: Connection, name: str) -> Sequence[Any]:
     return conn.execute(
         select(sets_t.c.task_id, sets_t.c.n_received, sets_t.c.y).where(sets_t.c.model_name == name)
     ).all()
 
 
-def series(conn: Connection, name: str, limit: int):
+def series(conn: Connection, name: str, limit: int) -> Sequence[Any]:
     """The ``limit`` latest log rows' prequential sums, newest first."""
     return conn.execute(
         select(log_t.c.version, log_t.c.task_id, log_t.c.new_task, log_t.c.batch, log_t.c.overall, log_t.c.event)
@@ -213,7 +214,7 @@ def series(conn: Connection, name: str, limit: int):
 
 
 # ----------------------------------------------------------------------------- a take-back (service.take_back)
-def scored_batches(conn: Connection, name: str) -> list:
+def scored_batches(conn: Connection, name: str) -> Sequence[Any]:
     """Every log row with a batch's sums, in version order: ``(version, task_id, batch)``."""
     return conn.execute(
         select(log_t.c.version, log_t.c.task_id, log_t.c.batch)
@@ -227,7 +228,9 @@ def unscore(conn: Connection, name: str, version: int) -> None:
     conn.execute(update(log_t).where(log_t.c.model_name == name, log_t.c.version == version).values(batch=None))
 
 
-def write_task_sums(conn: Connection, name: str, task_id: str, sums: dict | None, n_batches: int, at) -> None:
+def write_task_sums(
+    conn: Connection, name: str, task_id: str, sums: dict[str, Any] | None, n_batches: int, at: datetime
+) -> None:
     """A task's prequential sums recomputed (None: no scored batch left, the row goes)."""
     where = (preq_t.c.model_name == name, preq_t.c.task_id == task_id)
     if sums is None:

@@ -31,7 +31,7 @@ class Foreground:
     seconds at least), and a new task's update that waits for the backlog (lock released,
     not counted here) never waits on itself."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._running = 0
         self._changed = threading.Condition(threading.Lock())
 
@@ -45,7 +45,7 @@ class Foreground:
             self._running += 1
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         with self._changed:
             self._running -= 1
             if not self._running:
@@ -65,7 +65,7 @@ class MatrixWorker:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fcl3-matrix")
         self._slots = threading.BoundedSemaphore(max_backlog)
 
-    def submit(self, fn: Callable[..., Any], *args: Any, wait: float = 60.0) -> Future:
+    def submit(self, fn: Callable[..., Any], *args: Any, wait: float = 60.0) -> Future[Any]:
         """Run ``fn(*args)`` in the background; waits up to ``wait`` seconds for a free slot of
         the backlog (then queues it anyway: the caller's answer is never held longer)."""
         slot = self._slots.acquire(timeout=wait)

@@ -24,7 +24,7 @@ class StreamSlots:
     """The open event streams of one process, counted per key (an API key's digest, or a
     client address when the API is open)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._open: dict[str, int] = {}
         self._lock = threading.Lock()
 
@@ -58,7 +58,7 @@ class Hub:
     """The streams of one process, by model name: who to wake up when a model may have changed
     (and :attr:`slots`, how many are open per key)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._subs: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}
         self._lock = threading.Lock()
         self.closed = False
@@ -70,7 +70,7 @@ class Hub:
             self._subs.setdefault(name, set()).add(sub)
         return sub
 
-    def unsubscribe(self, name: str, sub) -> None:
+    def unsubscribe(self, name: str, sub: tuple[asyncio.AbstractEventLoop, asyncio.Event]) -> None:
         with self._lock:
             subs = self._subs.get(name)
             if subs is not None:

@@ -41,15 +41,17 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import anyio
 from sqlalchemy import Engine, func, select
 from sse_starlette import ServerSentEvent
 
 from service.evaluation.scores import figures_of
 from service.events.hub import Hub
 from service.store.tables import log_t, models_t, sets_t, state_t
+from service.store.watch import Watch
 
 #: Log rows read per query while catching up.
 PAGE = 500
@@ -86,7 +88,7 @@ class Feed:
             ).first()
         return version, (int(row.revision), int((row.matrix or {}).get("rows", 0))) if row else (0, 0)
 
-    def after(self, version: int) -> list:
+    def after(self, version: int) -> Sequence[Any]:
         with self.engine.connect() as conn:
             return conn.execute(
                 select(log_t.c.version, log_t.c.event, log_t.c.evaluation)
@@ -115,7 +117,12 @@ class Feed:
 
 
 async def stream(
-    feed: Feed, hub: Hub, watch, last_event_id: str | None, max_seconds: float | None = None, shutdown=None
+    feed: Feed,
+    hub: Hub,
+    watch: Watch | None,
+    last_event_id: str | None,
+    max_seconds: float | None = None,
+    shutdown: anyio.Event | None = None,
 ) -> AsyncIterator[ServerSentEvent]:
     """The events of ``feed``'s model from ``last_event_id`` (or from now), until the client
     leaves, ``max_seconds`` pass, the model is deleted or the server shuts down (``shutdown``:

@@ -33,10 +33,10 @@ import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sqlalchemy import BigInteger, Connection, Engine, cast, delete, func, insert, select, text, update
+from sqlalchemy import BigInteger, ColumnElement, Connection, Engine, cast, delete, func, insert, select, text, update
 
 import core
 from core.preprocessing import as_matrix
@@ -44,8 +44,13 @@ from fcl3.schemas import PREDICTION_ID_PATTERN
 from service.evaluation.scores import served_outputs
 from service.refusals import Refused
 from service.store.commit import Commit, CommitParticipant
+from service.store.prepared import Prepared
 from service.store.tables import batches_t, remembered_t
 from service.store.writes import StaleWrite
+
+if TYPE_CHECKING:
+    from service.hosting import HostedModel
+    from service.store.reads import Snapshot
 
 #: A prediction id: its expiry (ms since the epoch, hex), a dash, 16 random hex digits.
 _ID = re.compile(PREDICTION_ID_PATTERN)
@@ -57,7 +62,7 @@ CHUNK = 500
 PENDING, LABELLED, DROPPED = "p", "l", "d"
 
 
-def db_ms(dialect: str):
+def db_ms(dialect: str) -> ColumnElement[int]:
     """The database's clock in milliseconds since the epoch, as SQL."""
     if dialect == "sqlite":
         return cast((func.julianday("now") - 2440587.5) * 86400000.0, BigInteger)
@@ -173,7 +178,7 @@ class RememberedPredictions:
                     text("SELECT pg_advisory_xact_lock(:space, hashtext(:m))"),
                     {"space": REMEMBER_SPACE, "m": self.name},
                 )
-            now = int(conn.execute(select(db_ms(self.dialect))).scalar())
+            now = int(conn.execute(select(db_ms(self.dialect))).scalar_one())
             conn.execute(delete(t).where(t.c.model_name == self.name, t.c.expires_ms <= now))
             expires = now + max(1, int(ttl * 1000))
             ids = [_new_id(expires) for _ in range(n)]
@@ -199,7 +204,7 @@ class RememberedPredictions:
             waiting = conn.execute(
                 select(func.count()).select_from(t).where(t.c.model_name == self.name, t.c.state == PENDING)
             ).scalar()
-            excess = int(waiting) - cap
+            excess = int(waiting or 0) - cap
             if excess > 0:
                 mine = set(ids)
                 oldest = conn.execute(
@@ -225,19 +230,20 @@ class RememberedPredictions:
         t = remembered_t
         rows: dict[str, Any] = {}
         with self.engine.connect() as conn:
-            now = int(conn.execute(select(db_ms(self.dialect))).scalar())
+            now = int(conn.execute(select(db_ms(self.dialect))).scalar_one())
             for k in range(0, len(ids), CHUNK):
                 for r in conn.execute(
                     select(*_COLS).where(t.c.model_name == self.name, t.c.prediction_id.in_(list(ids[k : k + CHUNK])))
                 ):
                     rows[r.prediction_id] = r
-        unknown, gone = [], []
+        unknown: list[str] = []
+        gone: list[str] = []
         for i in ids:
-            r = rows.get(i)
-            if r is None:
+            found = rows.get(i)
+            if found is None:
                 expiry = expiry_of(i)
                 (gone if expiry is not None and expiry <= now else unknown).append(i)
-            elif r.state == DROPPED or r.expires_ms <= now:
+            elif found.state == DROPPED or found.expires_ms <= now:
                 gone.append(i)
         if unknown:
             raise UnknownPredictions(
@@ -355,7 +361,7 @@ class RememberedPredictions:
 
 # ----------------------------------------------------------------------------- in the write path
 @dataclass
-class LabelBatch(CommitParticipant):
+class LabelBatch(CommitParticipant[Prepared]):
     """One label request on its way through :func:`service.learning.updates.learn_batch`: loaded under
     the update lock (:meth:`load`), marked labelled by the batch's commit (:meth:`in_commit`)."""
 
@@ -369,11 +375,11 @@ class LabelBatch(CommitParticipant):
         self.rows = self.store.load(self.ids)
         return self.rows.task_id, self.rows.X, self.y, (self.rows.output, self.rows.baseline)
 
-    def in_commit(self, conn: Connection, commit: Commit) -> None:
+    def in_commit(self, conn: Connection, commit: Commit[Prepared]) -> None:
         self.store.mark_labelled(conn, self.ids, commit.version)
 
 
-def remember_rows(model, task_id: str, X, snap, ttl: float, cap: int) -> list[str]:
+def remember_rows(model: HostedModel, task_id: str, X: Any, snap: Snapshot, ttl: float, cap: int) -> list[str]:
     """Remember rows ``X`` of ``task_id`` just predicted from ``snap``: their ids."""
     learner = snap.learner
     Xm = as_matrix(X, learner.n_features_in_)

@@ -33,7 +33,7 @@ What a request does around it (its answer, its log line, the evaluation after th
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from service import metrics
 from service.learning.prepare import prepare
@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 #: included: its time under the update lock stays far below ``LOCK_TTL`` and its first batch is
 #: not answered much later than alone.
 MAX_GROUP = 64
+
+#: What became of a batch of a group: (its prepared update, its version, None), or (None, None, its refusal).
+Outcome = tuple["Prepared | None", int | None, BaseException | None]
 
 
 def submit(model: HostedModel, item: Queued) -> None:
@@ -88,7 +91,7 @@ def _lead(model: HostedModel, q: WriteQueue, me: Queued) -> None:
     batches queued by then and those that join while they are learned, learned and committed;
     each batch's outcome, after the release."""
     group: list[Queued] = []
-    outcome: dict[Queued, tuple[Prepared | None, int | None, BaseException | None]] = {}
+    outcome: dict[Queued, Outcome] = {}
     error: BaseException | None = None
     try:
         with model.locks.hold(model.name, wait=max(me.deadline - time.perf_counter(), 0.0)), model.shared.foreground:
@@ -113,14 +116,16 @@ def _lead(model: HostedModel, q: WriteQueue, me: Queued) -> None:
         q.finish(item, prepared, version, err)
 
 
-def _learn_group(model: HostedModel, group: list[Queued], outcome: dict, joins: WriteQueue | None = None) -> None:
+def _learn_group(
+    model: HostedModel, group: list[Queued], outcome: dict[Queued, Outcome], joins: WriteQueue | None = None
+) -> None:
     """Under the update lock: learn ``group`` in order on the stored version and commit the
     batches that were learned in one transaction; ``outcome[item]`` = (prepared, version, None)
     or (None, None, the error that refused it). ``joins``: the queue whose batches that arrive
     meanwhile join ``group`` (appended to it) before its last batch is learned. An error of the
     whole group (the database, a stale version) is raised."""
     snap = current_for_write(model)
-    ready: list[tuple[Queued, Prepared, list]] = []
+    ready: list[tuple[Queued, Prepared, list[Any]]] = []
     i = 0
     while i < len(group):
         item = group[i]
@@ -137,7 +142,7 @@ def _learn_group(model: HostedModel, group: list[Queued], outcome: dict, joins: 
             if item.claim is not None:
                 model.keys.verify(item.claim)  # Replayed / KeyInFlight: another request has the key
             task_id, X, y, served = item.task_id, item.X, item.y, None
-            parts: list = [model.evaluation]
+            parts: list[Any] = [model.evaluation]
             if item.labels is not None:
                 task_id, X, y, served = item.labels.load()  # LabelRefused: nothing happened
                 parts.append(item.labels)

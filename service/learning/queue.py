@@ -40,7 +40,7 @@ class WriteQueue:
     request that leads takes the update lock and commits what is queued in one transaction;
     :mod:`service.learning.group_commit`). Only a data structure: ``cond`` guards it."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.cond = threading.Condition()
         self.items: list[Queued] = []
         self.leading = False  # a request of this process is leading a group of this model

@@ -77,6 +77,7 @@ def ensure_created(model: HostedModel) -> None:
     if model.reader.stored_version() is not None:
         return
     s = model.writer.model_settings
+    assert s is not None  # the default model's settings (only it is created by its first write)
     try:
         model.writer.create(NewModel(make_learner(s), s))
     except ModelExists:
@@ -139,7 +140,7 @@ def export_model(model: HostedModel) -> tuple[bytes, int]:
     return state_files.to_npz(snap.learner.get_state(), service), snap.version
 
 
-def import_model(model: HostedModel, data: bytes) -> None:
+def import_model(model: HostedModel, data: state_files.Source) -> None:
     """Create ``model`` from the bytes of an exported ``.npz`` file. Everything is checked
     before anything is stored: a bad file is :class:`core.InputError` (422) with the reason."""
     try:
@@ -180,8 +181,9 @@ def import_model(model: HostedModel, data: bytes) -> None:
         raise core.InputError(
             f"bad model file: version {version} is above the largest a model may have, {MAX_IMPORTED_VERSION} (2^30)"
         )
-    tasks = service.get("tasks") if isinstance(service.get("tasks"), dict) else {}
-    tasks = {t: _task_counters(tasks.get(t), version) for t in learner.task_ids}
+    stored = service.get("tasks")
+    counted = stored if isinstance(stored, dict) else {}
+    tasks = {t: _task_counters(counted.get(t), version) for t in learner.task_ids}
     summary = service.get("summary") if isinstance(service.get("summary"), dict) else None
     columns = _imported_vocabulary(settings, service.get("vocabulary"), learner)
     model.writer.create(
@@ -241,7 +243,10 @@ def _check_finite(state: core.ModelState) -> None:
 def _task_counters(info: Any, version: int) -> dict[str, Any]:
     info = info if isinstance(info, dict) else {}
     v, n = info.get("version"), info.get("n_batches")
-    ok = lambda x: isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_IMPORTED_VERSION  # noqa: E731
+
+    def ok(x: Any) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_IMPORTED_VERSION
+
     return {
         "version": v if ok(v) and v <= version else version,
         "n_batches": n if ok(n) else 0,

@@ -103,7 +103,7 @@ def to_npz(state: core.ModelState, service: dict[str, Any] | None = None) -> byt
         header["tasks"].append({"id": task_id, "meta": task["meta"], "arrays": names})
     text = json.dumps(header, allow_nan=True, separators=(",", ":"))
     buf = io.BytesIO()
-    np.savez(buf, **{META: np.array(text)}, **arrays)  # np.save(allow_pickle=False) inside: objects refused
+    np.savez(buf, **{META: np.array(text)}, **arrays)  # type: ignore[arg-type]  # np.save(allow_pickle=False) inside: objects refused
     return buf.getvalue()
 
 
@@ -140,6 +140,10 @@ def read_npz(source: Source, max_inflated: int | None = None) -> tuple[core.Mode
             for i, task in enumerate(state.tasks.values()):
                 task["arrays"] = {name: _load(npz, f"t/{i}/{name}") for name in task["arrays"]}
     return state, header.get("service") or {}
+
+
+#: A ``.npy`` header read: the array's shape and dtype.
+_Header = tuple[tuple[int, ...], "np.dtype[Any]"]
 
 
 def inflated_size(source: Source) -> int:
@@ -179,8 +183,8 @@ def _inflated_size(fp: IO[bytes], length: int) -> int:
     limit = MAX_INFLATION * length + 65536
     if sum(i.file_size for i in infos) > limit:
         raise StateFileError(f"the file inflates to more than {limit} bytes: refused")
-    parsed: dict[bytes, tuple[tuple[int, ...], np.dtype]] = {}  # the tasks' entries share a few headers
-    return sum(_entry_size(zf, fp, info, parsed) for info in infos)
+    parsed: dict[bytes, _Header] = {}  # the tasks' entries share a few headers
+    return sum((_entry_size(zf, fp, info, parsed) for info in infos), 0)
 
 
 def _entry_start(zf: zipfile.ZipFile, fp: IO[bytes], info: zipfile.ZipInfo, n: int) -> bytes:
@@ -197,7 +201,12 @@ def _entry_start(zf: zipfile.ZipFile, fp: IO[bytes], info: zipfile.ZipInfo, n: i
     return fp.read(min(n, info.file_size))
 
 
-def _entry_size(zf: zipfile.ZipFile, fp: IO[bytes], info: zipfile.ZipInfo, parsed: dict) -> int:
+def _entry_size(
+    zf: zipfile.ZipFile,
+    fp: IO[bytes],
+    info: zipfile.ZipInfo,
+    parsed: dict[bytes, tuple[tuple[int, ...], np.dtype[Any]]],
+) -> int:
     """The bytes numpy allocates to load one entry: its array's, from the ``.npy`` header, or
     the entry's own size for one that is not an array (numpy returns those as bytes)."""
     fmt = np.lib.format
@@ -226,7 +235,7 @@ def _entry_size(zf: zipfile.ZipFile, fp: IO[bytes], info: zipfile.ZipInfo, parse
         raise StateFileError(f"entry {info.filename!r} is unreadable: {type(exc).__name__}: {exc}") from None
     if dtype.hasobject:
         raise StateFileError(f"entry {info.filename!r} holds Python objects: refused")
-    size = math.prod(int(n) for n in shape) * dtype.itemsize
+    size: int = math.prod(int(n) for n in shape) * dtype.itemsize
     if offset + size > info.file_size:
         raise StateFileError(
             f"entry {info.filename!r} claims {size} bytes of data but holds {max(info.file_size - offset, 0)}"
@@ -239,14 +248,14 @@ def from_npz(source: Source) -> core.ModelState:
     return read_npz(source)[0]
 
 
-def _load(npz, key: str) -> np.ndarray:
+def _load(npz: Any, key: str) -> np.ndarray:
     try:
         a = npz[key]
     except Exception as exc:  # noqa: BLE001 - truncated member, pickled/object array, bad header...
         raise StateFileError(f"entry {key!r} is unreadable: {type(exc).__name__}: {exc}") from None
     if a.dtype.hasobject:
         raise StateFileError(f"entry {key!r} holds Python objects: refused")
-    return a
+    return np.asarray(a)
 
 
 def _no_constant(name: str) -> Any:

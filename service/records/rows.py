@@ -14,7 +14,7 @@ is encoded as all-zero and reported (``unseen``).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +23,7 @@ from service.store.reads import ModelMissing
 
 if TYPE_CHECKING:
     from service.hosting import HostedModel
+    from service.store.reads import Snapshot
 
 
 @lru_cache(maxsize=256)
@@ -66,7 +67,7 @@ def _width(columns: Sequence[Column], wanted: Sequence[Column]) -> int:
     return max((place[c] + 1 for c in wanted), default=0)
 
 
-def _engine_width(snap) -> int:
+def _engine_width(snap: Snapshot) -> int:
     learner = snap.learner
     return int(learner.n_features_in_) if learner.is_fitted else 0
 
@@ -91,7 +92,7 @@ def learning_rows(model: HostedModel, records: list[dict[str, Any]], text: bool 
 
 
 def prediction_rows(
-    model: HostedModel, snap, records: list[dict[str, Any]], text: bool = False
+    model: HostedModel, snap: Snapshot, records: list[dict[str, Any]], text: bool = False
 ) -> tuple[list[list[float]], dict[str, list[str]]]:
     """``records`` to predict with ``snap`` as rows of its engine's width, and the levels its
     engine has never learned (encoded as all-zero), per category."""
@@ -109,7 +110,7 @@ def prediction_rows(
     return encode(schema, columns[:engine] if engine else columns, records)
 
 
-def checked_x_width(model: HostedModel, settings: dict[str, Any] | None, widths) -> None:
+def checked_x_width(model: HostedModel, settings: dict[str, Any] | None, widths: Iterable[int]) -> None:
     """For a model with a schema, rows of numbers (``X``) are its encoded columns: at most as
     many as its vocabulary holds (a wider row would add columns no feature names)."""
     if schema_of(settings) is None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from sqlalchemy import insert, select
+from sqlalchemy import Engine, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from fcl3.records import Column
@@ -35,7 +35,7 @@ class Vocabulary:
     """The columns of one model, cached in the process: a read sees every column the engine has
     learned once :meth:`refresh` ran after the learner's version it predicts with."""
 
-    def __init__(self, engine, name: str):
+    def __init__(self, engine: Engine, name: str):
         self.engine, self.name = engine, name
         self._columns: tuple[Column, ...] | None = None
         self._guard = threading.Lock()

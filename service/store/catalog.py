@@ -27,6 +27,6 @@ def list_models(engine: Engine, offset: int = 0, limit: int = 100) -> tuple[int,
         .limit(limit)
     )
     with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
-        total = conn.execute(select(func.count()).select_from(models_t)).scalar()
+        total = conn.execute(select(func.count()).select_from(models_t)).scalar_one()
         rows = [dict(r) for r in conn.execute(q).mappings()]
     return int(total), rows

@@ -31,7 +31,8 @@ def array_to_bytes(a: np.ndarray) -> bytes:
 
 
 def array_from_bytes(b: bytes) -> np.ndarray:
-    return np.load(io.BytesIO(b), allow_pickle=False)
+    a: np.ndarray = np.load(io.BytesIO(b), allow_pickle=False)
+    return a
 
 
 def pack_arrays(arrays: dict[str, np.ndarray]) -> bytes:

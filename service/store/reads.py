@@ -22,16 +22,17 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine, bindparam, case, cast, func, null, select, union_all
+from sqlalchemy import ColumnElement, Engine, Label, bindparam, case, cast, func, null, select, union_all
 
 import core
 from service import memory
 from service.store.tables import batches_t, models_t, tasks_t
-from service.store.watch import NoWatch
+from service.store.watch import NoWatch, Watch
 
 MODEL_INFO_COLS = [c for c in models_t.c if c.name != "arrays"]
 _TASK_INFO_COLS = [c for c in tasks_t.c if c.name != "arrays"]
@@ -41,7 +42,7 @@ _TASK_INFO_COLS = [c for c in tasks_t.c if c.name != "arrays"]
 _MODEL_KEY_COLS = [models_t.c.name, models_t.c.version, models_t.c.created_at]
 
 
-def _if_moved(column):
+def _if_moved(column: ColumnElement[Any]) -> Label[Any]:
     """``column`` when the model row's version is past ``w_since``, else NULL (not sent)."""
     return case((models_t.c.version > bindparam("w_since"), column)).label(column.name)
 
@@ -111,7 +112,7 @@ class ModelReader:
         engine: Engine,
         name: str,
         bulk_engine: Engine | None = None,
-        watch=None,
+        watch: Watch | None = None,
         heap: memory.HeapTrimmer | None = None,
     ):
         """``engine``: small queries (the ``SELECT version``, task listings);
@@ -189,7 +190,7 @@ class ModelReader:
         event loop (:mod:`service.api.routes.predict`)."""
         return self._fresh(self.watch.token(self.name), min_version)
 
-    def _fresh(self, token, min_version: int | None) -> Snapshot | None:
+    def _fresh(self, token: Hashable | None, min_version: int | None) -> Snapshot | None:
         seen = self._seen
         if (
             token is not None
@@ -276,7 +277,7 @@ class ModelReader:
                 self._cache = None  # deleted: keep nothing of it
                 raise ModelMissing(self.name)
             same_model = cached is not None and cached.info.get("created_at") == row["created_at"]
-            if same_model and cached.version == row["version"]:
+            if cached is not None and same_model and cached.version == row["version"]:
                 return cached  # nothing committed since (the row's other columns were not sent)
             if cached is None or (
                 same_model  # not another model of the name
@@ -313,7 +314,7 @@ class ModelReader:
         return snap
 
     def predict(
-        self, task_id: str, X, min_version: int | None = None, snap: Snapshot | None = None
+        self, task_id: str, X: Any, min_version: int | None = None, snap: Snapshot | None = None
     ) -> tuple[list[float], list[float] | None, int]:
         """Predictions (and P(positive class) for classification) of the served version (at
         least ``min_version``: :class:`VersionBehind` if the stored model is not there yet), or
@@ -378,6 +379,6 @@ class ModelReader:
             return [dict(r) for r in conn.execute(q).mappings()]
 
 
-def _take_backs(info) -> int:
+def _take_backs(info: Mapping[str, Any]) -> int:
     """How many batches the model row says were taken back (:mod:`service.take_back`)."""
     return int((info.get("summary") or {}).get("take_backs", 0))

@@ -26,6 +26,7 @@ rows written before, an ``np.savez`` zip, which is read as well.
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import Any
 
 import numpy as np
 from sqlalchemy import (
@@ -42,6 +43,7 @@ from sqlalchemy import (
     UniqueConstraint,
     false,
 )
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
@@ -52,30 +54,30 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class NDArray(TypeDecorator):
+class NDArray(TypeDecorator[np.ndarray]):
     """One numpy array as ``.npy`` bytes (never pickle)."""
 
     impl = LargeBinary
     cache_ok = True
 
-    def process_bind_param(self, value, dialect):
+    def process_bind_param(self, value: np.ndarray | None, dialect: Dialect) -> bytes | None:
         return None if value is None else array_to_bytes(value)
 
-    def process_result_value(self, value, dialect):
+    def process_result_value(self, value: Any, dialect: Dialect) -> np.ndarray | None:
         return None if value is None else array_from_bytes(bytes(value))
 
 
-class NDArrayDict(TypeDecorator):
+class NDArrayDict(TypeDecorator[dict[str, np.ndarray]]):
     """A ``dict[str, ndarray]`` as :func:`pack_arrays` bytes; rows written before (an
     uncompressed ``np.savez`` zip) are read as well. Never pickle."""
 
     impl = LargeBinary
     cache_ok = True
 
-    def process_bind_param(self, value, dialect):
+    def process_bind_param(self, value: dict[str, np.ndarray] | None, dialect: Dialect) -> bytes | None:
         return None if value is None else pack_arrays(value)
 
-    def process_result_value(self, value, dialect):
+    def process_result_value(self, value: Any, dialect: Dialect) -> dict[str, np.ndarray] | None:
         return None if value is None else unpack_arrays(bytes(value))
 
 
@@ -90,13 +92,15 @@ class ModelRow(Base):
     version: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     estimator: Mapped[str] = mapped_column(String(100), nullable=False)
     kind: Mapped[str] = mapped_column(String(32), nullable=False)
-    settings: Mapped[dict] = mapped_column(JSON, nullable=False)  # what the model was created with
-    params: Mapped[dict] = mapped_column(JSON, nullable=False)  # learner.get_params()
-    meta: Mapped[dict] = mapped_column(JSON, nullable=False)  # ModelState.meta, without task_order (tasks.position)
-    arrays: Mapped[dict] = mapped_column(NDArrayDict, nullable=False)  # ModelState.arrays
+    settings: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)  # what the model was created with
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)  # learner.get_params()
+    meta: Mapped[dict[str, Any]] = mapped_column(
+        JSON, nullable=False
+    )  # ModelState.meta, without task_order (tasks.position)
+    arrays: Mapped[dict[str, Any]] = mapped_column(NDArrayDict, nullable=False)  # ModelState.arrays
     format_version: Mapped[int] = mapped_column(Integer, nullable=False)
-    summary: Mapped[dict] = mapped_column(JSON, nullable=False, default=dict)  # representatives etc.
-    origin: Mapped[dict | None] = mapped_column(
+    summary: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict)  # representatives etc.
+    origin: Mapped[dict[str, Any] | None] = mapped_column(
         JSON, nullable=True
     )  # {"fork": {...}} / {"import": {...}}; null: created
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
@@ -115,9 +119,9 @@ class TaskRow(Base):
     #: The task's place in the learner's task order (``ModelState.meta["task_order"]``, which
     #: the model row does not store: it would grow with the tasks and be rewritten by every commit)
     position: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    arrays: Mapped[dict] = mapped_column(NDArrayDict, nullable=False)  # ModelState.tasks[id]["arrays"]
-    meta: Mapped[dict] = mapped_column(JSON, nullable=False)  # ModelState.tasks[id]["meta"]
-    last_update: Mapped[dict] = mapped_column(JSON, nullable=False)  # the last UpdateResult, as JSON
+    arrays: Mapped[dict[str, Any]] = mapped_column(NDArrayDict, nullable=False)  # ModelState.tasks[id]["arrays"]
+    meta: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)  # ModelState.tasks[id]["meta"]
+    last_update: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)  # the last UpdateResult, as JSON
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
 
@@ -180,7 +184,7 @@ class IdempotencyKeyRow(Base):
     request_hash: Mapped[str] = mapped_column(String(64), nullable=False)  # sha256 of task id + batch
     owner: Mapped[str] = mapped_column(String(32), nullable=False)  # the request that holds the claim
     version: Mapped[int | None] = mapped_column(Integer, nullable=True)  # model version it produced
-    response: Mapped[dict | None] = mapped_column(JSON, nullable=True)  # the 200 body; null: running
+    response: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # the 200 body; null: running
     touched_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
 
 
@@ -197,7 +201,7 @@ class PrequentialTaskRow(Base):
     model_name: Mapped[str] = mapped_column(ForeignKey("models.name", ondelete="CASCADE"), primary_key=True)
     task_id: Mapped[str] = mapped_column(String(200), primary_key=True)
     n_batches: Mapped[int] = mapped_column(Integer, nullable=False)  # batches scored
-    sums: Mapped[dict] = mapped_column(JSON, nullable=False)
+    sums: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
 
 
@@ -228,9 +232,15 @@ class EvaluationStateRow(Base):
     model_name: Mapped[str] = mapped_column(ForeignKey("models.name", ondelete="CASCADE"), primary_key=True)
     revision: Mapped[int] = mapped_column(Integer, nullable=False)
     version: Mapped[int] = mapped_column(Integer, nullable=False)
-    scores: Mapped[dict] = mapped_column(JSON, nullable=False)  # task id -> {"version", "scores": Scores JSON}
-    overall: Mapped[dict | None] = mapped_column(JSON(none_as_null=True), nullable=True)  # model-wide prequential sums
-    matrix: Mapped[dict] = mapped_column(JSON, nullable=False)  # task id -> {row, diag, diag_base, best, last}
+    scores: Mapped[dict[str, Any]] = mapped_column(
+        JSON, nullable=False
+    )  # task id -> {"version", "scores": Scores JSON}
+    overall: Mapped[dict[str, Any] | None] = mapped_column(
+        JSON(none_as_null=True), nullable=True
+    )  # model-wide prequential sums
+    matrix: Mapped[dict[str, Any]] = mapped_column(
+        JSON, nullable=False
+    )  # task id -> {row, diag, diag_base, best, last}
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
 
 
@@ -245,17 +255,17 @@ class EvaluationLogRow(Base):
     version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     task_id: Mapped[str] = mapped_column(String(200), nullable=False)
     new_task: Mapped[bool] = mapped_column(Boolean, nullable=False)
-    event: Mapped[dict] = mapped_column(JSON, nullable=False)  # the update event's body (UpdateEvent)
-    batch: Mapped[dict | None] = mapped_column(
+    event: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False)  # the update event's body (UpdateEvent)
+    batch: Mapped[dict[str, Any] | None] = mapped_column(
         JSON(none_as_null=True), nullable=True
     )  # the batch's sums (+ auc); null: not scored
-    overall: Mapped[dict | None] = mapped_column(
+    overall: Mapped[dict[str, Any] | None] = mapped_column(
         JSON(none_as_null=True), nullable=True
     )  # model-wide sums after this version
-    evaluation: Mapped[dict | None] = mapped_column(
+    evaluation: Mapped[dict[str, Any] | None] = mapped_column(
         JSON(none_as_null=True), nullable=True
     )  # EvaluationEvent body; null: no sets
-    matrix: Mapped[dict | None] = mapped_column(
+    matrix: Mapped[dict[str, Any] | None] = mapped_column(
         JSON(none_as_null=True), nullable=True
     )  # task id -> [metric, baseline]; new task only
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
@@ -318,15 +328,15 @@ class FeatureColumnRow(Base):
 
 # ----------------------------------------------------------------------------- the tables, by name
 # Each table's one alias, for the SQL Core statements of every module that reads or writes it.
-models_t = ModelRow.__table__
-tasks_t = TaskRow.__table__
-batches_t = BatchRow.__table__
-take_backs_t = TakeBackRow.__table__
-keys_t = IdempotencyKeyRow.__table__
-preq_t = PrequentialTaskRow.__table__
-sets_t = EvaluationSetRow.__table__
-state_t = EvaluationStateRow.__table__
-log_t = EvaluationLogRow.__table__
-due_t = EvaluationDueRow.__table__
-remembered_t = RememberedPredictionRow.__table__
-columns_t = FeatureColumnRow.__table__
+models_t = Base.metadata.tables[ModelRow.__tablename__]
+tasks_t = Base.metadata.tables[TaskRow.__tablename__]
+batches_t = Base.metadata.tables[BatchRow.__tablename__]
+take_backs_t = Base.metadata.tables[TakeBackRow.__tablename__]
+keys_t = Base.metadata.tables[IdempotencyKeyRow.__tablename__]
+preq_t = Base.metadata.tables[PrequentialTaskRow.__tablename__]
+sets_t = Base.metadata.tables[EvaluationSetRow.__tablename__]
+state_t = Base.metadata.tables[EvaluationStateRow.__tablename__]
+log_t = Base.metadata.tables[EvaluationLogRow.__tablename__]
+due_t = Base.metadata.tables[EvaluationDueRow.__tablename__]
+remembered_t = Base.metadata.tables[RememberedPredictionRow.__tablename__]
+columns_t = Base.metadata.tables[FeatureColumnRow.__tablename__]

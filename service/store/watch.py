@@ -45,7 +45,7 @@ Subscriber = Callable[[str | None], None]
 
 
 class _Subscribers:
-    def __init__(self):
+    def __init__(self) -> None:
         self._callbacks: list[Subscriber] = []
 
     def subscribe(self, callback: Subscriber) -> None:
@@ -103,7 +103,8 @@ class SqliteWatch(_Subscribers):
     def token(self, name: str) -> Hashable | None:
         try:
             with self._lock:
-                return self._cursor.execute("PRAGMA data_version").fetchone()[0]
+                version: int = self._cursor.execute("PRAGMA data_version").fetchone()[0]
+                return version
         except sqlite3.Error:
             return None
 
@@ -172,7 +173,7 @@ class PostgresWatch(_Subscribers):
         self._thread.join(timeout=5)
 
 
-def make_watch(engine: Engine, poll: float = 1.0, connect_timeout: int = 3):
+def make_watch(engine: Engine, poll: float = 1.0, connect_timeout: int = 3) -> NoWatch | SqliteWatch | PostgresWatch:
     """The watch for ``engine``'s database; :class:`NoWatch` when ``poll`` is 0 or the database
     cannot be watched (an in-memory SQLite database, another dialect)."""
     if poll <= 0:
@@ -184,3 +185,7 @@ def make_watch(engine: Engine, poll: float = 1.0, connect_timeout: int = 3):
         dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
         return PostgresWatch(dsn, poll, connect_timeout)
     return NoWatch()
+
+
+#: A version watch, of whichever kind the database allows (:func:`make_watch`).
+Watch = NoWatch | SqliteWatch | PostgresWatch

@@ -111,9 +111,10 @@ _INSERT_BATCH = insert(batches_t)
 class ModelWriter:
     """Writes of the model that ``reader`` reads; a commit becomes the reader's cached snapshot."""
 
-    def __init__(self, reader: ModelReader, model_settings: dict[str, Any]):
+    def __init__(self, reader: ModelReader, model_settings: dict[str, Any] | None):
         """``model_settings``: what the model is created with when its row does not exist
-        (:meth:`service.config.Settings.model_settings`); a stored model keeps its own."""
+        (:meth:`service.config.Settings.model_settings`; None: a model that only ``POST /models``
+        creates); a stored model keeps its own."""
         self.reader = reader
         self.name = reader.name
         self.model_settings = model_settings
@@ -207,22 +208,24 @@ class ModelWriter:
         new_version: int,
         now: datetime,
         not_applied: str,
-        last: Prepared | None = None,
+        last: Prepared | PreparedTakeBack | None = None,
     ) -> None:
         """The model row at ``new_version`` (with ``last``'s state and summary, by default
         ``p``'s), if it is still at ``p.base_version`` (the compare-and-set that guards every
         write), else :class:`StaleWrite`."""
         last = last if last is not None else p
+        state = last.state
+        assert state is not None  # exported by the commit before the model row is written
         res = conn.execute(
             _UPDATE_MODEL,
             {
                 "w_name": self.name,
                 "w_version": p.base_version,
                 "version": new_version,
-                "params": last.state.params,
-                "meta": stored_meta(last.state.meta),
-                "arrays": last.state.arrays,
-                "format_version": last.state.format_version,
+                "params": state.params,
+                "meta": stored_meta(state.meta),
+                "arrays": state.arrays,
+                "format_version": state.format_version,
                 "summary": last.summary,
                 "updated_at": now,
             },
@@ -237,26 +240,30 @@ class ModelWriter:
         """After a commit: acknowledged only if the store is still there, then this process's
         cached snapshot; the new version."""
         check_store(self.reader.bulk)  # not acknowledged if its file vanished during the commit
+        state = p.state
+        assert state is not None  # exported by the commit
         info = {
             **p.info,
             "version": new_version,
-            "params": p.state.params,
-            "meta": stored_meta(p.state.meta),
-            "format_version": p.state.format_version,
+            "params": state.params,
+            "meta": stored_meta(state.meta),
+            "format_version": state.format_version,
             "summary": p.summary,
             "updated_at": now,
         }
         self.reader.offer(Snapshot(new_version, p.learner, info))
         return new_version
 
-    def commit(self, p: Prepared, participants: Sequence[CommitParticipant] = ()) -> int:
+    def commit(self, p: Prepared, participants: Sequence[CommitParticipant[Prepared]] = ()) -> int:
         """Write the update in one transaction, guarded by the version compare-and-set;
         returns the new version, which this process then serves. Each of ``participants``
         writes its part in the same transaction, after the update's rows (one that raises rolls
         the whole commit back). One batch: :meth:`commit_group` of one."""
         return self.commit_group([p], [participants])[0]
 
-    def commit_group(self, group: Sequence[Prepared], participants: Sequence[Sequence[CommitParticipant]]) -> list[int]:
+    def commit_group(
+        self, group: Sequence[Prepared], participants: Sequence[Sequence[CommitParticipant[Prepared]]]
+    ) -> list[int]:
         """Write consecutive updates in ONE transaction: ``group[i]`` was prepared on the learner
         of ``group[i-1]`` (the first on the stored version), so batch ``i`` gets the model version
         ``base + i + 1``, its own batch row, its own answer and its participants
@@ -298,7 +305,7 @@ class ModelWriter:
                 ],
             )
             # each participant once, with the commits of its batches, in the order they first appear
-            its: dict[int, tuple[CommitParticipant, list[Commit]]] = {}
+            its: dict[int, tuple[CommitParticipant[Prepared], list[Commit[Prepared]]]] = {}
             for p, v, parts in zip(group, versions, participants, strict=True):
                 commit = Commit(p, v, now, p.answer)
                 for part in parts:
@@ -309,7 +316,9 @@ class ModelWriter:
         self._serve(last, versions[-1], now)
         return versions
 
-    def commit_take_back(self, p: PreparedTakeBack, participants: Sequence[CommitParticipant] = ()) -> int:
+    def commit_take_back(
+        self, p: PreparedTakeBack, participants: Sequence[CommitParticipant[PreparedTakeBack]] = ()
+    ) -> int:
         """Write a take-back in one transaction, guarded like :meth:`commit` (the version
         compare-and-set, and the batch still learned): the model row, every task row (the
         rebuilt model's; the task of the batch deleted if it is gone), the batch marked taken

@@ -34,7 +34,7 @@ from service.models.history import History, ranges, read_history, replay
 from service.refusals import Refused
 from service.store.commit import Commit, CommitParticipant
 from service.store.prepared import PreparedTakeBack
-from service.store.reads import Snapshot
+from service.store.reads import ModelReader, Snapshot
 from service.store.tables import batches_t
 
 
@@ -129,12 +129,13 @@ def _why_missing(origin: Any) -> str:
     return "deleted from the database"
 
 
-def prepare(reader, snap: Snapshot, batch_version: int) -> PreparedTakeBack:
+def prepare(reader: ModelReader, snap: Snapshot, batch_version: int) -> PreparedTakeBack:
     """The model ``snap`` without the batch ``batch_version``, rebuilt by replay (nothing is
     stored). :class:`TakeBackRefused` or :class:`core.InputError` (422) when it cannot be."""
     history = read_history(reader.bulk, reader.name)
     check(reader.name, snap, history, batch_version)
     batch = history.batch(batch_version)
+    assert batch is not None  # check() refuses a version that is no stored batch
     others = history.learned(snap.version, without=batch_version)
     t0 = time.perf_counter()
     rebuilt = replay(
@@ -163,7 +164,7 @@ def prepare(reader, snap: Snapshot, batch_version: int) -> PreparedTakeBack:
     )
 
 
-class TakeBackLog(CommitParticipant):
+class TakeBackLog(CommitParticipant[PreparedTakeBack]):
     """A take-back's part in the online evaluation, in its commit: its row of the event log (an
     ``update`` event with ``taken_back``), and the prequential figures without the batch taken
     back: the model's and its task's sums recomputed, in version order, from the scored batches
@@ -175,8 +176,8 @@ class TakeBackLog(CommitParticipant):
     def __init__(self, name: str):
         self.name = name
 
-    def in_commit(self, conn: Connection, commit: Commit) -> None:
-        p: PreparedTakeBack = commit.prepared  # type: ignore[assignment]
+    def in_commit(self, conn: Connection, commit: Commit[PreparedTakeBack]) -> None:
+        p = commit.prepared
         kind = p.learner.kind
         event = {
             "version": commit.version,

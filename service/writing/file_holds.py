@@ -58,7 +58,7 @@ class HoldExpiries:
     when none runs; it ends after a minute with nothing held): it sleeps until the earliest
     deadline and ends the holds that reach it (:meth:`FileHold.expire`)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._cond = threading.Condition()
         self._holds: dict[FileHold, float] = {}  # hold -> its deadline (monotonic)
         self._wake = float("inf")  # when the thread wakes next (monotonic)

@@ -57,7 +57,20 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, delete, event, func, insert, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Insert,
+    Update,
+    bindparam,
+    delete,
+    event,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 import core
@@ -95,7 +108,7 @@ class Replayed(Exception):
 
 
 @dataclass(frozen=True)
-class Claim(CommitParticipant):
+class Claim(CommitParticipant[Any]):
     """This request holds ``key`` of ``model_name`` (as ``owner``) until its commit or release."""
 
     model_name: str
@@ -103,13 +116,13 @@ class Claim(CommitParticipant):
     owner: str
     request_hash: str
 
-    def in_commit(self, conn, commit: Commit) -> None:
+    def in_commit(self, conn: Connection, commit: Commit[Any]) -> None:
         """As a participant of the update's commit: store its answer under the key
         (:meth:`IdempotencyKeys.record`)."""
         IdempotencyKeys.record(conn, self, commit.version, commit.answer)
 
 
-def db_now(dialect: str, shift: float = 0.0):
+def db_now(dialect: str, shift: float = 0.0) -> ColumnElement[Any]:
     """The database's clock ``shift`` seconds later (earlier if negative), as SQL: ``now()`` on
     PostgreSQL; on SQLite ``strftime(..., 'now')`` in the text form SQLAlchemy stores there
     (``YYYY-MM-DD HH:MM:SS.ffffff``), so that comparisons and the index hold."""
@@ -131,7 +144,7 @@ _RELEASE = delete(keys_t).where(*_OURS)
 
 
 @functools.cache
-def _stamped(dialect: str):
+def _stamped(dialect: str) -> tuple[Insert, Update]:
     """``(INSERT, UPDATE ... WHERE the claim is the owner's and unanswered)``, each stamping
     ``touched_at`` with the database's clock."""
     now = db_now(dialect)
@@ -176,7 +189,7 @@ class IdempotencyKeys:
         self._insert, self._set = _stamped(self.dialect)
         event.listen(engine, "engine_disposed", self._disposed)
 
-    def _disposed(self, engine) -> None:
+    def _disposed(self, engine: Engine) -> None:
         self.liveness.close()  # our share of the lease; the next claim takes one again
 
     def holder(self) -> str:
@@ -205,7 +218,7 @@ class IdempotencyKeys:
             raise
         raise KeyInFlight(self._in_flight_message(model_name, key))
 
-    def _claim(self, conn, claim: Claim) -> bool:
+    def _claim(self, conn: Connection, claim: Claim) -> bool:
         row = conn.execute(self._find, _key(claim)).first()
         if row is None:
             conn.execute(self._insert, _row(claim))
@@ -237,7 +250,7 @@ class IdempotencyKeys:
         )
         return True
 
-    def gone(self, conn, owner: str) -> bool:
+    def gone(self, conn: Connection, owner: str) -> bool:
         """Whether the request that holds a claim as ``owner`` can no longer commit: this process
         abandoned it, or its process is gone (see the module's *Holders*). In a transaction of
         ``conn``; False when it cannot be told."""
@@ -281,7 +294,7 @@ class IdempotencyKeys:
 
     # ------------------------------------------------------------------ in the commit
     @staticmethod
-    def record(conn, claim: Claim, version: int, response: dict[str, Any]) -> None:
+    def record(conn: Connection, claim: Claim, version: int, response: dict[str, Any]) -> None:
         """In the commit's transaction: store the answer (stamped by the database's clock);
         :class:`KeyTakenOver` if the claim is no longer this request's (the caller's
         transaction then rolls back)."""
@@ -343,7 +356,7 @@ class IdempotencyKeys:
                     return
 
     @staticmethod
-    def delete_model(conn, model_name: str) -> None:
+    def delete_model(conn: Connection, model_name: str) -> None:
         """In a model's deletion: its keys go with it."""
         conn.execute(delete(keys_t).where(keys_t.c.model_name == model_name))
 

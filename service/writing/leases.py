@@ -30,9 +30,10 @@ import os
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from sqlalchemy import create_engine
+from sqlalchemy import Connection, create_engine
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.pool import NullPool
@@ -87,11 +88,12 @@ def process_gone(pid: int, start: int) -> bool:
 def machine() -> str:
     """This machine and pid namespace (a short hash of the kernel's boot id and the namespace's
     inode): the scope in which a process id names one process. Fixed for the process's life."""
-    parts = []
-    for read in (
+    parts: list[str] = []
+    reads: tuple[Callable[[], str], ...] = (
         lambda: Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
         lambda: os.readlink("/proc/self/ns/pid"),
-    ):
+    )
+    for read in reads:
         try:
             parts.append(read())
         except OSError:
@@ -160,7 +162,7 @@ class PgLease:
         libpq = url.get_driver_name() in ("psycopg", "psycopg2")
         args = {"connect_timeout": self.CONNECT_TIMEOUT, "application_name": APPLICATION_NAME} if libpq else {}
         self._own = create_engine(url, poolclass=NullPool, connect_args=args)
-        self._conn = None
+        self._conn: Connection | None = None
         self._pid = 0
         self._checked = self._failed = float("-inf")
         self._guard = threading.Lock()
@@ -220,7 +222,7 @@ class PgLease:
             conn.close()
             raise
 
-    def gone(self, lease: int, conn=None) -> bool:
+    def gone(self, lease: int, conn: Connection | None = None) -> bool:
         """Whether nobody holds the lease ``lease`` (its process is gone); ours is held. Asked in
         the transaction of ``conn`` if given (the transaction lock, if granted, lasts until it
         ends), else on the lease's own connection (it ends with the statement)."""
@@ -236,6 +238,7 @@ class PgLease:
             if lease == self.id:  # ours (its session would be granted it again)
                 return False
             try:
+                assert self._conn is not None  # held by _hold()
                 return bool(self._conn.exec_driver_sql(query).scalar())
             except Exception:
                 self._drop()  # taken again by the next call
@@ -268,6 +271,7 @@ class Liveness:
         """The shared lease, this user counted among its users."""
         with self._guard:
             if self._lease is None:
+                assert self._url is not None  # a lease is asked for only on PostgreSQL
                 lease = PgLease.of(self._url)
                 lease.use()
                 self._lease = lease
@@ -281,7 +285,7 @@ class Liveness:
             return self.lease().holder()
         return local_holder(scoped) if self.kind == "p" else ""
 
-    def gone(self, holder: str, conn=None) -> bool:
+    def gone(self, holder: str, conn: Connection | None = None) -> bool:
         """Whether the process of ``holder`` (as written by :meth:`holder`) is gone; False when
         it cannot be told. On PostgreSQL asked in the transaction of ``conn`` if given, else on
         the lease's connection; a database error if it cannot be asked."""

@@ -43,12 +43,18 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import filelock
 
 from service.db import sqlite_file
 from service.writing.file_holds import FileHold, HoldExpiries
 from service.writing.lock_holders import Holders
+
+if TYPE_CHECKING:
+    from redis.lock import Lock
+
+    from service.config import Settings
 
 log = logging.getLogger("service.locks")
 
@@ -295,7 +301,7 @@ class RedisLocks:
         """The list a release of ``name``'s lock pushes to, on which its waiters block."""
         return f"{self.prefix}lock-wake:{name}"
 
-    def _acquire(self, lock, name: str, wait: float) -> None:
+    def _acquire(self, lock: Lock, name: str, wait: float) -> None:
         """Take ``lock`` within ``wait`` seconds (taking over a gone holder's), else :class:`LockBusy`."""
         holder = self.holders.holder()
         token = f"{holder}.{uuid.uuid4().hex}" if holder else uuid.uuid4().hex
@@ -319,7 +325,8 @@ class RedisLocks:
         value = self.client.get(key)
         if value is None:
             return True  # released meanwhile: try at once
-        holder, dot, _ = value.decode("utf-8", "replace").rpartition(".")
+        text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+        holder, dot, _ = text.rpartition(".")
         if not dot or not self.holders.gone(holder):
             return False
         if not self._delete_if(keys=[key], args=[value]):
@@ -360,7 +367,10 @@ class RedisLocks:
         key = self.wake_key(name)
         try:
             with self.client.pipeline(transaction=True) as pipe:
-                pipe.delete(key).rpush(key, 1).pexpire(key, self.WAKE_TTL).execute()
+                pipe.delete(key)
+                pipe.rpush(key, 1)
+                pipe.pexpire(key, self.WAKE_TTL)
+                pipe.execute()
         except (errors.ConnectionError, errors.TimeoutError):
             pass
 
@@ -376,7 +386,7 @@ class RedisLocks:
         self.holders.close()
 
 
-def make_locks(settings) -> LocalLocks | FileLocks | RedisLocks:
+def make_locks(settings: Settings) -> LocalLocks | FileLocks | RedisLocks:
     """Redis when ``REDIS_URL`` is set; else file locks next to the SQLite file (the embedded
     default: safe for ``--workers N`` on one machine); else (in-memory SQLite, or PostgreSQL
     without Redis) in-process locks, right for one process only."""

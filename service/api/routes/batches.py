@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Response
 
@@ -26,7 +26,7 @@ BatchVersion = Annotated[
 ]
 
 
-ERRORS = {
+ERRORS: dict[int | str, dict[str, Any]] = {
     404: {
         "description": "No batch of that version: the model never reached it, or that version is itself a "
         "take-back; or unknown model. Nothing changed.",
@@ -67,7 +67,9 @@ ERRORS = {
 
 
 @router.delete("/batches/{version}", response_model=TakeBackOut, responses=ERRORS, summary="Take a batch back")
-def take_back(model: ModelDep, version: BatchVersion, response: Response, idempotency_key: IdempotencyKey = None):
+def take_back(
+    model: ModelDep, version: BatchVersion, response: Response, idempotency_key: IdempotencyKey = None
+) -> TakeBackOut:
     """Remove a batch the model learned (the one whose POST answered `version`) and bring the
     model to the state it would have had without it: rebuilt by replaying every other batch
     it has learned, in their original order, with its settings (bit for bit the model of the

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Response
 from starlette.concurrency import run_in_threadpool
 
@@ -15,7 +17,7 @@ from service.writing.idempotent import check_key
 
 router = APIRouter(route_class=JsonRoute, tags=["learning"])
 
-ERRORS = {
+ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "A body that cannot be decoded at all (not UTF-8 JSON)."},
     409: {
         "description": "The model moved under a writer whose lock had expired; nothing was applied. Retry. "
@@ -43,7 +45,7 @@ async def post_batch(
     response: Response,
     task_id: TaskIdPath,
     idempotency_key: IdempotencyKey = None,
-) -> dict:
+) -> dict[str, Any]:
     """Learn a labelled batch for a new or known task; answers once the update is committed.
     A batch of a known task is first scored by the model as it stood (``prequential``, beside
     the task's own single-task model): what /predict answered just before the update."""
@@ -57,7 +59,7 @@ async def post_batch(
 
 def learn_posted(
     model: HostedModel, settings: Settings, batch: Batch, task_id: str, idempotency_key: str | None
-) -> tuple[dict, bool]:
+) -> tuple[dict[str, Any], bool]:
     """The update of :func:`post_batch`, in the thread pool (it waits for the lock and the
     database): the answer (:class:`fcl3.schemas.UpdateOut`'s fields) and whether it is a
     replay. The endpoint itself is ``async``, so that FastAPI validates the answer on the event

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
@@ -17,7 +19,7 @@ class StoreGone(Exception):
 
 
 @router.get("/healthz")
-async def healthz() -> dict:
+async def healthz() -> dict[str, Any]:
     """Liveness: answers as long as the process serves requests (touches nothing else)."""
     return {"status": "ok"}
 

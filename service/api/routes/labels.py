@@ -3,6 +3,8 @@ arrived later (:mod:`service.labels`), at most once per ``Idempotency-Key``."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Response
 from starlette.concurrency import run_in_threadpool
 
@@ -20,7 +22,7 @@ read_router = APIRouter(tags=["evaluation"])
 _ID = "19c0d6e3a2f-8c1e5b0d2a4f6e13"
 
 
-ERRORS = {
+ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "A body that cannot be decoded at all (not UTF-8 JSON)."},
     404: {
         "description": "Unknown prediction ids (never remembered by this model), or unknown model; nothing "
@@ -76,7 +78,7 @@ async def post_labels(
     body: LabelsRequest,
     response: Response,
     idempotency_key: IdempotencyKey = None,
-):
+) -> dict[str, Any]:
     """Learn the rows of earlier predictions made with `"remember": true`, with their labels,
     as one batch of their task (every id of one task), in the order given; answers once the
     batch is committed, as `POST .../tasks/{task_id}/data` does. The batch's `prequential`

@@ -15,6 +15,7 @@ on the default model and under ``/models/{name}`` (see :func:`service.main.creat
 from __future__ import annotations
 
 import tempfile
+from typing import IO, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -40,8 +41,10 @@ import_router = APIRouter(tags=["models"])
 SPOOL_BYTES = 1024 * 1024
 
 NPZ = "application/octet-stream"
-UNKNOWN = {404: {"description": "Unknown model."}}
-BUSY = {503: {"description": "An update of this model holds its lock (Retry-After), or the database/Redis is down."}}
+UNKNOWN: dict[int | str, dict[str, Any]] = {404: {"description": "Unknown model."}}
+BUSY: dict[int | str, dict[str, Any]] = {
+    503: {"description": "An update of this model holds its lock (Retry-After), or the database/Redis is down."}
+}
 
 
 class NpzResponse(Response):
@@ -159,7 +162,7 @@ async def import_model(request: Request, name: ModelName) -> JSONResponse:
     return JSONResponse(model_out(out).model_dump(mode="json"), status_code=201)
 
 
-async def _spool(request: Request, file) -> None:
+async def _spool(request: Request, file: IO[bytes]) -> None:
     """The request body into ``file``, written in the thread pool by pieces of about SPOOL_BYTES."""
     pending: list[bytes] = []
     size = 0
@@ -175,12 +178,12 @@ async def _spool(request: Request, file) -> None:
     await run_in_threadpool(_write_out, file, pending)
 
 
-def _write_out(file, pending: list[bytes]) -> None:
+def _write_out(file: IO[bytes], pending: list[bytes]) -> None:
     file.writelines(pending)
     file.flush()
 
 
-def _check_inflated_size(file, max_inflated: int) -> None:
+def _check_inflated_size(file: IO[bytes], max_inflated: int) -> None:
     """413 when the file's arrays would take more than ``max_inflated`` bytes once loaded; 422
     when its directory or a header is malformed (nothing of the arrays is read)."""
     try:

@@ -25,7 +25,7 @@ numpy computation never blocks the loop. The inline answer comes from the very s
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -44,13 +44,15 @@ from service.learning.predictions import predict as predict_rows
 from service.records import rows
 from service.store.reads import Snapshot
 
+T = TypeVar("T")
+
 #: A request body up to this size (≈ 250 rows of 10 features) is parsed and predicted on the
 #: event loop when the cached model is current; a larger one in the thread pool.
 INLINE_BYTES = 48 * 1024
 #: The same for GET: numbers in the query string.
 INLINE_VALUES = 2048
 
-ERRORS = {
+ERRORS: dict[int | str, dict[str, Any]] = {
     401: security.UNAUTHORIZED,
     404: {"description": "Unknown task (or unknown model, under /models/{name})."},
     409: {"description": "The stored model is below `min_version`."},
@@ -95,7 +97,7 @@ class CsvQuery(VersionQuery):
     task_id: TaskId
 
 
-_name = TypeAdapter(ModelName)
+_name: TypeAdapter[str] = TypeAdapter(ModelName)
 _csv_query = TypeAdapter(CsvQuery)
 _version_query = TypeAdapter(VersionQuery)
 _predict_query = TypeAdapter(PredictQuery)
@@ -105,7 +107,7 @@ _NO_QUERY = _version_query.validate_python({})
 _request = TypeAdapter(PredictRequest)
 
 
-def _validated(adapter: TypeAdapter, where: str, value: Any, *, json: bool = False):
+def _validated(adapter: TypeAdapter[T], where: str, value: Any, *, json: bool = False) -> T:
     """``value`` validated by ``adapter``; :class:`RequestValidationError` (FastAPI's 422) with
     ``loc`` under ``where`` otherwise."""
     try:
@@ -175,7 +177,9 @@ def parse_body(body: bytes, content_type: str | None, task_id: str | None = None
             raise RequestValidationError(
                 [{"type": "value_error", "loc": ("body",), "msg": str(exc), "input": None}]
             ) from None
-        return _validated(_request, "body", {"task_id": task_id, **rows}).with_text_cells()
+        req = _validated(_request, "body", {"task_id": task_id, **rows})
+        req.with_text_cells()
+        return req
     return _validated(_request, "body", body, json=_is_json(content_type))
 
 
@@ -204,11 +208,14 @@ def _answer(
         task_id, X = query.task_id, parse_rows(query.x)
     else:
         req = req if req is not None else parse_body(body, content_type, _csv_task(query))
-        task_id, X = req.task_id, req.X
+        task_id = req.task_id
         if req.records is not None:
             check_size(settings, len(req.records), [])
             snap = snap if snap is not None else model.reader.snapshot(query.min_version, task=task_id)
             X, unseen = rows.prediction_rows(model, snap, req.records, req.text_cells)
+        else:
+            assert req.X is not None  # a body holds X or records
+            X = req.X
         check_size(settings, len(X), map(len, X))
         if req.remember:  # stored for a label that arrives later (service.labels): a write
             if len(X) > settings.MAX_REMEMBERED_PER_MODEL:
@@ -240,9 +247,14 @@ async def predict(request: Request) -> Response:
         _validated(_name, "path", name)
     model = hosted(request, name)
     settings = request.app.state.settings
+    query: VersionQuery
+    body: bytes | None
+    req: PredictRequest | None
+    task: str | None  # the task, once known
     if request.method != "POST":  # GET (or HEAD)
-        query, body, content_type, req = _validated(_predict_query, "query", _query(request)), None, None, None
-        small = sum(t.count(",") + 1 for t in query.x) <= INLINE_VALUES
+        get = _validated(_predict_query, "query", _query(request))
+        query, body, content_type, req, task = get, None, None, None, get.task_id
+        small = sum(t.count(",") + 1 for t in get.x) <= INLINE_VALUES
     else:
         body, content_type = await request.body(), request.headers.get("content-type")
         if _is_csv(content_type):  # records of the task named in the query
@@ -250,10 +262,11 @@ async def predict(request: Request) -> Response:
         else:
             query = _validated(_version_query, "query", _query(request)) if request.scope["query_string"] else _NO_QUERY
         req = parse_body(body, content_type, _csv_task(query)) if len(body) <= INLINE_BYTES else None
+        task = req.task_id if req is not None else None
         # remembering writes, and records may read the vocabulary: the thread pool
         small = req is not None and not req.remember and req.records is None
     snap = model.reader.fresh(query.min_version) if small else None  # small: a POST's body is parsed
-    if snap is not None and snap.has_task(query.task_id if req is None else req.task_id):
+    if snap is not None and task is not None and snap.has_task(task):
         return _answer(model, settings, query, body, content_type, snap, req)
     # not cached, large, or a task the cached version has not learned (reads.ModelReader.predict)
     return await run_in_threadpool(_answer, model, settings, query, body, content_type, None, req)
@@ -316,7 +329,7 @@ def _documented(router: APIRouter, path: str, named: bool) -> None:
     """The OpenAPI operations of GET and POST ``path`` (under ``/models/{name}`` when ``named``)."""
     head = [_NAME_PARAMETER] if named else []
     responses = {**ERRORS, 404: {"description": "Unknown task, or unknown model."}} if named else ERRORS
-    key = {"security": [{security.bearer.scheme_name: []}]}
+    key: dict[str, Any] = {"security": [{security.bearer.scheme_name: []}]}
     router.add_api_route(
         path,
         predict,
