@@ -237,6 +237,7 @@ def encode(
                     row[value_col] = fill
             elif kind == "category":
                 level = level_of(value)
+                assert level is not None  # the records were checked (check_records) before they are encoded
                 j = index.get((name, "level", level))
                 if j is None:
                     unseen.setdefault(name, {}).setdefault(level, None)
@@ -294,7 +295,7 @@ def infer_schema(
             continue
         numbers = [_as_number(v) for v in present]
         if present and all(x is not None for x in numbers):
-            fill = sum(numbers) / len(numbers) if nullable else 0.0
+            fill = sum(x for x in numbers if x is not None) / len(numbers) if nullable else 0.0
             out.append(Feature(name, "number", nullable, float(fill)))
         else:
             out.append(Feature(name, "category", nullable, levels=_levels(present, max_levels)))

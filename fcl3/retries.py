@@ -40,7 +40,7 @@ class Retries:
     patience: float = 60.0
 
     def backoff_for(self, attempt: int) -> float:
-        return min(self.max_backoff, self.backoff * 2**attempt) * random.uniform(0.5, 1.0)
+        return float(min(self.max_backoff, self.backoff * 2**attempt) * random.uniform(0.5, 1.0))
 
     def retry_after(self, response: httpx.Response, attempt: int) -> float:
         value = response.headers.get("Retry-After")

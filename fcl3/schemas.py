@@ -4,10 +4,24 @@ non-numbers (strict floats: no strings, no booleans)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, Strict, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    Strict,
+    field_validator,
+    model_validator,
+)
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 from .records import RecordError, parse_schema
 
@@ -112,7 +126,7 @@ def csv_batch(data: bytes | str, target: bool = True) -> dict[str, Any]:
         raise ValueError(f"not a valid CSV body: {exc}") from None
 
 
-def _csv_rows(reader, with_target: bool) -> dict[str, Any]:
+def _csv_rows(reader: Iterator[list[str]], with_target: bool) -> dict[str, Any]:
     header = [h.strip() for h in next(reader, [])]
     target = next((n for n in ("y", "target") if n in header), None) if with_target else None
     if with_target and target is None:
@@ -143,7 +157,7 @@ class RecordsRequest(Request):
     def text_cells(self) -> bool:
         return self._text
 
-    def with_text_cells(self) -> RecordsRequest:
+    def with_text_cells(self) -> Self:
         """This request, marked as records of a ``text/csv`` body."""
         self._text = True
         return self
@@ -170,7 +184,7 @@ class Batch(RecordsRequest):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _from_csv(cls, data: Any, handler):
+    def _from_csv(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
         """A ``text/csv`` body (FastAPI passes a body that is not JSON as its bytes)."""
         if isinstance(data, (bytes, str)):
             return handler(_x_or_records(csv_batch(data))).with_text_cells()
@@ -178,7 +192,7 @@ class Batch(RecordsRequest):
 
     @property
     def n_rows(self) -> int:
-        return len(self.X if self.X is not None else self.records)
+        return len(self.X) if self.X is not None else len(self.records or ())
 
 
 class PredictRequest(RecordsRequest):
@@ -501,9 +515,10 @@ class ModelCreate(Request):
         return self
 
     def model_settings(self) -> dict[str, Any]:
-        settings = {"estimator": self.estimator, "kind": self.kind, "params": dict(self.params), "d": self.d}
+        params = dict(self.params)
+        settings: dict[str, Any] = {"estimator": self.estimator, "kind": self.kind, "params": params, "d": self.d}
         if self.features is not None:
-            settings["params"]["grow_features"] = True
+            params["grow_features"] = True
             settings["features"] = [
                 {"fill": 0.0, **f.model_dump(exclude_unset=True)}
                 if f.type != "category"

@@ -14,14 +14,15 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from .._version import __version__
 from ..client import DEFAULT_URL, APIError, Client, FCL3Error, NotFound
-from ..records import RecordError, infer_schema, parse_schema, schema_json
+from ..records import RecordError, Schema, infer_schema, parse_schema, schema_json
 from .errors import command_error
 from .files import (
     file_digest,
@@ -47,6 +48,10 @@ from .replay import (
 MAX_BATCH = 10_000  # the service's default MAX_ROWS_PER_BATCH
 
 
+#: A command function, which the options decorate.
+F = TypeVar("F", bound=Callable[..., Any])
+
+
 def _echo_json(value: Any) -> None:
     if hasattr(value, "model_dump"):
         value = value.model_dump(mode="json")
@@ -57,7 +62,7 @@ def _client(url: str, api_key: str | None, timeout: float, retries: int) -> Clie
     return Client(url, api_key=api_key, timeout=timeout, retries=retries)
 
 
-def connection_options(f):
+def connection_options(f: F) -> F:
     """``--url``, ``--api-key``, ``--timeout``, ``--retries`` (the first two also from the environment)."""
     f = click.option(
         "--retries",
@@ -92,7 +97,7 @@ def connection_options(f):
 
 
 class _Group(click.Group):
-    def invoke(self, ctx):
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except FCL3Error as exc:  # anything a command did not turn into its own message
@@ -101,7 +106,7 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="fcl3")
-def main():
+def main() -> None:
     """FCL3: an online lifelong learner served over HTTP.
 
     \b
@@ -116,7 +121,7 @@ def main():
 BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def one_blas_thread(environ) -> dict[str, str]:
+def one_blas_thread(environ: MutableMapping[str, str]) -> dict[str, str]:
     """Set each of :data:`BLAS_THREADS` in ``environ`` that is not set there; those it set.
     The engine's matrices are small: a BLAS thread per core in each worker makes some updates
     10-50x slower."""
@@ -147,7 +152,16 @@ def one_blas_thread(environ) -> dict[str, str]:
     metavar="NAME=VALUE",
     help="Any other setting, as its environment variable (repeatable), e.g. --set FCL3_KIND=classification.",
 )
-def serve(host, port, workers, database_url, sqlite_path, redis_url, log_level, settings):
+def serve(
+    host: str,
+    port: int,
+    workers: int,
+    database_url: str | None,
+    sqlite_path: str | None,
+    redis_url: str | None,
+    log_level: str | None,
+    settings: tuple[str, ...],
+) -> None:
     """Run the service (uvicorn service.main:app).
 
     Settings are the service's environment variables (and .env), as in the README's
@@ -174,14 +188,15 @@ def serve(host, port, workers, database_url, sqlite_path, redis_url, log_level, 
             known = ", ".join(sorted(Settings.model_fields))
             raise click.BadParameter(f"{item!r}: expected NAME=VALUE with NAME one of {known}", param_hint="--set")
         values[name] = value
-    for name, value in (
+    given: tuple[tuple[str, str | None], ...] = (
         ("DATABASE_URL", database_url),
         ("SQLITE_PATH", sqlite_path),
         ("REDIS_URL", redis_url),
         ("LOG_LEVEL", log_level),
-    ):
-        if value is not None:
-            values[name] = value
+    )
+    for setting, given_value in given:
+        if given_value is not None:
+            values[setting] = given_value
     os.environ.update(values)
     try:
         config = Settings()
@@ -203,7 +218,7 @@ def serve(host, port, workers, database_url, sqlite_path, redis_url, log_level, 
 
 # ----------------------------------------------------------------------------- models
 @main.group()
-def models():
+def models() -> None:
     """Create, list, show, delete, export, import and fork models."""
 
 
@@ -230,7 +245,17 @@ def _params(params: str | None) -> dict[str, Any]:
     "--d", "d", default=None, type=click.IntRange(1), help="Number of features (default: fixed by the first batch)."
 )
 @connection_options
-def models_create(name, kind, estimator, params, d, url, api_key, timeout, retries):
+def models_create(
+    name: str,
+    kind: str,
+    estimator: str,
+    params: str | None,
+    d: int | None,
+    url: str,
+    api_key: str | None,
+    timeout: float,
+    retries: int,
+) -> None:
     """Create the model NAME."""
     with _client(url, api_key, timeout, retries) as c:
         _echo_json(c.create_model(name, kind, estimator=estimator, params=_params(params), d=d))
@@ -239,7 +264,7 @@ def models_create(name, kind, estimator, params, d, url, api_key, timeout, retri
 @models.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print the models as JSON.")
 @connection_options
-def models_list(as_json, url, api_key, timeout, retries):
+def models_list(as_json: bool, url: str, api_key: str | None, timeout: float, retries: int) -> None:
     """List the models."""
     with _client(url, api_key, timeout, retries) as c:
         got = list(c.iter_models())
@@ -268,7 +293,7 @@ def models_list(as_json, url, api_key, timeout, retries):
 @models.command("show")
 @click.argument("name")
 @connection_options
-def models_show(name, url, api_key, timeout, retries):
+def models_show(name: str, url: str, api_key: str | None, timeout: float, retries: int) -> None:
     """Show the model NAME (settings, version, tasks, representatives) as JSON."""
     with _client(url, api_key, timeout, retries) as c:
         _echo_json(c.get_model(name))
@@ -278,7 +303,7 @@ def models_show(name, url, api_key, timeout, retries):
 @click.argument("name")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @connection_options
-def models_delete(name, yes, url, api_key, timeout, retries):
+def models_delete(name: str, yes: bool, url: str, api_key: str | None, timeout: float, retries: int) -> None:
     """Delete the model NAME with its tasks and batches."""
     if not yes:
         click.confirm(f"Delete model {name!r} and everything it learned?", abort=True)
@@ -291,7 +316,7 @@ def models_delete(name, yes, url, api_key, timeout, retries):
 @click.argument("name")
 @click.argument("file", type=click.Path(dir_okay=False, writable=True))
 @connection_options
-def models_export(name, file, url, api_key, timeout, retries):
+def models_export(name: str, file: str, url: str, api_key: str | None, timeout: float, retries: int) -> None:
     """Write the model NAME to FILE (one .npz file, no pickle)."""
     with _client(url, api_key, timeout, retries) as c:
         version = c.export_model(name, file)
@@ -302,7 +327,7 @@ def models_export(name, file, url, api_key, timeout, retries):
 @click.argument("name")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @connection_options
-def models_import(name, file, url, api_key, timeout, retries):
+def models_import(name: str, file: str, url: str, api_key: str | None, timeout: float, retries: int) -> None:
     """Create the model NAME from FILE (written by 'fcl3 models export')."""
     with _client(url, api_key, timeout, retries) as c:
         _echo_json(c.import_model(name, file))
@@ -319,7 +344,9 @@ def models_import(name, file, url, api_key, timeout, retries):
     help="SOURCE's version to start from (default: its current one).",
 )
 @connection_options
-def models_fork(name, source, version, url, api_key, timeout, retries):
+def models_fork(
+    name: str, source: str, version: int | None, url: str, api_key: str | None, timeout: float, retries: int
+) -> None:
     """Create NAME as the model SOURCE was at a version."""
     with _client(url, api_key, timeout, retries) as c:
         _echo_json(c.fork_model(name, source, version))
@@ -341,13 +368,25 @@ def models_fork(name, source, version, url, api_key, timeout, retries):
     "key, nothing is learned twice. Default: new keys.",
 )
 @connection_options
-def learn(model, task, file, batch_size, idempotency_key, url, api_key, timeout, retries):
+def learn(
+    model: str,
+    task: str,
+    file: Path,
+    batch_size: int,
+    idempotency_key: str | None,
+    url: str,
+    api_key: str | None,
+    timeout: float,
+    retries: int,
+) -> None:
     """Learn the rows of FILE for task TASK of MODEL.
 
     FILE is a CSV with a header: a 'y' column (the target) and the features in the other
     columns (a 'task' column, if any, is ignored).
     """
     rows = read_csv(file, task="ignored", target="required")
+    assert rows.y is not None  # target="required"
+    y = rows.y
     n = len(rows.X)
     with _client(url, api_key, timeout, retries) as c:
         for b, start in enumerate(range(0, n, batch_size)):
@@ -359,7 +398,7 @@ def learn(model, task, file, batch_size, idempotency_key, url, api_key, timeout,
                     model,
                     task,
                     rows.X[start : start + batch_size],
-                    rows.y[start : start + batch_size],
+                    y[start : start + batch_size],
                     idempotency_key=key,
                 )
             except FCL3Error as exc:
@@ -387,7 +426,18 @@ def learn(model, task, file, batch_size, idempotency_key, url, api_key, timeout,
     help="Keep the rows for labels that arrive later: a prediction_id column comes first, for 'fcl3 label'.",
 )
 @connection_options
-def predict(model, task, file, min_version, as_json, remember, url, api_key, timeout, retries):
+def predict(
+    model: str,
+    task: str,
+    file: Path,
+    min_version: int | None,
+    as_json: bool,
+    remember: bool,
+    url: str,
+    api_key: str | None,
+    timeout: float,
+    retries: int,
+) -> None:
     """Predict the rows of FILE for task TASK of MODEL.
 
     FILE is a CSV with a header and the features in its columns ('task' and 'y' columns, if
@@ -412,6 +462,7 @@ def predict(model, task, file, min_version, as_json, remember, url, api_key, tim
                     out.probabilities += got.probabilities or []
                 if out.prediction_ids is not None:
                     out.prediction_ids += got.prediction_ids or []
+    assert out is not None  # read_csv refuses a file without rows
     if as_json:
         _echo_json(out.model_dump(mode="json", exclude_none=True))
         return
@@ -436,7 +487,9 @@ def predict(model, task, file, min_version, as_json, remember, url, api_key, tim
     "key, nothing is learned twice. Default: new keys.",
 )
 @connection_options
-def label(model, file, idempotency_key, url, api_key, timeout, retries):
+def label(
+    model: str, file: Path, idempotency_key: str | None, url: str, api_key: str | None, timeout: float, retries: int
+) -> None:
     """Learn earlier predictions of MODEL with the labels in FILE.
 
     FILE is a CSV with a header, a 'prediction_id' column (the ids 'fcl3 predict --remember'
@@ -480,7 +533,9 @@ def label(model, file, idempotency_key, url, api_key, timeout, retries):
     help="Key of the request; run again with the same key, the batch is taken back once. Default: a new key.",
 )
 @connection_options
-def take_back(model, version, idempotency_key, url, api_key, timeout, retries):
+def take_back(
+    model: str, version: int, idempotency_key: str | None, url: str, api_key: str | None, timeout: float, retries: int
+) -> None:
     """Take back the batch of MODEL that produced VERSION.
 
     The model becomes what it would have been without that batch (its other batches replayed
@@ -511,7 +566,7 @@ def take_back(model, version, idempotency_key, url, api_key, timeout, retries):
 @click.argument("model")
 @click.argument("task", required=False)
 @connection_options
-def tasks(model, task, url, api_key, timeout, retries):
+def tasks(model: str, task: str | None, url: str, api_key: str | None, timeout: float, retries: int) -> None:
     """Show MODEL's tasks (or one TASK) as JSON."""
     with _client(url, api_key, timeout, retries) as c:
         _echo_json(c.task(model, task) if task else c.tasks(model))
@@ -522,7 +577,15 @@ def tasks(model, task, url, api_key, timeout, retries):
 @click.option("--last-event-id", default=None, metavar="VERSION", help="Resume after this model version.")
 @click.option("--count", default=None, type=click.IntRange(1), help="Stop after this many events.")
 @connection_options
-def events(model, last_event_id, count, url, api_key, timeout, retries):
+def events(
+    model: str,
+    last_event_id: str | None,
+    count: int | None,
+    url: str,
+    api_key: str | None,
+    timeout: float,
+    retries: int,
+) -> None:
     """Follow MODEL's events (one JSON object per line) until interrupted."""
     with _client(url, api_key, timeout, retries) as c:
         for i, ev in enumerate(c.events(model, last_event_id=last_event_id), 1):
@@ -596,27 +659,27 @@ def events(model, last_event_id, count, url, api_key, timeout, retries):
 )
 @connection_options
 def replay(
-    path,
-    model,
-    kind,
-    batch_size,
-    order,
-    seed,
-    holdout,
-    estimator,
-    params,
-    as_json,
-    quiet,
-    delay,
-    task_column,
-    target_column,
-    categorical,
-    infer_schema_,
-    url,
-    api_key,
-    timeout,
-    retries,
-):
+    path: Path,
+    model: str,
+    kind: str | None,
+    batch_size: int,
+    order: str,
+    seed: int,
+    holdout: float,
+    estimator: str,
+    params: str | None,
+    as_json: bool,
+    quiet: bool,
+    delay: int | None,
+    task_column: str | None,
+    target_column: str | None,
+    categorical: tuple[str, ...],
+    infer_schema_: bool,
+    url: str,
+    api_key: str | None,
+    timeout: float,
+    retries: int,
+) -> None:
     """Stream the data set PATH into MODEL of a running service.
 
     PATH is a CSV with a 'task' column, a 'y' column and the features in the other columns,
@@ -628,20 +691,21 @@ def replay(
     labels sent N batches later: the prequential figures are then those of predictions made
     N batches before the labels came (a task's first batch is learned at once).
     """
-    categorical = [c.strip() for v in categorical for c in v.split(",") if c.strip()]
-    as_records = bool(task_column or target_column or categorical or infer_schema_)
-    schema = None
+    categories = [c.strip() for v in categorical for c in v.split(",") if c.strip()]
+    as_records = bool(task_column or target_column or categories or infer_schema_)
+    schema: Schema | None = None
     if as_records:
         rows, cells = read_records_csv(path, task_column or "task", target_column or "y")
-        if infer_schema_ or categorical:
+        if infer_schema_ or categories:
             try:
-                schema = infer_schema(cells, categorical)
+                schema = infer_schema(cells, categories)
             except RecordError as exc:
                 raise click.BadParameter(str(exc), param_hint="--categorical") from None
-        if infer_schema_ and not as_json:
+        if schema is not None and infer_schema_ and not as_json:
             click.echo(f"schema inferred from {path} ({len(schema)} features):\n{format_schema(schema)}")
     else:
         rows = read_dataset(path)
+    assert rows.y is not None  # a replay's file has a target
     file_kind = rows.kind or infer_kind(rows.y)
     if kind is not None and rows.kind is not None and kind != rows.kind:
         raise click.BadParameter(f"{path} holds a {rows.kind} data set", param_hint="--kind")
@@ -676,7 +740,7 @@ def replay(
                     f"model {model!r} does not exist: pass --infer-schema (and --categorical) "
                     "to create it with the schema of the file"
                 ) from None
-            if as_records:
+            if as_records and schema is not None:
                 typed_rows(rows, schema)
             info = c.create_model(
                 model,

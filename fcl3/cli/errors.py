@@ -4,6 +4,7 @@ refusal or failure of the service (exit status 1, with the service's reason)."""
 from __future__ import annotations
 
 import os
+from typing import IO, Any
 
 import click
 
@@ -28,7 +29,7 @@ class BadFile(click.ClickException):
             where += f": column {column}" + (f" ({name})" if name else "")
         super().__init__(f"{where}: {message}")
 
-    def show(self, file=None) -> None:
+    def show(self, file: IO[Any] | None = None) -> None:
         click.echo(f"fcl3: {self.format_message()}", err=True)
 
 

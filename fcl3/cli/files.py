@@ -11,11 +11,12 @@ import csv
 import hashlib
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TextIO
 
-from ..records import RecordError, check_records, typed_records
+from ..records import RecordError, Schema, check_records, typed_records
 from .errors import BadFile
 
 #: Column names of the task id and the target in a CSV file (the first one found is used).
@@ -23,7 +24,7 @@ TASK_COLUMNS = ("task", "task_id")
 TARGET_COLUMNS = ("y", "target")
 
 
-def data_lines(reader, header: list[str], path: str | os.PathLike[str]):
+def data_lines(reader: Any, header: list[str], path: str | os.PathLike[str]) -> Iterator[tuple[int, list[str]]]:
     """The CSV ``reader``'s records after the header, with their line numbers; blank lines are
     skipped and a record of another width than ``header`` is :class:`BadFile`."""
     for record in reader:
@@ -45,7 +46,7 @@ class Rows:
 
     path: Path
     columns: list[str]
-    X: list[list[float]] = field(default_factory=list)
+    X: list[Any] = field(default_factory=list)  # rows of numbers, or records (a CSV of records)
     y: list[float] | None = None
     tasks: list[str] | None = None
     lines: list[int] = field(default_factory=list)
@@ -57,7 +58,7 @@ class Rows:
         return len(self.columns)
 
 
-def _open_text(path: Path):
+def _open_text(path: Path) -> TextIO:
     if not path.exists():
         raise BadFile(path, "no such file")
     if path.is_dir():
@@ -69,7 +70,7 @@ def _open_text(path: Path):
 
 
 @contextlib.contextmanager
-def csv_reader(path: Path):
+def csv_reader(path: Path) -> Iterator[Any]:
     """A :func:`csv.reader` over the file at ``path`` (UTF-8, a byte-order mark skipped): a
     malformed CSV or text that is not UTF-8, met while the block reads it, is :class:`BadFile`
     at the line reached."""
@@ -123,11 +124,13 @@ def read_csv(path: str | os.PathLike[str], *, task: str = "required", target: st
         for i in features:
             if not header[i]:
                 raise BadFile(path, "empty column name in the header", header_line, i + 1)
+        ys: list[float] = []
+        task_ids: list[str] = []
         rows = Rows(
             path,
             [header[i] for i in features],
-            y=[] if y_col_use is not None else None,
-            tasks=[] if t_col_use is not None else None,
+            y=ys if y_col_use is not None else None,
+            tasks=task_ids if t_col_use is not None else None,
         )
         for line, record in data_lines(reader, header, path):
             x = []
@@ -136,14 +139,14 @@ def read_csv(path: str | os.PathLike[str], *, task: str = "required", target: st
             rows.X.append(x)
             rows.lines.append(line)
             if y_col_use is not None:
-                rows.y.append(_number(record[y_col_use], path, line, y_col_use + 1, header[y_col_use]))
+                ys.append(_number(record[y_col_use], path, line, y_col_use + 1, header[y_col_use]))
             if t_col_use is not None:
                 tid = record[t_col_use].strip()
                 if not tid:
                     raise BadFile(path, "empty task id", line, t_col_use + 1, header[t_col_use])
                 if len(tid) > 200:
                     raise BadFile(path, "task id longer than 200 characters", line, t_col_use + 1, header[t_col_use])
-                rows.tasks.append(tid)
+                task_ids.append(tid)
     if not rows.X:
         raise BadFile(path, "no data rows after the header", header_line)
     return rows
@@ -173,7 +176,9 @@ def read_records_csv(
         features = [i for i in range(len(header)) if i not in (t, yc)]
         if not features:
             raise BadFile(path, "no feature columns in the header", header_line)
-        rows = Rows(path, [header[i] for i in features], y=[], tasks=[], header=header)
+        ys: list[float] = []
+        task_ids: list[str] = []
+        rows = Rows(path, [header[i] for i in features], y=ys, tasks=task_ids, header=header)
         cells: dict[str, list[str]] = {header[i]: [] for i in features}
         for line, record in data_lines(reader, header, path):
             tid = record[t].strip()
@@ -181,8 +186,8 @@ def read_records_csv(
                 raise BadFile(
                     path, "empty task id" if not tid else "task id longer than 200 characters", line, t + 1, task_column
                 )
-            rows.tasks.append(tid)
-            rows.y.append(_number(record[yc], path, line, yc + 1, target_column))
+            task_ids.append(tid)
+            ys.append(_number(record[yc], path, line, yc + 1, target_column))
             rows.X.append({header[i]: record[i] for i in features})
             rows.lines.append(line)
             for i in features:
@@ -192,7 +197,7 @@ def read_records_csv(
     return rows, cells
 
 
-def typed_rows(rows: Rows, schema) -> None:
+def typed_rows(rows: Rows, schema: Schema) -> None:
     """``rows.X`` as records of ``schema`` (numbers and booleans parsed), each checked:
     :class:`BadFile` naming the line and column of the first one the service would refuse."""
     records = typed_records(schema, rows.X)
@@ -207,7 +212,7 @@ def typed_rows(rows: Rows, schema) -> None:
     rows.X = records
 
 
-def format_schema(schema) -> str:
+def format_schema(schema: Schema) -> str:
     """A schema as the lines ``fcl3 replay --infer-schema`` prints."""
     width = max(len(f.name) for f in schema)
     out = []
@@ -265,6 +270,8 @@ def read_npz(path: str | os.PathLike[str]) -> Rows:
         if len(ids) != n:
             raise BadFile(path, f"task_ids has {len(ids)} entries for {n} tasks")
         rows: Rows | None = None
+        ys: list[float] = []
+        task_ids: list[str] = []
         for i in range(n):
             for key in (f"X_{i}", f"y_{i}"):
                 if key not in files:
@@ -278,7 +285,7 @@ def read_npz(path: str | os.PathLike[str]) -> Rows:
                 raise BadFile(path, f"X_{i} has {X.ndim} dimensions: expected rows x features")
             if rows is None:
                 cols = names if names is not None and len(names) == X.shape[1] else [f"x{j}" for j in range(X.shape[1])]
-                rows = Rows(path, cols, y=[], tasks=[], kind=kind)
+                rows = Rows(path, cols, y=ys, tasks=task_ids, kind=kind)
             if X.shape[1] != rows.width:
                 raise BadFile(
                     path,
@@ -294,8 +301,8 @@ def read_npz(path: str | os.PathLike[str]) -> Rows:
                 r = int(np.flatnonzero(~np.isfinite(y))[0])
                 raise BadFile(path, f"y_{i} row {r} is {y[r]} (not a finite number)")
             rows.X += X.tolist()
-            rows.y += y.tolist()
-            rows.tasks += [ids[i]] * len(y)
+            ys += y.tolist()
+            task_ids += [ids[i]] * len(y)
             rows.lines += list(range(len(y)))
     if rows is None or not rows.X:
         raise BadFile(path, "no rows (n_tasks is 0)")

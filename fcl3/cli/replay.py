@@ -40,8 +40,10 @@ def plan_batches(
     all tasks interleaved at random (each task's in order). ``holdout``: that fraction of each
     task's rows (drawn at random, at least one row left to learn) kept aside."""
     rng = random.Random(seed)
+    tasks = rows.tasks
+    assert tasks is not None  # a replay's file names each row's task
     by_task: dict[str, list[int]] = {}
-    for i, t in enumerate(rows.tasks):
+    for i, t in enumerate(tasks):
         by_task.setdefault(t, []).append(i)
     held: dict[str, list[int]] = {}
     if holdout > 0:
@@ -53,21 +55,21 @@ def plan_batches(
     batches: list[PlannedBatch] = []
     count: dict[str, int] = {}
 
-    def add(task: str, idx: list[int]):
+    def add(task: str, idx: list[int]) -> None:
         batches.append(PlannedBatch(task, count.get(task, 0), idx))
         count[task] = count.get(task, 0) + 1
 
     if order == "file":
         run: list[int] = []
-        for i, t in enumerate(rows.tasks):
+        for i, t in enumerate(tasks):
             if i in kept:
                 continue
-            if run and (rows.tasks[run[0]] != t or len(run) == batch_size):
-                add(rows.tasks[run[0]], run)
+            if run and (tasks[run[0]] != t or len(run) == batch_size):
+                add(tasks[run[0]], run)
                 run = []
             run.append(i)
         if run:
-            add(rows.tasks[run[0]], run)
+            add(tasks[run[0]], run)
     else:
         per_task = {}
         for t, idx in by_task.items():
@@ -124,6 +126,9 @@ def send_batches(
 ) -> dict[str, Any]:
     from tqdm import tqdm
 
+    targets = rows.y
+    assert targets is not None  # a replay's file has a target column
+
     n_rows = sum(len(b.rows) for b in batches)
     seen_tasks: set[str] = set()
     new_tasks = replayed_batches = replayed_rows = 0
@@ -151,13 +156,13 @@ def send_batches(
     try:
         for n, b in enumerate(batches, 1):
             X = [rows.X[i] for i in b.rows]
-            y = [rows.y[i] for i in b.rows]
+            y = [targets[i] for i in b.rows]
             if b.task in held and b.task not in evaluation_sent:
                 # before the task's first batch: the accuracy-matrix row of that batch scores the
                 # task just after it was learned (the diagonal, which BWT and FWT need)
                 idx = held[b.task]
                 try:
-                    c.add_evaluation(model, b.task, [rows.X[i] for i in idx], [rows.y[i] for i in idx])
+                    c.add_evaluation(model, b.task, [rows.X[i] for i in idx], [targets[i] for i in idx])
                 except FCL3Error as exc:
                     bar.close()
                     raise command_error(
@@ -243,7 +248,7 @@ def score_figures(s: Any) -> dict[str, Any] | None:
     return out
 
 
-def add_prequential(summary: dict[str, Any], info) -> None:
+def add_prequential(summary: dict[str, Any], info: Any) -> None:
     """The model's prequential scores (each batch predicted just before it was learned) beside
     the baseline (each task's own single-task model), as the service reports them."""
     preq = getattr(info, "prequential", None)
