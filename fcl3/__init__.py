@@ -13,25 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 
+#: What ``from fcl3 import ...`` loads on first use (:data:`fcl3.client.__all__`, but DEFAULT_URL).
 _CLIENT_NAMES = (
-    "Client",
-    "AsyncClient",
-    "BatchResult",
-    "Event",
-    "Retries",
-    "FCL3Error",
-    "APIError",
-    "BadRequest",
-    "Unauthorized",
-    "Forbidden",
-    "NotFound",
-    "Conflict",
-    "PayloadTooLarge",
-    "InvalidInput",
-    "ServerError",
-    "Unavailable",
-    "ConnectionFailed",
-    "TimedOut",
+    *("Client", "AsyncClient", "BatchResult", "Event", "Retries", "FCL3Error", "APIError", "BadRequest"),
+    *("Unauthorized", "Forbidden", "NotFound", "Conflict", "PayloadTooLarge", "InvalidInput", "ServerError"),
+    *("Unavailable", "ConnectionFailed", "TimedOut"),
 )
 __all__ = ["__version__", *_CLIENT_NAMES]
 

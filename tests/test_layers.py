@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_import_graph import import_graph, module_names
+from tests.test_import_graph import _write, import_graph, module_names
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,13 +80,6 @@ def engine_state_reads(path: Path) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- the checks themselves
-def _write(root: Path, files: dict[str, str]) -> None:
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-
-
 def test_an_import_from_a_lower_layer_into_a_higher_one_is_found(tmp_path):
     _write(tmp_path, {"app/__init__.py": "", "app/routes.py": "from app import store\n",
                       "app/store.py": "def f():\n    from app import routes\n"})
