@@ -94,8 +94,8 @@ def make_engine(settings: Settings, pool_size: int | None = None) -> Engine:
         connect_args["connect_timeout"] = settings.DB_CONNECT_TIMEOUT
     # Every pooled connection is checked before use: after a database restart, the pool holds
     # connections whose server is gone, and without the check each of them fails one request
-    # (503) before SQLAlchemy notices. The
-    # check costs no round trip while the connection's socket is quiet (_quiet_socket_ping).
+    # (503) before SQLAlchemy notices. The check costs no round trip while the connection's
+    # socket is quiet (_quiet_socket_ping).
     # The pool is as large as the request concurrency one process sees: a smaller pool makes
     # threads open and close overflow connections on every request.
     size = pool_size or settings.DB_POOL_SIZE
