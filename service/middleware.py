@@ -71,7 +71,7 @@ class RequestContext:
                 )
             else:
                 await self.app(scope, receive, send_with_id)
-        except Exception:  # noqa: BLE001 - the client gets a generic message, the log the details
+        except Exception:  # the client gets a generic message, the log the details
             log.error("unhandled error in %s %s", scope["method"], scope["path"], exc_info=True)
             if status is None:
                 status = 500
