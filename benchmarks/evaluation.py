@@ -3,7 +3,7 @@
     python -m benchmarks.evaluation [--tasks 500] [--eval-rows 50] [--rows 20] [--d 10]
                                     [--updates 500] [--rescore 8] [--no-matrix] [--embedded] [--json out.json]
 
-Runs the service's update path in process (``service.usecases``: lock, load, learn, score,
+Runs the service's update path in process (``service.learning.updates``: lock, load, learn, score,
 commit; no HTTP) on a throwaway PostgreSQL database (``--pg-admin-url``; ``--embedded``: an
 SQLite file), for two models fed the same stream:
 
@@ -74,10 +74,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
 
-    from service import evaluation_usecases, lifecycle, usecases
+    from service.evaluation import model_evaluation
+    from service.models import lifecycle
+    from service.learning import updates
     from service.config import Settings
     from service.db import make_bulk_engine, make_engine, upgrade_schema
-    from service.locks import LocalLocks
+    from service.writing.locks import LocalLocks
 
     from .launcher import create_throwaway_database
 
@@ -93,8 +95,8 @@ def main(argv=None) -> dict:
     bulk = make_bulk_engine(settings, engine)
     upgrade_schema(engine)
     locks = LocalLocks(30, 5)
-    from service.evaluation import EvaluationSettings
-    from service.registry import ModelRegistry, Shared
+    from service.evaluation.model_evaluation import EvaluationSettings
+    from service.hosting import ModelRegistry, Shared
 
     registry = ModelRegistry(engine, bulk, locks, "bench-default", settings.model_settings(), 10,
                              shared=Shared(evaluation=EvaluationSettings.of(settings)))
@@ -138,11 +140,11 @@ def main(argv=None) -> dict:
                     task, X, y = item[:3]
                     if phase == "new" and name == "evaluated":
                         t0 = time.perf_counter()
-                        evaluation_usecases.add_evaluation_rows(m, task, item[3], item[4])
+                        model_evaluation.add_evaluation_rows(m, task, item[3], item[4])
                         eval_post_ms.append((time.perf_counter() - t0) * 1000)
                     waited.clear()
                     t0 = time.perf_counter()
-                    p, _ = usecases.learn_batch(m, task, X, y)
+                    p, _ = updates.learn_batch(m, task, X, y)
                     total = time.perf_counter() - t0 - sum(waited)  # the update, not the backlog wait
                     rec[name][phase].append({"total": total * 1000, "backlog_wait": sum(waited) * 1000 if name == "evaluated" else 0.0, "engine": p.engine_seconds * 1000,
                                              "prequential": p.prequential_seconds * 1000,

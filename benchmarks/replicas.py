@@ -184,8 +184,8 @@ def replay_predictions(db_url: str, model: str, task: str, X) -> list[float]:
     its predictions for ``X``."""
     from service.config import Settings
     from service.db import make_engine
-    from service.learners import make_learner
-    from service.reads import ModelReader
+    from service.models.learners import make_learner
+    from service.store.reads import ModelReader
 
     settings = Settings(_env_file=None, DATABASE_URL=db_url, MODEL_NAME=model)
     reader = ModelReader(make_engine(settings, pool_size=1), model)

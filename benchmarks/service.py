@@ -571,14 +571,14 @@ def bytes_per_commit(sizes: tuple[int, ...] = (100, 10_000), database_url: str |
                      rows: int = 5) -> dict:
     """Bytes the service sends the database to commit one batch of a known task, and one of a
     new task, into a model of ``n`` tasks for each ``n`` of ``sizes`` (in-process: a
-    :class:`service.registry.HostedModel` on ``database_url``, by default a new SQLite file),
+    :class:`service.hosting.HostedModel` on ``database_url``, by default a new SQLite file),
     with the bytes by statement."""
-    from service import usecases
+    from service.learning import updates
     from service.config import Settings
     from service.db import make_engine, upgrade_schema
-    from service.locks import LocalLocks
-    from service.registry import HostedModel
-    from service.writes import NewModel
+    from service.writing.locks import LocalLocks
+    from service.hosting import HostedModel
+    from service.store.writes import NewModel
 
     tmp = Path(tempfile.mkdtemp(prefix="fcl3-bytes-"))
     url = database_url or f"sqlite:///{tmp / 'bytes.db'}"
@@ -597,9 +597,9 @@ def bytes_per_commit(sizes: tuple[int, ...] = (100, 10_000), database_url: str |
             model.reader.snapshot()
             X = rng.normal(size=(rows, d))
             y = X.sum(axis=1)
-            usecases.learn_batch(model, "task-0", X, y)  # warm (first scoring, evaluation row)
-            known, by_known = counter.measure(lambda: usecases.learn_batch(model, "task-1", X, y))
-            new, by_new = counter.measure(lambda: usecases.learn_batch(model, f"new-{n}", X, y))
+            updates.learn_batch(model, "task-0", X, y)  # warm (first scoring, evaluation row)
+            known, by_known = counter.measure(lambda: updates.learn_batch(model, "task-1", X, y))
+            new, by_new = counter.measure(lambda: updates.learn_batch(model, f"new-{n}", X, y))
             out[str(n)] = {"tasks": n, "known_task_commit_bytes": known, "new_task_commit_bytes": new,
                            # what the model row's meta held before revision 0008, rewritten by every commit
                            "task_order_json_bytes": len(json.dumps(model.reader.snapshot().learner.task_ids)),

@@ -6,23 +6,42 @@ pydantic only: no numpy, no server dependencies.
 ``from fcl3 import Client`` loads the client on first use: the service imports
 :mod:`fcl3.schemas` and never loads httpx through this package.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 
+#: What ``from fcl3 import ...`` loads on first use (:data:`fcl3.client.__all__`, but DEFAULT_URL).
 _CLIENT_NAMES = (
-    "Client", "AsyncClient", "BatchResult", "Event", "Retries",
-    "FCL3Error", "APIError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "Conflict",
-    "PayloadTooLarge", "InvalidInput", "ServerError", "Unavailable", "ConnectionFailed", "TimedOut",
+    *("Client", "AsyncClient", "BatchResult", "Event", "Retries", "FCL3Error", "APIError", "BadRequest"),
+    *("Unauthorized", "Forbidden", "NotFound", "Conflict", "PayloadTooLarge", "InvalidInput", "ServerError"),
+    *("Unavailable", "ConnectionFailed", "TimedOut"),
 )
 __all__ = ["__version__", *_CLIENT_NAMES]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .client import (APIError, AsyncClient, BadRequest, BatchResult, Client, ConnectionFailed, Conflict,  # noqa: F401
-                         Event, FCL3Error, Forbidden, InvalidInput, NotFound, PayloadTooLarge, Retries,
-                         ServerError, TimedOut, Unauthorized, Unavailable)
+    from .client import (  # noqa: F401
+        APIError,
+        AsyncClient,
+        BadRequest,
+        BatchResult,
+        Client,
+        Conflict,
+        ConnectionFailed,
+        Event,
+        FCL3Error,
+        Forbidden,
+        InvalidInput,
+        NotFound,
+        PayloadTooLarge,
+        Retries,
+        ServerError,
+        TimedOut,
+        Unauthorized,
+        Unavailable,
+    )
 
 
 def __getattr__(name: str) -> Any:

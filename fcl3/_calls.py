@@ -1,14 +1,16 @@
 """Every API call the client makes, independent of sync or async I/O: what to send, how to
 read the answer, which retries are safe; and the client's options. The clients
 (``fcl3/_async/client.py`` and the ``fcl3/_sync/client.py`` generated from it) send these."""
+
 from __future__ import annotations
 
 import json
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -19,8 +21,17 @@ from ._version import __version__
 from .errors import error_from
 from .records import infer_schema, parse_schema, records_of, schema_json
 from .retries import Retries
-from .schemas import (EvaluationOut, EvaluationRowsOut, ModelList, ModelOut, PredictOut, TakeBackOut, TaskList, TaskOut,
-                      UpdateOut)
+from .schemas import (
+    EvaluationOut,
+    EvaluationRowsOut,
+    ModelList,
+    ModelOut,
+    PredictOut,
+    TakeBackOut,
+    TaskList,
+    TaskOut,
+    UpdateOut,
+)
 
 T = TypeVar("T")
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -146,18 +157,30 @@ def features_of(features: Any) -> list[dict[str, Any]] | None:
     return schema_json(parse_schema(list(features)))
 
 
-def create_model(name: str, kind: str | None, estimator: str, params: dict | None, d: int | None,
-                 features: Any = None) -> Call[ModelOut]:
-    body = schemas.ModelCreate(name=name, kind=kind, estimator=estimator, params=params or {}, d=d,
-                               features=features_of(features))
-    return Call("POST", "/models", _typed(ModelOut), content=_json(body.model_dump(mode="json", exclude_none=True)),
-                headers=_JSON)
+def create_model(
+    name: str, kind: str | None, estimator: str, params: dict[str, Any] | None, d: int | None, features: Any = None
+) -> Call[ModelOut]:
+    body = schemas.ModelCreate(
+        name=name, kind=kind, estimator=estimator, params=params or {}, d=d, features=features_of(features)
+    )
+    return Call(
+        "POST",
+        "/models",
+        _typed(ModelOut),
+        content=_json(body.model_dump(mode="json", exclude_none=True)),
+        headers=_JSON,
+    )
 
 
 def fork_model(name: str, source: str, version: int | None) -> Call[ModelOut]:
     body = schemas.ModelCreate(name=name, fork=schemas.ForkFrom(model=source, version=version))
-    return Call("POST", "/models", _typed(ModelOut),
-                content=_json(body.model_dump(mode="json", include={"name", "fork"}, exclude_none=True)), headers=_JSON)
+    return Call(
+        "POST",
+        "/models",
+        _typed(ModelOut),
+        content=_json(body.model_dump(mode="json", include={"name", "fork"}, exclude_none=True)),
+        headers=_JSON,
+    )
 
 
 def list_models(offset: int, limit: int) -> Call[ModelList]:
@@ -172,7 +195,7 @@ def delete_model(name: str) -> Call[None]:
     return Call("DELETE", model_path(name), lambda r: None, replay_safe=True, missing_ok_on_retry=True)
 
 
-def _write_export(path: str | os.PathLike) -> Callable[[httpx.Response], int]:
+def _write_export(path: str | os.PathLike[str]) -> Callable[[httpx.Response], int]:
     def parse(r: httpx.Response) -> int:
         target = Path(path)
         tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.part")
@@ -183,13 +206,18 @@ def _write_export(path: str | os.PathLike) -> Callable[[httpx.Response], int]:
     return parse
 
 
-def export_model(name: str, path: str | os.PathLike) -> Call[int]:
+def export_model(name: str, path: str | os.PathLike[str]) -> Call[int]:
     return _get(f"{model_path(name)}/state", _write_export(path))
 
 
-def import_model(name: str, path: str | os.PathLike) -> Call[ModelOut]:
-    return Call("POST", f"{model_path(name)}/state", _typed(ModelOut), content=Path(path).read_bytes(),
-                headers={"Content-Type": "application/octet-stream"})
+def import_model(name: str, path: str | os.PathLike[str]) -> Call[ModelOut]:
+    return Call(
+        "POST",
+        f"{model_path(name)}/state",
+        _typed(ModelOut),
+        content=Path(path).read_bytes(),
+        headers={"Content-Type": "application/octet-stream"},
+    )
 
 
 # ----------------------------------------------------------------------------- one model
@@ -197,8 +225,16 @@ def learn(model: str, task_id: str, X: Any, y: Any, key: str) -> Call[tuple[Upda
     def parse(r: httpx.Response) -> tuple[UpdateOut, bool]:
         return UpdateOut.model_validate_json(r.content), r.headers.get("Idempotent-Replayed") == "true"
 
-    return Call("POST", f"{_task_path(model, task_id)}/data", parse, content=_json({**rows_body(X), "y": _values(y)}),
-                headers={**_JSON, "Idempotency-Key": key}, replay_safe=True, retry_conflict=True, patient=True)
+    return Call(
+        "POST",
+        f"{_task_path(model, task_id)}/data",
+        parse,
+        content=_json({**rows_body(X), "y": _values(y)}),
+        headers={**_JSON, "Idempotency-Key": key},
+        replay_safe=True,
+        retry_conflict=True,
+        patient=True,
+    )
 
 
 def new_key(idempotency_key: str | None) -> str:
@@ -212,9 +248,15 @@ def predict(model: str, task_id: str, X: Any, min_version: int | None, remember:
     body = {"task_id": task_id, **rows_body(X)}
     if remember:
         body["remember"] = True
-    return Call("POST", f"{model_path(model)}/predict", _typed(PredictOut),
-                params={"min_version": min_version} if min_version is not None else None,
-                content=_json(body), headers=_JSON, replay_safe=not remember)
+    return Call(
+        "POST",
+        f"{model_path(model)}/predict",
+        _typed(PredictOut),
+        params={"min_version": min_version} if min_version is not None else None,
+        content=_json(body),
+        headers=_JSON,
+        replay_safe=not remember,
+    )
 
 
 def label_pairs(pairs: Any) -> list[dict[str, Any]]:
@@ -233,11 +275,19 @@ def label(model: str, pairs: Any, key: str) -> Call[tuple[UpdateOut, bool]]:
     """Labels of remembered predictions, with an Idempotency-Key: resent safely. A 409 with
     ``Retry-After`` (the key still in flight) is waited out; one without is final: an id
     labelled already (its body says by which version)."""
+
     def parse(r: httpx.Response) -> tuple[UpdateOut, bool]:
         return UpdateOut.model_validate_json(r.content), r.headers.get("Idempotent-Replayed") == "true"
 
-    return Call("POST", f"{model_path(model)}/labels", parse, content=_json({"labels": label_pairs(pairs)}),
-                headers={**_JSON, "Idempotency-Key": key}, replay_safe=True, patient=True)
+    return Call(
+        "POST",
+        f"{model_path(model)}/labels",
+        parse,
+        content=_json({"labels": label_pairs(pairs)}),
+        headers={**_JSON, "Idempotency-Key": key},
+        replay_safe=True,
+        patient=True,
+    )
 
 
 def take_back(model: str, version: int, key: str) -> Call[TakeBackOut]:
@@ -247,8 +297,14 @@ def take_back(model: str, version: int, key: str) -> Call[TakeBackOut]:
     stored), as are 404 and 410 (taken back already: its body says by which version)."""
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise ValueError(f"version must be a positive integer (the version a batch produced); got {version!r}")
-    return Call("DELETE", f"{model_path(model)}/batches/{version}", _typed(TakeBackOut),
-                headers={"Idempotency-Key": key}, replay_safe=True, patient=True)
+    return Call(
+        "DELETE",
+        f"{model_path(model)}/batches/{version}",
+        _typed(TakeBackOut),
+        headers={"Idempotency-Key": key},
+        replay_safe=True,
+        patient=True,
+    )
 
 
 def tasks(model: str, offset: int, limit: int) -> Call[TaskList]:
@@ -260,8 +316,13 @@ def task(model: str, task_id: str) -> Call[TaskOut]:
 
 
 def add_evaluation(model: str, task_id: str, X: Any, y: Any) -> Call[EvaluationRowsOut]:
-    return Call("POST", f"{_task_path(model, task_id)}/evaluation", _typed(EvaluationRowsOut),
-                content=_json({**rows_body(X), "y": _values(y)}), headers=_JSON)
+    return Call(
+        "POST",
+        f"{_task_path(model, task_id)}/evaluation",
+        _typed(EvaluationRowsOut),
+        content=_json({**rows_body(X), "y": _values(y)}),
+        headers=_JSON,
+    )
 
 
 def evaluation(model: str, limit: int | None) -> Call[EvaluationOut]:
@@ -269,11 +330,11 @@ def evaluation(model: str, limit: int | None) -> Call[EvaluationOut]:
 
 
 # ----------------------------------------------------------------------------- service
-def healthz() -> Call[dict]:
+def healthz() -> Call[dict[str, Any]]:
     return _get("/healthz", _parsed_json)
 
 
-def ready() -> Call[dict]:
+def ready() -> Call[dict[str, Any]]:
     return _get("/readyz", _parsed_json)
 
 
@@ -304,8 +365,14 @@ def _retries(total: int) -> Retries:
 class Options:
     """A client's settings, checked once: base URL, retries, headers (key, user agent), timeout."""
 
-    def __init__(self, url: str, api_key: str | None, timeout: float | httpx.Timeout | None,
-                 retries: int | Retries, headers: dict[str, str] | None):
+    def __init__(
+        self,
+        url: str,
+        api_key: str | None,
+        timeout: float | httpx.Timeout | None,
+        retries: int | Retries,
+        headers: dict[str, str] | None,
+    ):
         self.url = url.rstrip("/")
         self.retries = retries if isinstance(retries, Retries) else _retries(int(retries))
         self.headers = _headers(api_key, headers)

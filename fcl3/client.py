@@ -33,20 +33,62 @@ One source for both clients: :class:`AsyncClient` is written in ``fcl3/_async/cl
 errors and event stream they share are :mod:`fcl3._calls`, :mod:`fcl3.retries`,
 :mod:`fcl3.errors` and :mod:`fcl3.events`. This module gathers the public names.
 """
+
 from __future__ import annotations
 
 from ._async.client import AsyncClient
 from ._calls import DEFAULT_URL, BatchResult
 from ._sync.client import Client
-from .errors import (APIError, BadRequest, Conflict, ConnectionFailed, FCL3Error, Forbidden, InvalidInput, NotFound,
-                     PayloadTooLarge, ServerError, TimedOut, Unauthorized, Unavailable)
+from .errors import (
+    APIError,
+    BadRequest,
+    Conflict,
+    ConnectionFailed,
+    FCL3Error,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    ServerError,
+    TimedOut,
+    Unauthorized,
+    Unavailable,
+)
 from .events import Event
 from .retries import Retries
-from .schemas import (EvaluationEvent, EvaluationOut, EvaluationRowsOut, ModelList, ModelOut, PredictOut,  # noqa: F401
-                      ResetEvent, TakeBackOut, TaskList, TaskOut, UpdateEvent, UpdateOut)
+from .schemas import (  # noqa: F401
+    EvaluationEvent,
+    EvaluationOut,
+    EvaluationRowsOut,
+    ModelList,
+    ModelOut,
+    PredictOut,
+    ResetEvent,
+    TakeBackOut,
+    TaskList,
+    TaskOut,
+    UpdateEvent,
+    UpdateOut,
+)
 
 __all__ = [
-    "Client", "AsyncClient", "BatchResult", "Event", "Retries", "DEFAULT_URL",
-    "FCL3Error", "APIError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "Conflict",
-    "PayloadTooLarge", "InvalidInput", "ServerError", "Unavailable", "ConnectionFailed", "TimedOut",
+    "Client",
+    "AsyncClient",
+    "BatchResult",
+    "Event",
+    "Retries",
+    "DEFAULT_URL",
+    "FCL3Error",
+    "APIError",
+    "BadRequest",
+    "Unauthorized",
+    "Forbidden",
+    "NotFound",
+    "Conflict",
+    "PayloadTooLarge",
+    "InvalidInput",
+    "ServerError",
+    "Unavailable",
+    "ConnectionFailed",
+    "TimedOut",
 ]

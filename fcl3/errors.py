@@ -1,5 +1,6 @@
 """The client's errors: :class:`APIError` and a subclass per status for an error answer,
 :class:`ConnectionFailed` (and :class:`TimedOut`) when the service could not be reached."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -9,9 +10,24 @@ import httpx
 if TYPE_CHECKING:  # pragma: no cover
     from ._calls import Call
 
-__all__ = ["FCL3Error", "APIError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "Conflict",
-           "PayloadTooLarge", "InvalidInput", "ServerError", "Unavailable", "ConnectionFailed", "TimedOut",
-           "NOT_SENT", "error_from", "unreachable"]
+__all__ = [
+    "FCL3Error",
+    "APIError",
+    "BadRequest",
+    "Unauthorized",
+    "Forbidden",
+    "NotFound",
+    "Conflict",
+    "PayloadTooLarge",
+    "InvalidInput",
+    "ServerError",
+    "Unavailable",
+    "ConnectionFailed",
+    "TimedOut",
+    "NOT_SENT",
+    "error_from",
+    "unreachable",
+]
 
 
 class FCL3Error(Exception):
@@ -89,14 +105,26 @@ class TimedOut(ConnectionFailed):
         self.phase = phase
 
 
-_BY_STATUS = {400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict,
-              413: PayloadTooLarge, 422: InvalidInput, 503: Unavailable}
+_BY_STATUS = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: PayloadTooLarge,
+    422: InvalidInput,
+    503: Unavailable,
+}
 
 #: Transport errors raised before anything reached the server: resending is always safe.
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
-_TIMEOUT_PHASES = {httpx.ConnectTimeout: "connect", httpx.ReadTimeout: "read", httpx.WriteTimeout: "write",
-                   httpx.PoolTimeout: "pool"}
+_TIMEOUT_PHASES = {
+    httpx.ConnectTimeout: "connect",
+    httpx.ReadTimeout: "read",
+    httpx.WriteTimeout: "write",
+    httpx.PoolTimeout: "pool",
+}
 
 
 def _detail_text(detail: Any) -> str:
@@ -124,8 +152,9 @@ def error_from(response: httpx.Response) -> APIError:
     return cls(response.status_code, detail, response.request.method, response.request.url.path, response.headers)
 
 
-def unreachable(call: Call, base_url: httpx.URL, exc: httpx.TransportError, attempts: int,
-                timeout: httpx.Timeout | None = None) -> ConnectionFailed:
+def unreachable(
+    call: Call[Any], base_url: httpx.URL, exc: httpx.TransportError, attempts: int, timeout: httpx.Timeout | None = None
+) -> ConnectionFailed:
     """The error raised when the retries of ``call`` ran out on transport errors (or it could
     not be resent safely): what was tried, where, how many times, and why."""
     where = f"{call.method} {str(base_url).rstrip('/')}{call.path}"
@@ -134,9 +163,12 @@ def unreachable(call: Call, base_url: httpx.URL, exc: httpx.TransportError, atte
         phase = next((p for cls, p in _TIMEOUT_PHASES.items() if isinstance(exc, cls)), "read")
         seconds = getattr(timeout, phase, None) if timeout is not None else None
         within = f" within {seconds:g} s" if seconds is not None else ""
-        why = {"connect": f"could not connect{within}", "read": f"no answer{within}",
-               "write": f"could not send the request{within}",
-               "pool": f"no free connection{within} (too many requests at once)"}[phase]
+        why = {
+            "connect": f"could not connect{within}",
+            "read": f"no answer{within}",
+            "write": f"could not send the request{within}",
+            "pool": f"no free connection{within} (too many requests at once)",
+        }[phase]
         return TimedOut(f"{where}: timed out: {why}, after {attempts} attempt(s){unsafe}", seconds, phase)
     why = "could not connect" if isinstance(exc, NOT_SENT) else "connection lost"
     return ConnectionFailed(f"{where}: {why} after {attempts} attempt(s){unsafe}: {type(exc).__name__}: {exc}")

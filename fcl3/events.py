@@ -1,6 +1,7 @@
 """The model's event stream as the client reads it: :class:`Event`, and :class:`EventStream`,
 what a reader keeps across reconnections (the ``Last-Event-ID`` to resume from, the server's
 ``retry``). The Server-Sent Events framing itself is httpx-sse's."""
+
 from __future__ import annotations
 
 import json

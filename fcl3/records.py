@@ -20,11 +20,13 @@ The rules (docs/records.md):
   0: what a stored task predicts for a level it has not learned either (its new columns enter
   with weight 0). The answer of ``/predict`` lists such levels (``unseen``).
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 FEATURE_TYPES = ("number", "category", "boolean")
 #: The largest number of features a schema may declare.
@@ -171,15 +173,17 @@ def check_records(schema: Schema, records: Sequence[Any]) -> dict[str, list[str]
             raise RecordError(f"records[{i}] must be an object of feature values", "records", i)
         for key in rec:
             if key not in by_name:
-                raise RecordError(f"records[{i}] has an unknown field {key!r}: the features are "
-                                  f"{', '.join(by_name)}", str(key), i)
+                raise RecordError(
+                    f"records[{i}] has an unknown field {key!r}: the features are {', '.join(by_name)}", str(key), i
+                )
         for f in schema:
             value = rec.get(f.name)
             if value is None:
                 if not f.nullable:
                     what = "is null" if f.name in rec else "is missing"
-                    raise RecordError(f"records[{i}].{f.name} {what}: the feature is required (not nullable)",
-                                      f.name, i)
+                    raise RecordError(
+                        f"records[{i}].{f.name} {what}: the feature is required (not nullable)", f.name, i
+                    )
                 continue
             if f.type == "number":
                 if not _number(value):
@@ -190,8 +194,12 @@ def check_records(schema: Schema, records: Sequence[Any]) -> dict[str, list[str]
             else:
                 level = level_of(value)
                 if level is None:
-                    raise RecordError(f"records[{i}].{f.name} must be a string (or an integer) of at most "
-                                      f"{MAX_NAME} characters, got {value!r}", f.name, i)
+                    raise RecordError(
+                        f"records[{i}].{f.name} must be a string (or an integer) of at most "
+                        f"{MAX_NAME} characters, got {value!r}",
+                        f.name,
+                        i,
+                    )
                 levels[f.name].setdefault(level, None)
     return {name: list(found) for name, found in levels.items()}
 
@@ -199,12 +207,14 @@ def check_records(schema: Schema, records: Sequence[Any]) -> dict[str, list[str]
 def needed_columns(schema: Schema, levels: Mapping[str, Iterable[str]]) -> list[Column]:
     """The base columns and the level columns of ``levels``, in that order."""
     base = base_columns(schema)
-    return base + [c for c in (Column(name, "level", lv) for name, found in levels.items() for lv in found)
-                   if c not in base]
+    return base + [
+        c for c in (Column(name, "level", lv) for name, found in levels.items() for lv in found) if c not in base
+    ]
 
 
-def encode(schema: Schema, columns: Sequence[Column], records: Sequence[Mapping[str, Any]]
-           ) -> tuple[list[list[float]], dict[str, list[str]]]:
+def encode(
+    schema: Schema, columns: Sequence[Column], records: Sequence[Mapping[str, Any]]
+) -> tuple[list[list[float]], dict[str, list[str]]]:
     """Checked ``records`` as rows of ``len(columns)`` floats, and the levels met that no
     column holds (encoded as all-zero: see the module notes), per feature."""
     index = {(c.feature, c.role, c.level): j for j, c in enumerate(columns)}
@@ -227,6 +237,7 @@ def encode(schema: Schema, columns: Sequence[Column], records: Sequence[Mapping[
                     row[value_col] = fill
             elif kind == "category":
                 level = level_of(value)
+                assert level is not None  # the records were checked (check_records) before they are encoded
                 j = index.get((name, "level", level))
                 if j is None:
                     unseen.setdefault(name, {}).setdefault(level, None)
@@ -260,8 +271,9 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def infer_schema(columns: Mapping[str, Sequence[Any]], categorical: Iterable[str] = (),
-                 max_levels: int = 100) -> Schema:
+def infer_schema(
+    columns: Mapping[str, Sequence[Any]], categorical: Iterable[str] = (), max_levels: int = 100
+) -> Schema:
     """A schema from named columns of values (Python values or the strings of a CSV): a column
     named in ``categorical`` is a category; else ``true``/``false`` everywhere is a boolean,
     numbers everywhere a number (its ``fill`` the mean of its values, fixed in the schema),
@@ -283,7 +295,7 @@ def infer_schema(columns: Mapping[str, Sequence[Any]], categorical: Iterable[str
             continue
         numbers = [_as_number(v) for v in present]
         if present and all(x is not None for x in numbers):
-            fill = sum(numbers) / len(numbers) if nullable else 0.0
+            fill = sum(x for x in numbers if x is not None) / len(numbers) if nullable else 0.0
             out.append(Feature(name, "number", nullable, float(fill)))
         else:
             out.append(Feature(name, "category", nullable, levels=_levels(present, max_levels)))

@@ -6,13 +6,14 @@ A batch answered "busy, nothing applied" (409: its ``Idempotency-Key`` still in 
 the update lock busy, the database or Redis down) is retried for at least
 :attr:`Retries.patience` seconds, past :attr:`Retries.total`: a claim or an update lock that a
 crashed request left behind lasts at most the service's ``LOCK_TTL`` (30 s by default)."""
+
 from __future__ import annotations
 
 import email.utils
 import random
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -39,7 +40,7 @@ class Retries:
     patience: float = 60.0
 
     def backoff_for(self, attempt: int) -> float:
-        return min(self.max_backoff, self.backoff * 2 ** attempt) * random.uniform(0.5, 1.0)
+        return float(min(self.max_backoff, self.backoff * 2**attempt) * random.uniform(0.5, 1.0))
 
     def retry_after(self, response: httpx.Response, attempt: int) -> float:
         value = response.headers.get("Retry-After")
@@ -55,7 +56,7 @@ class Retries:
         return self.backoff_for(attempt)
 
 
-def wait_after_error(call: Call, retries: Retries, attempt: int, exc: httpx.TransportError) -> float | None:
+def wait_after_error(call: Call[Any], retries: Retries, attempt: int, exc: httpx.TransportError) -> float | None:
     """Seconds to wait before retrying after a transport error, or None to give up."""
     if attempt >= retries.total:
         return None
@@ -64,7 +65,7 @@ def wait_after_error(call: Call, retries: Retries, attempt: int, exc: httpx.Tran
     return None
 
 
-def wait_after_response(call: Call, retries: Retries, attempt: int, response: httpx.Response) -> float | None:
+def wait_after_response(call: Call[Any], retries: Retries, attempt: int, response: httpx.Response) -> float | None:
     """Seconds to wait before retrying after this answer, or None: it is the answer."""
     if attempt >= retries.total:
         return None
@@ -76,7 +77,7 @@ def wait_after_response(call: Call, retries: Retries, attempt: int, response: ht
     return None
 
 
-def busy(call: Call, response: httpx.Response) -> bool:
+def busy(call: Call[Any], response: httpx.Response) -> bool:
     """Whether the answer says "busy, nothing applied, retry": 503; a 409 with ``Retry-After``
     (an ``Idempotency-Key`` still in flight, for any call that sends one); or any 409 where
     the call retries conflicts (a batch: its key in flight, or a stale writer refused). A 409
@@ -92,7 +93,7 @@ class Attempts:
     ``Retries.total``, and how long the client waited after busy answers of a patient call
     (:attr:`fcl3._calls.Call.patient`: a batch)."""
 
-    def __init__(self, call: Call, retries: Retries):
+    def __init__(self, call: Call[Any], retries: Retries):
         self.call, self.retries = call, retries
         self.retried = 0
         self.counted = 0

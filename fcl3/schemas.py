@@ -1,12 +1,27 @@
 """Request and response bodies. Requests refuse unknown fields (``extra="forbid"``) and
 non-numbers (strict floats: no strings, no booleans)."""
+
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, Strict, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    Strict,
+    field_validator,
+    model_validator,
+)
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 from .records import RecordError, parse_schema
 
@@ -31,8 +46,10 @@ def storable_id(value: str) -> str:
     """``value`` unchanged; ValueError (a 422) when it holds a character of :data:`UNSTORABLE`."""
     bad = UNSTORABLE.search(value)
     if bad is not None:
-        raise ValueError(f"holds the control character U+{ord(bad.group()):04X} at position {bad.start()}: "
-                         "ids may not hold control characters (U+0000-U+001F, U+007F-U+009F) or lone surrogates")
+        raise ValueError(
+            f"holds the control character U+{ord(bad.group()):04X} at position {bad.start()}: "
+            "ids may not hold control characters (U+0000-U+001F, U+007F-U+009F) or lone surrogates"
+        )
     return value
 
 
@@ -44,15 +61,16 @@ TaskId = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(stor
 #: and a Redis key, and holds no "/" or "\\").
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$"
 MODEL_NAME_RULE = "1-100 characters of [A-Za-z0-9._-], not starting with '.'"
-ModelNameStr = Annotated[str, Field(min_length=1, max_length=100, pattern=MODEL_NAME_PATTERN,
-                                    description=f"Model name: {MODEL_NAME_RULE}.")]
+ModelNameStr = Annotated[
+    str, Field(min_length=1, max_length=100, pattern=MODEL_NAME_PATTERN, description=f"Model name: {MODEL_NAME_RULE}.")
+]
 
 
 class Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def _not_empty(X: list) -> list:
+def _not_empty(X: list[Any]) -> list[Any]:
     if not X:
         raise ValueError("X is empty: a batch needs at least one row")
     return X
@@ -61,11 +79,13 @@ def _not_empty(X: list) -> list:
 #: A record: feature name -> value (a number, a category's level, true/false, or null when the
 #: feature is nullable); see docs/records.md.
 Record = dict[str, Any]
-_RECORDS_DESCRIPTION = ("Rows as records of the model's feature schema, instead of `X`: "
-                        '`[{"age": 31, "urban": "yes", "smoker": false}, ...]`. Unknown names, wrong types and '
-                        "missing required fields are refused (422 naming the field); categories are one-hot "
-                        "encoded by the service, missing values (null) of nullable features get their indicator "
-                        "(docs/records.md).")
+_RECORDS_DESCRIPTION = (
+    "Rows as records of the model's feature schema, instead of `X`: "
+    '`[{"age": 31, "urban": "yes", "smoker": false}, ...]`. Unknown names, wrong types and '
+    "missing required fields are refused (422 naming the field); categories are one-hot "
+    "encoded by the service, missing values (null) of nullable features get their indicator "
+    "(docs/records.md)."
+)
 
 
 def _x_or_records(data: Any) -> Any:
@@ -86,8 +106,9 @@ def _one_of_x_or_records(model: Any) -> Any:
 
 def _x_or_records_schema(schema: dict[str, Any]) -> None:
     """OpenAPI: ``X`` stays required, and is ``null`` (or left out) when ``records`` are given."""
-    schema["description"] = ("Rows as `X` (numbers), or as `records` (named features) with `X` null or left out: "
-                             "one of the two.")
+    schema["description"] = (
+        "Rows as `X` (numbers), or as `records` (named features) with `X` null or left out: one of the two."
+    )
 
 
 def csv_batch(data: bytes | str, target: bool = True) -> dict[str, Any]:
@@ -105,7 +126,7 @@ def csv_batch(data: bytes | str, target: bool = True) -> dict[str, Any]:
         raise ValueError(f"not a valid CSV body: {exc}") from None
 
 
-def _csv_rows(reader, with_target: bool) -> dict[str, Any]:
+def _csv_rows(reader: Iterator[list[str]], with_target: bool) -> dict[str, Any]:
     header = [h.strip() for h in next(reader, [])]
     target = next((n for n in ("y", "target") if n in header), None) if with_target else None
     if with_target and target is None:
@@ -122,7 +143,7 @@ def _csv_rows(reader, with_target: bool) -> dict[str, Any]:
                 y.append(float(row[t]))
             except ValueError:
                 raise ValueError(f"CSV row {i + 1}: {target} {row[t]!r} is not a number") from None
-        records.append({h: v for j, (h, v) in enumerate(zip(header, row)) if j != t})
+        records.append({h: v for j, (h, v) in enumerate(zip(header, row, strict=False)) if j != t})
     return {"records": records, "y": y} if with_target else {"records": records}
 
 
@@ -136,7 +157,7 @@ class RecordsRequest(Request):
     def text_cells(self) -> bool:
         return self._text
 
-    def with_text_cells(self) -> "RecordsRequest":
+    def with_text_cells(self) -> Self:
         """This request, marked as records of a ``text/csv`` body."""
         self._text = True
         return self
@@ -145,13 +166,17 @@ class RecordsRequest(Request):
 class Batch(RecordsRequest):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_x_or_records_schema)
 
-    X: list[list[Number]] | None = Field(..., description="Feature rows (all the same width); null (or left out) "
-                                         "with `records`.",
-                                         examples=[[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]])
-    records: list[Record] | None = Field(None, description=_RECORDS_DESCRIPTION,
-                                         examples=[[{"age": 31, "urban": "yes"}, {"age": 25, "urban": "no"}]])
-    y: list[Number] = Field(..., description="One target per row; labels 0/1 or -1/1 for classification.",
-                            examples=[[0.5, 1.5]])
+    X: list[list[Number]] | None = Field(
+        ...,
+        description="Feature rows (all the same width); null (or left out) with `records`.",
+        examples=[[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]],
+    )
+    records: list[Record] | None = Field(
+        None, description=_RECORDS_DESCRIPTION, examples=[[{"age": 31, "urban": "yes"}, {"age": 25, "urban": "no"}]]
+    )
+    y: list[Number] = Field(
+        ..., description="One target per row; labels 0/1 or -1/1 for classification.", examples=[[0.5, 1.5]]
+    )
 
     _x_not_empty = field_validator("X")(lambda X: X if X is None else _not_empty(X))
     _before = model_validator(mode="before")(_x_or_records)
@@ -159,7 +184,7 @@ class Batch(RecordsRequest):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _from_csv(cls, data: Any, handler):
+    def _from_csv(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
         """A ``text/csv`` body (FastAPI passes a body that is not JSON as its bytes)."""
         if isinstance(data, (bytes, str)):
             return handler(_x_or_records(csv_batch(data))).with_text_cells()
@@ -167,21 +192,31 @@ class Batch(RecordsRequest):
 
     @property
     def n_rows(self) -> int:
-        return len(self.X if self.X is not None else self.records)
+        return len(self.X) if self.X is not None else len(self.records or ())
 
 
 class PredictRequest(RecordsRequest):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_x_or_records_schema)
 
     task_id: TaskId
-    X: list[list[Number]] | None = Field(..., description="Feature rows; null (or left out) with `records`.",
-                                         examples=[[[1.0, 2.0, 3.0]]])
-    records: list[Record] | None = Field(None, description=_RECORDS_DESCRIPTION.replace(
-        "; categories", " (a level never learned is encoded as no level of its category and listed in `unseen`); "
-        "categories"), examples=[[{"age": 31, "urban": "yes"}]])
-    remember: bool = Field(False, description="Store the rows, the outputs served and the version serving them, "
-                           "and answer `prediction_ids`: `POST .../labels` learns them when their labels arrive "
-                           "(within PREDICTION_TTL).", examples=[True])
+    X: list[list[Number]] | None = Field(
+        ..., description="Feature rows; null (or left out) with `records`.", examples=[[[1.0, 2.0, 3.0]]]
+    )
+    records: list[Record] | None = Field(
+        None,
+        description=_RECORDS_DESCRIPTION.replace(
+            "; categories",
+            " (a level never learned is encoded as no level of its category and listed in `unseen`); categories",
+        ),
+        examples=[[{"age": 31, "urban": "yes"}]],
+    )
+    remember: bool = Field(
+        False,
+        description="Store the rows, the outputs served and the version serving them, "
+        "and answer `prediction_ids`: `POST .../labels` learns them when their labels arrive "
+        "(within PREDICTION_TTL).",
+        examples=[True],
+    )
 
     _x_not_empty = field_validator("X")(lambda X: X if X is None else _not_empty(X))
     _before = model_validator(mode="before")(_x_or_records)
@@ -199,14 +234,19 @@ class UpdateOut(BaseModel):
     n_samples: int = Field(..., description="Samples of this task seen so far.")
     new_task: bool
     code: list[float] | None = Field(None, description="The task's code s_t.")
-    assignment: list[AssignmentEntry] | None = Field(None, description="Z^t over the representatives, then the outlier slot.")
+    assignment: list[AssignmentEntry] | None = Field(
+        None, description="Z^t over the representatives, then the outlier slot."
+    )
     outlier_probability: float | None = Field(None, description="e: probability that the task opens a new environment.")
     new_representative: bool
     n_representatives: int
     version: int = Field(..., description="Model version after this update.")
-    prequential: "Scores | None" = Field(None, description="The batch scored before it was learned (null: a new "
-                                         "task's first batch, or a batch whose errors overflow float64, left "
-                                         "unscored); what /predict answered just before the update.")
+    prequential: Scores | None = Field(
+        None,
+        description="The batch scored before it was learned (null: a new "
+        "task's first batch, or a batch whose errors overflow float64, left "
+        "unscored); what /predict answered just before the update.",
+    )
 
 
 class PredictOut(BaseModel):
@@ -214,20 +254,32 @@ class PredictOut(BaseModel):
     predictions: list[float]
     probabilities: list[float] | None = Field(None, description="P(positive class), classification only.")
     version: int
-    unseen: dict[str, list[str]] | None = Field(None, description="Records only: per category, the levels the "
-                                                "model has never learned (encoded as no level: every column of the "
-                                                "category 0). Absent when there are none.")
-    prediction_ids: list[str] | None = Field(None, description='With `"remember": true`: one id per row, in row '
-                                             "order, for `POST .../labels`.",
-                                             examples=[["19c0d6e3a2f-8c1e5b0d2a4f6e13", "19c0d6e3a2f-0b7d3e9a1c5f2e84"]])
+    unseen: dict[str, list[str]] | None = Field(
+        None,
+        description="Records only: per category, the levels the "
+        "model has never learned (encoded as no level: every column of the "
+        "category 0). Absent when there are none.",
+    )
+    prediction_ids: list[str] | None = Field(
+        None,
+        description='With `"remember": true`: one id per row, in row order, for `POST .../labels`.',
+        examples=[["19c0d6e3a2f-8c1e5b0d2a4f6e13", "19c0d6e3a2f-0b7d3e9a1c5f2e84"]],
+    )
 
 
 #: A prediction id (``POST .../predict`` with ``"remember": true``): its expiry in
 #: milliseconds since the epoch (hex), a dash, 16 random hex digits.
 PREDICTION_ID_PATTERN = r"^[0-9a-f]{1,15}-[0-9a-f]{16}$"
-PredictionId = Annotated[str, Field(min_length=18, max_length=32, pattern=PREDICTION_ID_PATTERN,
-                                    description="An id of `prediction_ids`.",
-                                    examples=["19c0d6e3a2f-8c1e5b0d2a4f6e13"])]
+PredictionId = Annotated[
+    str,
+    Field(
+        min_length=18,
+        max_length=32,
+        pattern=PREDICTION_ID_PATTERN,
+        description="An id of `prediction_ids`.",
+        examples=["19c0d6e3a2f-8c1e5b0d2a4f6e13"],
+    ),
+]
 
 
 class Label(Request):
@@ -239,9 +291,17 @@ class LabelsRequest(Request):
     """Labels of remembered predictions, learned as one batch of their task (every id of one
     task; each id once)."""
 
-    labels: list[Label] = Field(..., min_length=1, description="One entry per row; the batch's rows in this order.",
-                                examples=[[{"prediction_id": "19c0d6e3a2f-8c1e5b0d2a4f6e13", "y": 1.25},
-                                           {"prediction_id": "19c0d6e3a2f-0b7d3e9a1c5f2e84", "y": -0.5}]])
+    labels: list[Label] = Field(
+        ...,
+        min_length=1,
+        description="One entry per row; the batch's rows in this order.",
+        examples=[
+            [
+                {"prediction_id": "19c0d6e3a2f-8c1e5b0d2a4f6e13", "y": 1.25},
+                {"prediction_id": "19c0d6e3a2f-0b7d3e9a1c5f2e84", "y": -0.5},
+            ]
+        ],
+    )
 
     @field_validator("labels")
     @classmethod
@@ -249,8 +309,10 @@ class LabelsRequest(Request):
         seen: set[str] = set()
         for i, label in enumerate(labels):
             if label.prediction_id in seen:
-                raise ValueError(f"prediction_id {label.prediction_id!r} is given twice (again at labels[{i}]): "
-                                 "each row is labelled once")
+                raise ValueError(
+                    f"prediction_id {label.prediction_id!r} is given twice (again at labels[{i}]): "
+                    "each row is labelled once"
+                )
             seen.add(label.prediction_id)
         return labels
 
@@ -272,26 +334,45 @@ class LabelsOut(BaseModel):
     labelled_rows: int
     tasks: list[LabelsTask] = Field(..., description="The tasks with predictions pending or labels received, by id.")
 
-    model_config = {"json_schema_extra": {"examples": [
-        {"model": "schools", "version": 42, "pending": 7, "label_batches": 3, "labelled_rows": 18,
-         "tasks": [{"task_id": "school-1", "pending": 5, "label_batches": 2, "labelled_rows": 12},
-                   {"task_id": "school-2", "pending": 2, "label_batches": 1, "labelled_rows": 6}]}]}}
+    model_config = {
+        "json_schema_extra": {
+            "examples": [
+                {
+                    "model": "schools",
+                    "version": 42,
+                    "pending": 7,
+                    "label_batches": 3,
+                    "labelled_rows": 18,
+                    "tasks": [
+                        {"task_id": "school-1", "pending": 5, "label_batches": 2, "labelled_rows": 12},
+                        {"task_id": "school-2", "pending": 2, "label_batches": 1, "labelled_rows": 6},
+                    ],
+                }
+            ]
+        }
+    }
 
 
 class TaskOut(BaseModel):
     task_id: str
     n_samples: int
     n_batches: int
-    version: int = Field(..., description="Model version that last wrote this task's record: its own batch, or "
-                         "another update that changed it (the scaling's warm-up, its evidence measured again).")
+    version: int = Field(
+        ...,
+        description="Model version that last wrote this task's record: its own batch, or "
+        "another update that changed it (the scaling's warm-up, its evidence measured again).",
+    )
     labels: str | None = None
     created_at: UtcDatetime
     updated_at: UtcDatetime
-    last_update: dict[str, Any] | None = Field(None, description="The task's latest update as POST .../data answered "
-                                               "it: UpdateOut's task_id, n_samples, new_task, code, assignment, "
-                                               "outlier_probability, new_representative, n_representatives.")
-    prequential: "Scores | None" = Field(None, description="Cumulative prequential score over the task's scored batches.")
-    evaluation: "Scores | None" = Field(None, description="Current score on the task's evaluation rows.")
+    last_update: dict[str, Any] | None = Field(
+        None,
+        description="The task's latest update as POST .../data answered "
+        "it: UpdateOut's task_id, n_samples, new_task, code, assignment, "
+        "outlier_probability, new_representative, n_representatives.",
+    )
+    prequential: Scores | None = Field(None, description="Cumulative prequential score over the task's scored batches.")
+    evaluation: Scores | None = Field(None, description="Current score on the task's evaluation rows.")
 
 
 class TaskList(BaseModel):
@@ -316,14 +397,21 @@ class ModelOut(BaseModel):
     representatives: list[str]
     created_at: UtcDatetime
     updated_at: UtcDatetime
-    features: list[dict[str, Any]] | None = Field(None, description="The feature schema (null: the model takes X "
-                                                  "only); see `POST /models`.")
-    columns: list[str] | None = Field(None, description="With a schema: the columns its records are encoded into, "
-                                      "in order (`age`, `age=null`, `urban=yes`, ...): the vocabulary (GET of one "
-                                      "model).")
-    origin: dict[str, Any] | None = Field(None, description='How the model came to be: null (created), '
-                                          '{"fork": {"model", "version"}} or {"import": {"model", "version"}}.')
-    prequential: "ModelPrequential | None" = Field(None, description="Model-wide prequential scores (GET of one model).")
+    features: list[dict[str, Any]] | None = Field(
+        None, description="The feature schema (null: the model takes X only); see `POST /models`."
+    )
+    columns: list[str] | None = Field(
+        None,
+        description="With a schema: the columns its records are encoded into, "
+        "in order (`age`, `age=null`, `urban=yes`, ...): the vocabulary (GET of one "
+        "model).",
+    )
+    origin: dict[str, Any] | None = Field(
+        None,
+        description="How the model came to be: null (created), "
+        '{"fork": {"model", "version"}} or {"import": {"model", "version"}}.',
+    )
+    prequential: ModelPrequential | None = Field(None, description="Model-wide prequential scores (GET of one model).")
 
 
 class ModelList(BaseModel):
@@ -335,24 +423,38 @@ class ModelList(BaseModel):
 
 class ForkFrom(Request):
     model: ModelNameStr = Field(..., description="The model to fork.")
-    version: int | None = Field(None, ge=0, le=2**31 - 1,
-                                description="Its version to start from (default: its current version).")
+    version: int | None = Field(
+        None, ge=0, le=2**31 - 1, description="Its version to start from (default: its current version)."
+    )
 
 
 class FeatureSpec(Request):
     """One named feature of a model's schema."""
 
     name: str = Field(..., min_length=1, max_length=200, examples=["age"])
-    type: Literal["number", "category", "boolean"] = Field(..., description="`number` (one column), `category` "
-                                                           "(one-hot: a column per level, added as levels arrive), "
-                                                           "`boolean` (one column, true = 1).")
-    nullable: bool = Field(False, description="May be null or absent: a number or boolean then gets a missing "
-                           "indicator column and is encoded as `fill`; a category gets a missing level.")
-    fill: Number | None = Field(None, description="Number or boolean only: the value a missing one is encoded "
-                                "with, beside its indicator (default 0).")
+    type: Literal["number", "category", "boolean"] = Field(
+        ...,
+        description="`number` (one column), `category` "
+        "(one-hot: a column per level, added as levels arrive), "
+        "`boolean` (one column, true = 1).",
+    )
+    nullable: bool = Field(
+        False,
+        description="May be null or absent: a number or boolean then gets a missing "
+        "indicator column and is encoded as `fill`; a category gets a missing level.",
+    )
+    fill: Number | None = Field(
+        None,
+        description="Number or boolean only: the value a missing one is encoded "
+        "with, beside its indicator (default 0).",
+    )
     levels: list[Annotated[str, Field(max_length=200)]] | None = Field(
-        None, max_length=10000, description="Category only: levels known in advance, whose columns exist from the "
-        "start (others are added as they arrive).", examples=[["Y", "N"]])
+        None,
+        max_length=10000,
+        description="Category only: levels known in advance, whose columns exist from the "
+        "start (others are added as they arrive).",
+        examples=[["Y", "N"]],
+    )
 
 
 class ModelCreate(Request):
@@ -362,20 +464,34 @@ class ModelCreate(Request):
     name: ModelNameStr = Field(..., description=MODEL_NAME_RULE + ".", examples=["schools"])
     kind: Literal["regression", "classification"] | None = Field(None, description="Required unless forking.")
     estimator: str = Field("FCL3", min_length=1, max_length=100, description="Learner class in core (FCL3, STL, ...).")
-    params: dict[str, Any] = Field(default_factory=dict, description='Other hyper-parameters, e.g. {"lambda2": 0.5}; '
-                                   "each within its range (core.params: e.g. n_components 1-50, max_outer_iter "
-                                   "0-200, tol in (0, 1]), else 422 naming it and its range.")
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description='Other hyper-parameters, e.g. {"lambda2": 0.5}; '
+        "each within its range (core.params: e.g. n_components 1-50, max_outer_iter "
+        "0-200, tol in (0, 1]), else 422 naming it and its range.",
+    )
     d: int | None = Field(None, gt=0, le=10**6, description="Number of features; null: fixed by the first batch.")
-    features: list[FeatureSpec] | None = Field(None, min_length=1, max_length=1000, description=(
-        "A feature schema: the model then takes `records` (rows of named values) on .../data and /predict, and "
-        "`text/csv`; categories are one-hot encoded by the service into columns that grow with their levels "
-        "(the learner's `grow_features` is set). Null: rows of numbers (`X`) only."),
-        examples=[[{"name": "age", "type": "number"}, {"name": "urban", "type": "category"},
-                   {"name": "smoker", "type": "boolean", "nullable": True}]])
+    features: list[FeatureSpec] | None = Field(
+        None,
+        min_length=1,
+        max_length=1000,
+        description=(
+            "A feature schema: the model then takes `records` (rows of named values) on .../data and /predict, and "
+            "`text/csv`; categories are one-hot encoded by the service into columns that grow with their levels "
+            "(the learner's `grow_features` is set). Null: rows of numbers (`X`) only."
+        ),
+        examples=[
+            [
+                {"name": "age", "type": "number"},
+                {"name": "urban", "type": "category"},
+                {"name": "smoker", "type": "boolean", "nullable": True},
+            ]
+        ],
+    )
     fork: ForkFrom | None = Field(None, description="Create the model as this model was at this version.")
 
     @model_validator(mode="after")
-    def _kind_or_fork(self) -> "ModelCreate":
+    def _kind_or_fork(self) -> ModelCreate:
         if self.fork is not None:
             given = sorted(self.model_fields_set & {"kind", "estimator", "params", "d", "features"})
             if given:
@@ -388,20 +504,27 @@ class ModelCreate(Request):
             except RecordError as exc:
                 raise ValueError(str(exc)) from None
             if self.d is not None:
-                raise ValueError("d is the number of columns of X: a model with features has as many as its "
-                                 "vocabulary (do not give d)")
+                raise ValueError(
+                    "d is the number of columns of X: a model with features has as many as its "
+                    "vocabulary (do not give d)"
+                )
             if self.params.get("grow_features") is False:
-                raise ValueError("a model with features grows a column per new category level: grow_features "
-                                 "cannot be false")
+                raise ValueError(
+                    "a model with features grows a column per new category level: grow_features cannot be false"
+                )
         return self
 
     def model_settings(self) -> dict[str, Any]:
-        settings = {"estimator": self.estimator, "kind": self.kind, "params": dict(self.params), "d": self.d}
+        params = dict(self.params)
+        settings: dict[str, Any] = {"estimator": self.estimator, "kind": self.kind, "params": params, "d": self.d}
         if self.features is not None:
-            settings["params"]["grow_features"] = True
-            settings["features"] = [{"fill": 0.0, **f.model_dump(exclude_unset=True)} if f.type != "category"
-                                    else f.model_dump(exclude_unset=True, exclude={"fill"})
-                                    for f in self.features]
+            params["grow_features"] = True
+            settings["features"] = [
+                {"fill": 0.0, **f.model_dump(exclude_unset=True)}
+                if f.type != "category"
+                else f.model_dump(exclude_unset=True, exclude={"fill"})
+                for f in self.features
+            ]
             for f in settings["features"]:
                 f.setdefault("nullable", False)
         return settings
@@ -456,11 +579,16 @@ class EvaluationRowsOut(BaseModel):
 
     task_id: str
     n_rows: int = Field(..., description="Evaluation rows kept for the task (at most EVALUATION_MAX_ROWS).")
-    n_received: int = Field(..., description="Evaluation rows received for the task in all (a reservoir keeps a "
-                            "uniform sample when this exceeds the bound).")
+    n_received: int = Field(
+        ...,
+        description="Evaluation rows received for the task in all (a reservoir keeps a "
+        "uniform sample when this exceeds the bound).",
+    )
     version: int = Field(..., description="Model version (unchanged: evaluation rows are never learned).")
-    score: Scores | None = Field(None, description="The task's score on its evaluation rows at this version "
-                                 "(null while the task is not learned).")
+    score: Scores | None = Field(
+        None,
+        description="The task's score on its evaluation rows at this version (null while the task is not learned).",
+    )
 
 
 class EvaluationTask(BaseModel):
@@ -469,15 +597,19 @@ class EvaluationTask(BaseModel):
     n_received: int
     learned: bool = Field(..., description="Whether the model has learned the task (else no score yet).")
     score: Scores | None = Field(None, description="Current score on the evaluation rows, beside the baseline.")
-    scored_version: int | None = Field(None, description="Model version ``score`` is of (an update rescores the "
-                                       "task it learned and a bounded number of others, oldest score first).")
+    scored_version: int | None = Field(
+        None,
+        description="Model version ``score`` is of (an update rescores the "
+        "task it learned and a bounded number of others, oldest score first).",
+    )
 
 
 class AccuracyMatrixRow(BaseModel):
     version: int = Field(..., description="Model version right after the new task ``task_id`` was first learned.")
     task_id: str = Field(..., description="The new task of this row.")
-    scores: list[float | None] = Field(..., description="Each task's metric (order of ``tasks``); null: not "
-                                       "learned yet or no evaluation rows then.")
+    scores: list[float | None] = Field(
+        ..., description="Each task's metric (order of ``tasks``); null: not learned yet or no evaluation rows then."
+    )
     baseline: list[float | None] = Field(..., description="The same for each task's own single-task model.")
 
 
@@ -486,8 +618,9 @@ class AccuracyMatrix(BaseModel):
 
     metric: str = Field(..., description='"rmse" (regression: lower is better) or "accuracy" (classification).')
     higher_is_better: bool
-    tasks: list[str] = Field(..., description="Columns: tasks with evaluation rows, in the order first learned "
-                             "(not yet learned last).")
+    tasks: list[str] = Field(
+        ..., description="Columns: tasks with evaluation rows, in the order first learned (not yet learned last)."
+    )
     rows: list[AccuracyMatrixRow]
 
 
@@ -503,9 +636,12 @@ class PrequentialPoint(BaseModel):
     version: int
     task_id: str
     new_task: bool
-    batch: Scores | None = Field(None, description="This batch's prequential score (null: a new task's first batch, "
-                                 "or a take-back).")
-    overall: Scores | None = Field(None, description="Model-wide prequential score over every batch up to this version.")
+    batch: Scores | None = Field(
+        None, description="This batch's prequential score (null: a new task's first batch, or a take-back)."
+    )
+    overall: Scores | None = Field(
+        None, description="Model-wide prequential score over every batch up to this version."
+    )
     source: Literal["labels"] | None = Field(None, description='"labels": a batch of labels that arrived later.')
     taken_back: TakenBack | None = Field(None, description="This version took a batch back (no batch learned).")
 
@@ -520,14 +656,21 @@ class EvaluationOut(BaseModel):
     metric: str
     tasks: list[EvaluationTask]
     accuracy_matrix: AccuracyMatrix
-    backward_transfer: float | None = Field(None, description="GEM BWT over the accuracy matrix (Lopez-Paz & "
-                                            "Ranzato 2017); positive: later tasks improved earlier ones.")
+    backward_transfer: float | None = Field(
+        None,
+        description="GEM BWT over the accuracy matrix (Lopez-Paz & "
+        "Ranzato 2017); positive: later tasks improved earlier ones.",
+    )
     forgetting: float | None = Field(None, description="Average forgetting (Chaudhry et al. 2018).")
-    forward_transfer: float | None = Field(None, description="Score of each new task right after it was learned "
-                                           "minus that of its own single-task model, averaged (positive: the "
-                                           "shared library helped).")
-    prequential: list[PrequentialPoint] = Field(default_factory=list, description="Model-wide prequential scores "
-                                                "over versions (the last ``limit`` versions).")
+    forward_transfer: float | None = Field(
+        None,
+        description="Score of each new task right after it was learned "
+        "minus that of its own single-task model, averaged (positive: the "
+        "shared library helped).",
+    )
+    prequential: list[PrequentialPoint] = Field(
+        default_factory=list, description="Model-wide prequential scores over versions (the last ``limit`` versions)."
+    )
 
 
 class UpdateEvent(BaseModel):
@@ -556,9 +699,22 @@ class TakeBackOut(BaseModel):
     n_replayed: int = Field(..., description="Batches replayed to rebuild the model.")
     n_representatives: int
 
-    model_config = {"json_schema_extra": {"examples": [
-        {"version": 13, "batch_version": 7, "task_id": "school-4", "n_samples": 1, "task_removed": False,
-         "task_n_samples": 30, "n_replayed": 11, "n_representatives": 2}]}}
+    model_config = {
+        "json_schema_extra": {
+            "examples": [
+                {
+                    "version": 13,
+                    "batch_version": 7,
+                    "task_id": "school-4",
+                    "n_samples": 1,
+                    "task_removed": False,
+                    "task_n_samples": 30,
+                    "n_replayed": 11,
+                    "n_representatives": 2,
+                }
+            ]
+        }
+    }
 
 
 class EvaluationEvent(BaseModel):

@@ -10,8 +10,7 @@ from alembic import context
 from sqlalchemy import create_engine, pool
 
 from service.config import Settings
-from service.tables import Base
-import service.vocabulary  # noqa: E402,F401 - its table (feature_columns) is in Base.metadata too
+from service.store.tables import Base
 
 config = context.config
 if config.attributes.get("connection") is None:  # the alembic command: its progress on stderr

@@ -1,5 +1,6 @@
 """Engines (sync SQLAlchemy 2.x) and the schema's migrations (Alembic, from the installed
 package ``fcl3_migrations``); ``python -m service.db upgrade`` runs them on DATABASE_URL."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -12,13 +13,17 @@ import threading
 import urllib.parse
 import weakref
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pydantic_core import from_json, to_json
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
-from .config import Settings
+from service.config import Settings
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 log = logging.getLogger("service.db")
 
@@ -47,7 +52,7 @@ def sqlite_file(url: str) -> Path | None:
     return Path(database).resolve()
 
 
-def json_text(value) -> str:
+def json_text(value: Any) -> str:
     """A JSON column's value as text, by pydantic-core's encoder (the engines' serializer;
     read back by its ``from_json``): a few times faster than the standard library's, SQLAlchemy's
     default, on an update's meta and scores. Non-finite floats are written ``NaN`` and
@@ -63,12 +68,16 @@ def make_engine(settings: Settings, pool_size: int | None = None) -> Engine:
     connection is checked before use (``pool_pre_ping``, see :func:`_quiet_socket_ping`)."""
     url = settings.database_url
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30},
-                               json_serializer=json_text, json_deserializer=from_json)
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            json_serializer=json_text,
+            json_deserializer=from_json,
+        )
         guard = StoreFile.of(engine)
 
         @event.listens_for(engine, "connect")
-        def _pragmas(dbapi_conn, _record):  # WAL: readers never block the writer
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:  # WAL: readers never block the writer
             if guard is not None:
                 guard.opened()  # before anything is written to the file
             cur = dbapi_conn.cursor()
@@ -85,13 +94,20 @@ def make_engine(settings: Settings, pool_size: int | None = None) -> Engine:
         connect_args["connect_timeout"] = settings.DB_CONNECT_TIMEOUT
     # Every pooled connection is checked before use: after a database restart, the pool holds
     # connections whose server is gone, and without the check each of them fails one request
-    # (503) before SQLAlchemy notices (issue 22, row 12: 2 of 40 reads after a restart). The
-    # check costs no round trip while the connection's socket is quiet (_quiet_socket_ping).
+    # (503) before SQLAlchemy notices. The check costs no round trip while the connection's
+    # socket is quiet (_quiet_socket_ping).
     # The pool is as large as the request concurrency one process sees: a smaller pool makes
     # threads open and close overflow connections on every request.
     size = pool_size or settings.DB_POOL_SIZE
-    engine = create_engine(url, pool_pre_ping=True, pool_size=size, max_overflow=size, connect_args=connect_args,
-                           json_serializer=json_text, json_deserializer=from_json)
+    engine = create_engine(
+        url,
+        pool_pre_ping=True,
+        pool_size=size,
+        max_overflow=size,
+        connect_args=connect_args,
+        json_serializer=json_text,
+        json_deserializer=from_json,
+    )
     _quiet_socket_ping(engine)
     return engine
 
@@ -109,15 +125,15 @@ def _quiet_socket_ping(engine: Engine) -> None:
     would be: a timeout, a 503, and the pool invalidated."""
     full_ping = engine.dialect.do_ping
 
-    def do_ping(dbapi_conn) -> bool:
+    def do_ping(dbapi_conn: Any) -> bool:
         if _socket_quiet(dbapi_conn):
             return True
         return full_ping(dbapi_conn)
 
-    engine.dialect.do_ping = do_ping  # this engine's own dialect instance
+    engine.dialect.do_ping = do_ping  # type: ignore[method-assign,assignment]  # this engine's own dialect instance
 
 
-def _socket_quiet(dbapi_conn) -> bool:
+def _socket_quiet(dbapi_conn: Any) -> bool:
     """Whether the connection is open, idle, and has nothing waiting on its socket."""
     try:
         if getattr(dbapi_conn, "closed", True):
@@ -144,7 +160,7 @@ class StoreFile:
     every commit: each answers 503 naming the file, and ``/readyz`` is not ready, until the
     process is restarted on the file now in place. The check is one ``stat`` of the path."""
 
-    _of: "weakref.WeakKeyDictionary[Engine, StoreFile]" = weakref.WeakKeyDictionary()
+    _of: weakref.WeakKeyDictionary[Engine, StoreFile] = weakref.WeakKeyDictionary()
 
     def __init__(self, path: Path):
         self.path = path
@@ -152,7 +168,7 @@ class StoreFile:
         self._lock = threading.Lock()
 
     @classmethod
-    def of(cls, engine: Engine) -> "StoreFile | None":
+    def of(cls, engine: Engine) -> StoreFile | None:
         """The guard of ``engine`` (made on the first call); None: not an SQLite file."""
         guard = cls._of.get(engine)
         if guard is None and engine.dialect.name == "sqlite":
@@ -175,9 +191,11 @@ class StoreFile:
             if (st.st_dev, st.st_ino) == self.identity:
                 return None
             what = "replaced by another file"
-        return (f"database file deleted or replaced under the running service: {self.path} was {what}; "
-                "nothing is written any more (what this process wrote since is not in the file at that path): "
-                "restart the service once the right file is in place")
+        return (
+            f"database file deleted or replaced under the running service: {self.path} was {what}; "
+            "nothing is written any more (what this process wrote since is not in the file at that path): "
+            "restart the service once the right file is in place"
+        )
 
     def check(self) -> None:
         """Raise ``sqlite3.OperationalError`` (answered 503) if the file is gone."""
@@ -213,7 +231,7 @@ class StoreFile:
         self._take_identity()
 
         @event.listens_for(engine, "do_connect")
-        def _open_existing(_dialect, _record, cargs, cparams):
+        def _open_existing(_dialect: Any, _record: Any, cargs: list[Any], cparams: dict[str, Any]) -> None:
             if self.identity is not None:
                 self.check()
                 # only the file that exists: a vanished one is not created again at the path
@@ -221,11 +239,11 @@ class StoreFile:
                 cparams["uri"] = True
 
         @event.listens_for(engine, "checkout")
-        def _checkout(_dbapi_conn, _record, _proxy):
+        def _checkout(_dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
             self.check()
 
         @event.listens_for(engine, "commit")
-        def _commit(conn):
+        def _commit(_conn: Any) -> None:
             why = self.problem()
             if why is not None:
                 raise sa_exc.OperationalError("COMMIT", None, sqlite3.OperationalError(why))
@@ -264,7 +282,7 @@ def make_bulk_engine(settings: Settings, engine: Engine) -> Engine:
     return make_engine(settings, pool_size=BULK_POOL_SIZE)
 
 
-def alembic_config(url: str | None = None):
+def alembic_config(url: str | None = None) -> Config:
     """The Alembic configuration of the installed migrations (``url``: else DATABASE_URL)."""
     from alembic.config import Config
 

@@ -9,11 +9,13 @@ database / Redis down, 500 an internal error (a generic message with the request
 details go to the log only). Error bodies are scrubbed of API keys and connection-URL
 passwords (``app.state.redact``).
 """
+
 from __future__ import annotations
 
 import json
 import logging
 import math
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
@@ -23,14 +25,14 @@ from sqlalchemy import exc as sa_exc
 
 import core
 from fcl3.records import RecordError
-
-from .idempotency import KeyInFlight
-from .learners import ModelConfigError
-from .locks import LockBackendDown, LockBusy
-from .reads import ModelMissing, VersionBehind
-from .lifecycle import ForkRefused
-from .vocabulary import VocabularyConflict
-from .writes import ModelExists, StaleWrite
+from service.models.learners import ModelConfigError
+from service.models.lifecycle import ForkRefused
+from service.records.vocabulary import VocabularyConflict
+from service.refusals import Refused
+from service.store.reads import ModelMissing, VersionBehind
+from service.store.writes import ModelExists, StaleWrite
+from service.writing.idempotency import KeyInFlight
+from service.writing.locks import LockBackendDown, LockBusy
 
 log = logging.getLogger("service")
 
@@ -45,7 +47,7 @@ class _ErrorJSON(JSONResponse):
     """A JSON error body that any string can go in: one that UTF-8 cannot encode (a lone
     surrogate the client sent as ``\\ud800``, echoed in a 422) is written with ``\\u`` escapes."""
 
-    def render(self, content) -> bytes:
+    def render(self, content: Any) -> bytes:
         try:
             return super().render(content)
         except UnicodeEncodeError:
@@ -56,82 +58,93 @@ def install_error_handlers(app: FastAPI) -> None:
     """Register the exception handlers on ``app`` (which holds ``state.redact``)."""
     redact = app.state.redact
 
-    def detail(status: int, message: str, headers: dict | None = None) -> JSONResponse:
+    def detail(status: int, message: str, headers: dict[str, Any] | None = None) -> JSONResponse:
         return JSONResponse({"detail": redact(message)}, status_code=status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError):  # FastAPI's own answer, always encodable
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own answer, always encodable:
         # an echoed body that is not UTF-8 (a body that is not JSON at all) with U+FFFD for its bad bytes
         errors = jsonable_encoder(exc.errors(), custom_encoder={bytes: lambda b: b.decode("utf-8", "replace")})
         return _ErrorJSON({"detail": errors}, status_code=422)
 
     @app.exception_handler(core.InputError)
-    async def _input(request: Request, exc: core.InputError):
+    async def _input(_request: Request, exc: core.InputError) -> JSONResponse:
         return detail(422, str(exc))
 
+    @app.exception_handler(Refused)
+    async def _refused(_request: Request, exc: Refused) -> JSONResponse:
+        # a label request, a take-back: the reason and its fields
+        if exc.status == 422:  # bad input, answered as any bad input: its reason alone
+            return detail(422, str(exc))
+        field = exc.version_field
+        headers = {"X-Model-Version": str(exc.extra[field])} if field in exc.extra else None
+        return JSONResponse({"detail": redact(exc.message), **exc.extra}, status_code=exc.status, headers=headers)
+
     @app.exception_handler(RecordError)
-    async def _record(request: Request, exc: RecordError):  # records refused: the field and row at fault
+    async def _record(_request: Request, exc: RecordError) -> JSONResponse:
+        # records refused: the field and row at fault
         return JSONResponse({"detail": redact(str(exc)), "field": exc.field, "row": exc.row}, status_code=422)
 
     @app.exception_handler(VocabularyConflict)
-    async def _vocabulary(request: Request, exc: VocabularyConflict):
+    async def _vocabulary(_request: Request, exc: VocabularyConflict) -> JSONResponse:
         return detail(503, str(exc), {"Retry-After": "1"})
 
     @app.exception_handler(core.UnknownTaskError)
-    async def _unknown(request: Request, exc: core.UnknownTaskError):
+    async def _unknown(_request: Request, exc: core.UnknownTaskError) -> JSONResponse:
         return detail(404, str(exc))
 
     @app.exception_handler(LockBusy)
-    async def _busy(request: Request, exc: LockBusy):
+    async def _busy(_request: Request, exc: LockBusy) -> JSONResponse:
         return detail(503, str(exc), {"Retry-After": str(max(1, math.ceil(exc.wait)))})
 
     @app.exception_handler(LockBackendDown)
-    async def _redis_down(request: Request, exc: LockBackendDown):
+    async def _redis_down(_request: Request, exc: LockBackendDown) -> JSONResponse:
         log.warning("update refused: %s", exc)
         return detail(503, f"{exc}; no update was applied", {"Retry-After": "5"})
 
     @app.exception_handler(StaleWrite)
-    async def _stale(request: Request, exc: StaleWrite):
+    async def _stale(_request: Request, exc: StaleWrite) -> JSONResponse:
         log.warning("stale writer refused: %s", exc)
         return detail(409, str(exc))
 
     @app.exception_handler(KeyInFlight)
-    async def _key_in_flight(request: Request, exc: KeyInFlight):
+    async def _key_in_flight(_request: Request, exc: KeyInFlight) -> JSONResponse:
         return detail(409, str(exc), {"Retry-After": "1"})
 
     @app.exception_handler(ModelConfigError)
-    async def _config(request: Request, exc: ModelConfigError):
+    async def _config(_request: Request, exc: ModelConfigError) -> JSONResponse:
         log.error("model configuration error: %s", exc)
         return detail(500, f"model configuration error: {exc}")
 
     @app.exception_handler(ModelMissing)
-    async def _missing(request: Request, exc: ModelMissing):
+    async def _missing(request: Request, exc: ModelMissing) -> JSONResponse:
         settings = getattr(request.app.state, "settings", None)
         if settings is not None and exc.name == settings.MODEL_NAME:  # created at start-up / first write
             return detail(503, str(exc), {"Retry-After": "1"})
         return detail(404, f"unknown model {exc.name!r}: create it with POST /models")
 
     @app.exception_handler(ModelExists)
-    async def _exists(request: Request, exc: ModelExists):
+    async def _exists(_request: Request, exc: ModelExists) -> JSONResponse:
         return detail(409, str(exc))
 
     @app.exception_handler(VersionBehind)
-    async def _behind(request: Request, exc: VersionBehind):
+    async def _behind(_request: Request, exc: VersionBehind) -> JSONResponse:
         return detail(409, str(exc))
 
     @app.exception_handler(ForkRefused)
-    async def _fork(request: Request, exc: ForkRefused):
+    async def _fork(_request: Request, exc: ForkRefused) -> JSONResponse:
         return detail(409, str(exc))
 
     @app.exception_handler(sa_exc.OperationalError)
     @app.exception_handler(sa_exc.InterfaceError)
     @app.exception_handler(sa_exc.TimeoutError)
-    async def _db_down(request: Request, exc: Exception):
+    async def _db_down(_request: Request, exc: Exception) -> JSONResponse:
         log.warning("database unavailable: %s", first_line(exc))
         return detail(503, f"database unavailable: {first_line(exc)}; nothing was changed", {"Retry-After": "5"})
 
     @app.exception_handler(sa_exc.ProgrammingError)
-    async def _schema(request: Request, exc: sa_exc.ProgrammingError):
+    async def _schema(_request: Request, exc: sa_exc.ProgrammingError) -> JSONResponse:
         if getattr(getattr(exc, "orig", None), "sqlstate", None) == "42P01":  # undefined table
             return detail(503, f"database schema missing (run `alembic upgrade head`): {first_line(exc)}")
         raise exc
@@ -141,7 +154,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
         @app.exception_handler(redis.exceptions.ConnectionError)
         @app.exception_handler(redis.exceptions.TimeoutError)
-        async def _redis(request: Request, exc: Exception):
+        async def _redis(_request: Request, exc: Exception) -> JSONResponse:
             log.warning("redis unavailable: %s", exc)
             return detail(503, f"redis unavailable: {exc}; no update was applied", {"Retry-After": "5"})
     except ImportError:  # pragma: no cover

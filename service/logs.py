@@ -1,11 +1,14 @@
 """Structured logs: one JSON object per line on stderr, from the ``service`` loggers.
 
-Every line goes through :mod:`logging` and is rendered once, by :class:`JsonFormatter`.
-It carries the request id of the request it belongs to (``X-Request-ID``, taken from the
-client when it is short and safe, else generated, and echoed in the response). Messages pass
-through the :class:`~service.security.Redactor`: configured API keys and connection URL
-passwords never reach a log line.
+Every line goes through :mod:`logging` and is rendered once, by python-json-logger's
+:class:`~pythonjsonlogger.json.JsonFormatter` (:class:`JsonFormatter`: the service's field
+names, its time stamps, pydantic-core's encoder). It carries the request id of the request it
+belongs to (``X-Request-ID``, taken from the client when it is short and safe, else generated,
+and echoed in the response). Messages and tracebacks pass through the
+:class:`~service.security.Redactor`: configured API keys and connection URL passwords never
+reach a log line.
 """
+
 from __future__ import annotations
 
 import contextvars
@@ -16,13 +19,16 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from pydantic_core import PydanticSerializationError, to_json
+from pythonjsonlogger.core import RESERVED_ATTRS
+from pythonjsonlogger.json import JsonFormatter as _LibraryFormatter
 
 request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
-_STANDARD = set(vars(logging.LogRecord("x", 0, "x", 0, "x", None, None))) | {"message", "asctime", "taskName"}
 
 access_log = logging.getLogger("service.access")
 
@@ -40,48 +46,64 @@ def _utc_second(epoch_second: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_second))
 
 
-class JsonFormatter(logging.Formatter):
-    """A record as one JSON object: ``ts`` (UTC, milliseconds), ``level``, ``logger``,
-    ``message`` (redacted), ``request_id``, the record's extra fields, and ``exception``
-    (redacted traceback) when there is one."""
+def _dumps(data: dict[str, Any], **_options: Any) -> str:
+    """One line's JSON by pydantic-core's encoder (a fifth of the json module's time for a
+    request line); a string UTF-8 cannot hold (a lone surrogate) is escaped by the json module."""
+    try:
+        return to_json(data, fallback=str).decode()
+    except PydanticSerializationError:
+        return json.dumps(data, default=str)
 
-    def __init__(self, redact=None):
-        super().__init__()
+
+class JsonFormatter(_LibraryFormatter):
+    """A record as one JSON object: ``ts`` (UTC, milliseconds), ``level``, ``logger``,
+    ``message`` (redacted), the record's extra fields (``request_id`` among them) and
+    ``exception`` (redacted traceback) when there is one."""
+
+    def __init__(self, redact: Callable[[str], str] | None = None):
+        super().__init__(
+            ["asctime", "levelname", "name", "message"],
+            json_serializer=_dumps,
+            rename_fields={"asctime": "ts", "levelname": "level", "name": "logger", "exc_info": "exception"},
+            reserved_attrs=[*RESERVED_ATTRS, "taskName"],
+        )
         self.redact = redact or (lambda s: s)
 
-    def formatTime(self, record, datefmt=None):  # noqa: N802 - logging's name
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 - logging's name
         return f"{_utc_second(int(record.created))}.{int(record.msecs):03d}Z"
 
-    def format(self, record: logging.LogRecord) -> str:
-        out = {"ts": self.formatTime(record), "level": record.levelname, "logger": record.name,
-               "message": self.redact(record.getMessage())}
-        rid = getattr(record, "request_id", None) or request_id.get()
-        if rid:
-            out["request_id"] = rid
-        for k, v in record.__dict__.items():
-            if k not in _STANDARD and k not in out and k[0] != "_":
-                out[k] = v
-        if record.exc_info:  # server side only, scrubbed of secrets
-            out["exception"] = self.redact(self.formatException(record.exc_info))
-        try:  # pydantic-core's encoder: a fifth of the json module's time for a request line
-            return to_json(out, fallback=str).decode()
-        except PydanticSerializationError:  # a string UTF-8 cannot hold (a lone surrogate): escaped
-            return json.dumps(out, default=str)
+    def process_log_record(self, log_data: dict[str, Any]) -> dict[str, Any]:
+        """The message and the traceback (server side only) scrubbed of secrets."""
+        log_data["message"] = self.redact(log_data["message"])
+        if "exception" in log_data:
+            log_data["exception"] = self.redact(log_data["exception"])
+        return log_data
 
 
-class _Stderr(logging.StreamHandler):
+class RequestId(logging.Filter):
+    """Gives a record the id of the request it is logged in (the context's), unless it has one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "request_id", None) is None:
+            rid = request_id.get()
+            if rid:
+                record.request_id = rid
+        return True
+
+
+class _Stderr(logging.StreamHandler[TextIO]):
     """A :class:`logging.StreamHandler` on whatever ``sys.stderr`` is when a line is written
     (a server's stderr, or a test's capture)."""
 
     @property
-    def stream(self):
+    def stream(self) -> TextIO:
         return sys.stderr
 
     @stream.setter
-    def stream(self, _value):
+    def stream(self, _value: TextIO) -> None:
         pass
 
-    def handleError(self, record):  # noqa: N802 - logging's name
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
         """As logging's own (the line is lost, a report goes to stderr), except that a stderr
         that cannot take the report either (closed) loses it too: a log line never fails a request."""
         try:
@@ -97,10 +119,27 @@ def access(method: str, path: str, status: int, duration_ms: float, rid: str, cl
     and given to its ``handle``, as ``Logger.info`` does once it has looked for the caller in
     the stack: the caller is always this function, so the record names it."""
     if access_log.isEnabledFor(logging.INFO):
-        access_log.handle(access_log.makeRecord(
-            access_log.name, logging.INFO, __file__, 0, "request", (), None, "access",
-            {"request_id": rid, "event": "request", "method": method, "path": path, "status": status,
-             "duration_ms": duration_ms, "client": client}))
+        access_log.handle(
+            access_log.makeRecord(
+                access_log.name,
+                logging.INFO,
+                __file__,
+                0,
+                "request",
+                (),
+                None,
+                "access",
+                {
+                    "request_id": rid,
+                    "event": "request",
+                    "method": method,
+                    "path": path,
+                    "status": status,
+                    "duration_ms": duration_ms,
+                    "client": client,
+                },
+            )
+        )
 
 
 def take_over_server_access_log() -> bool:
@@ -120,12 +159,13 @@ def installed() -> logging.Handler | None:
     return next((h for h in logging.getLogger("service").handlers if isinstance(h, _Stderr)), None)
 
 
-def configure(level: str = "INFO", redact=None) -> None:
+def configure(level: str = "INFO", redact: Callable[[str], str] | None = None) -> None:
     """Send the ``service`` loggers to stderr as JSON lines (idempotent: re-configures in place)."""
     logger = logging.getLogger("service")
     handler = installed()
     if handler is None:
         handler = _Stderr()
+        handler.addFilter(RequestId())
         logger.addHandler(handler)
     handler.setFormatter(JsonFormatter(redact))
     logger.setLevel(level.upper())

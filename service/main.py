@@ -5,32 +5,37 @@ database, the lock and the hosted model, the middleware (:mod:`service.middlewar
 error mapping (:mod:`service.errors`) and one router per resource (:mod:`service.api.routes`).
 A failed request never leaves a half-written model: every write is one transaction.
 """
+
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
-from fastapi import Depends, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
 from fastapi_offline import FastAPIOffline
-from fcl3 import __version__
 from sqlalchemy import exc as sa_exc
 
-from . import logs, usecases
-from .api.routes import batches, data, default_model, health, labels, models, predict, prometheus, tasks, ui
-from .config import Settings, get_settings
-from .db import make_bulk_engine, make_engine, upgrade_schema
-from .errors import first_line, install_error_handlers
-from .evaluation import EvaluationSettings
-from .events import Hub
-from .idempotency import IdempotencyKeys
-from .registry import ModelRegistry, Shared
-from .locks import make_locks
-from .memory import freeze_startup_heap, limit_malloc_arenas
-from .watch import make_watch
-from .middleware import BodyGate, BodyRule, RequestContext, RouteRules
-from .api.deps import model_name
-from .security import FORBIDDEN, UNAUTHORIZED, KeyRing, Redactor, Role, require_read, require_write
+from fcl3 import __version__
+from service import logs
+from service.api.deps import model_name
+from service.api.routes import batches, data, evaluation, events, health, labels, models, predict, prometheus, tasks, ui
+from service.config import Settings, get_settings
+from service.db import make_bulk_engine, make_engine, upgrade_schema
+from service.errors import first_line, install_error_handlers
+from service.evaluation.model_evaluation import EvaluationSettings
+from service.events.hub import Hub
+from service.hosting import ModelRegistry, Shared
+from service.memory import freeze_startup_heap, limit_malloc_arenas
+from service.middleware import BodyGate, BodyRule, RequestContext, RouteRules
+from service.models.lifecycle import start
+from service.security import FORBIDDEN, UNAUTHORIZED, KeyRing, Redactor, Role, require_read, require_write
+from service.store.watch import make_watch
+from service.writing.idempotency import IdempotencyKeys
+from service.writing.idempotent import purge_expired
+from service.writing.locks import make_locks
 
 log = logging.getLogger("service")
 
@@ -45,10 +50,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     limit_malloc_arenas()  # before the request thread pool exists (see service/memory.py)
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if not keys.enabled:
-            log.warning("NO API KEYS CONFIGURED: the API is OPEN, anyone who can reach it may read and change "
-                        "the model. Set API_WRITE_KEYS and API_READ_KEYS before exposing it.")
+            log.warning(
+                "NO API KEYS CONFIGURED: the API is OPEN, anyone who can reach it may read and change "
+                "the model. Set API_WRITE_KEYS and API_READ_KEYS before exposing it."
+            )
         engine = make_engine(settings)
         bulk_engine = make_bulk_engine(settings, engine)
         locks = make_locks(settings)
@@ -62,14 +69,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.engine = engine
         app.state.locks = locks
         idem = IdempotencyKeys(engine, settings.IDEMPOTENCY_TTL, settings.LOCK_TTL, settings.IDEMPOTENCY_PURGE_EVERY)
-        app.state.models = ModelRegistry(engine, bulk_engine, locks, settings.MODEL_NAME, settings.model_settings(),
-                                         settings.MODEL_CACHE_SIZE, idem, watch, shared)
+        app.state.models = ModelRegistry(
+            engine,
+            bulk_engine,
+            locks,
+            settings.MODEL_NAME,
+            settings.model_settings(),
+            settings.MODEL_CACHE_SIZE,
+            idem,
+            watch,
+            shared,
+        )
         app.state.model = app.state.models.default
         if settings.auto_create_schema:
             upgrade_schema(engine)  # serialised across the processes of one machine (file lock)
         try:
-            usecases.start(app.state.model)
-            usecases.purge_keys(idem)
+            start(app.state.model)
+            purge_expired(idem)
         except (sa_exc.OperationalError, sa_exc.ProgrammingError, sa_exc.InterfaceError) as exc:
             # Start anyway: /readyz says what is missing, requests answer 503 until it is back.
             log.warning("model %r not ready at start-up: %s", settings.MODEL_NAME, first_line(exc))
@@ -101,15 +117,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     rules = RouteRules(BodyRule(None, settings.MAX_BODY_BYTES))
     app.add_middleware(RequestContext, gate=BodyGate(rules, keys, settings.BODY_TIMEOUT))  # sees every answer
     install_error_handlers(app)
-    auth_errors = {401: UNAUTHORIZED}
-    write_errors = {**auth_errors, 403: FORBIDDEN}
+    auth_errors: dict[int | str, dict[str, Any]] = {401: UNAUTHORIZED}
+    write_errors: dict[int | str, dict[str, Any]] = {**auth_errors, 403: FORBIDDEN}
     guards = {"read": (Depends(require_read), auth_errors), "write": (Depends(require_write), write_errors)}
 
-    def include(router, role: Role | None = None, *, named: bool = False, checks_key: bool = False,
-                limit: tuple[int, str] = (settings.MAX_BODY_BYTES, "MAX_BODY_BYTES")) -> None:
+    def include(
+        router: APIRouter,
+        role: Role | None = None,
+        *,
+        named: bool = False,
+        checks_key: bool = False,
+        limit: tuple[int, str] = (settings.MAX_BODY_BYTES, "MAX_BODY_BYTES"),
+    ) -> None:
         """Include ``router`` behind a ``role`` key (its dependency, unless the router checks the
         key itself), under ``/models/{name}`` when ``named``, with bodies up to ``limit``."""
-        dependencies, responses = [], {}
+        dependencies: list[Any] = []
+        responses: dict[int | str, dict[str, Any]] = {}
         if role is not None and not checks_key:
             dependencies, responses = [guards[role][0]], dict(guards[role][1])
         prefix = ""
@@ -130,15 +153,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # /models/{name} on any model.
     include(tasks.router, "read")
     include(tasks.router, "read", named=True)
+    include(evaluation.read_router, "read")
+    include(evaluation.read_router, "read", named=True)
+    include(events.router, "read")
+    include(events.router, "read", named=True)
     include(data.router, "write")
     include(data.router, "write", named=True)
+    include(evaluation.write_router, "write")
+    include(evaluation.write_router, "write", named=True)
     include(labels.router, "write")
     include(labels.router, "write", named=True)
     include(labels.read_router, "read")
     include(labels.read_router, "read", named=True)
     include(batches.router, "write")
     include(batches.router, "write", named=True)
-    include(default_model.router, "read")
     include(models.write_router, "write")
     include(models.import_router, "write", limit=(settings.MAX_IMPORT_BYTES, "MAX_IMPORT_BYTES"))
     include(models.read_router, "read")

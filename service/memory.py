@@ -15,6 +15,7 @@ first extra arena is made). A non-empty ``MALLOC_ARENA_MAX`` in the environment 
 reads it itself and this module leaves the process alone (so ``MALLOC_ARENA_MAX=8`` restores
 more arenas). Not glibc (musl, macOS), or jemalloc preloaded: nothing is done.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -31,7 +32,7 @@ M_ARENA_MAX = -8  # <malloc.h>
 DEFAULT_ARENAS = 2
 
 
-def _glibc():
+def _glibc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -62,7 +63,7 @@ TRIM_INTERVAL = 10.0  # seconds between two malloc_trim calls of one trimmer, at
 
 class HeapTrimmer:
     """Hands free heap pages back to the OS (``malloc_trim(0)``) after the cached model moved
-    to a new version, at most every ``interval`` seconds; one per app (``service.registry.Shared``).
+    to a new version, at most every ``interval`` seconds; one per app (``service.hosting.Shared``).
 
     Why: each update frees buffers as large as its task's row (a classification row grows
     with its task's data), and glibc returns free memory to the OS only from the top of a
@@ -70,7 +71,7 @@ class HeapTrimmer:
     free pages anywhere in the heaps; it takes a few milliseconds and is paid by the request
     that refreshed the model, at most once per interval. Off glibc it does nothing."""
 
-    def __init__(self, interval: float = TRIM_INTERVAL, libc=None):
+    def __init__(self, interval: float = TRIM_INTERVAL, libc: ctypes.CDLL | None = None):
         self.interval = interval
         self.libc = libc if libc is not None else _GLIBC
         self._lock = threading.Lock()

@@ -1,6 +1,7 @@
 """The app's pure ASGI middleware: the request context (request id, access log line, request
 metrics, generic 500) and, for a request with a body, the body gate (key checked before the
 body, 413, 408)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -8,13 +9,15 @@ import json
 import logging
 import re
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from fastapi import HTTPException
-from starlette.routing import compile_path
+from starlette.routing import BaseRoute, Route, compile_path
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import logs, metrics
-from .security import KeyRing, Role, refusal
+from service import logs, metrics
+from service.security import KeyRing, Role, refusal
 
 log = logging.getLogger("service")
 
@@ -25,10 +28,10 @@ class RequestContext:
     unhandled, and for a request with a body the :class:`BodyGate`. The request's headers are
     read once, here, for all of it."""
 
-    def __init__(self, app, gate: "BodyGate"):
+    def __init__(self, app: ASGIApp, gate: BodyGate):
         self.app, self.gate = app, gate
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         sent_id = declared = authorization = None
@@ -49,7 +52,7 @@ class RequestContext:
         status: int | None = None
         t0 = time.perf_counter()
 
-        async def send_with_id(message):
+        async def send_with_id(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
@@ -58,26 +61,41 @@ class RequestContext:
 
         try:
             if chunked or (declared is not None and declared != b"0"):  # a body (RFC 9112, 6.3)
-                await self.gate(self.app, scope, receive, send_with_id, declared,
-                                None if authorization is None else authorization.decode("latin-1"))
+                await self.gate(
+                    self.app,
+                    scope,
+                    receive,
+                    send_with_id,
+                    declared,
+                    None if authorization is None else authorization.decode("latin-1"),
+                )
             else:
                 await self.app(scope, receive, send_with_id)
-        except Exception:  # noqa: BLE001 - the client gets a generic message, the log the details
+        except Exception:  # the client gets a generic message, the log the details
             log.error("unhandled error in %s %s", scope["method"], scope["path"], exc_info=True)
             if status is None:
                 status = 500
                 body = json.dumps({"detail": "internal server error", "request_id": rid}).encode()
-                await send({"type": "http.response.start", "status": 500, "headers": [
-                    (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                    rid_header]})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 500,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                            rid_header,
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": body})
         finally:
             seconds = time.perf_counter() - t0
             final = status if status is not None else 499  # the client went away before an answer
             metrics.observe_status(scope["method"], final, seconds)
             client = scope.get("client")
-            logs.access(scope["method"], scope["path"], final, round(seconds * 1000, 2), rid,
-                        client[0] if client else None)
+            logs.access(
+                scope["method"], scope["path"], final, round(seconds * 1000, 2), rid, client[0] if client else None
+            )
             logs.request_id.reset(token)
 
 
@@ -99,15 +117,14 @@ class RouteRules:
 
     def __init__(self, default: BodyRule):
         self.default = default
-        self._rules: list[tuple[re.Pattern, frozenset[str], BodyRule]] = []
+        self._rules: list[tuple[re.Pattern[str], frozenset[str], BodyRule]] = []
 
-    def add(self, routes, rule: BodyRule, prefix: str = "") -> None:
+    def add(self, routes: Iterable[BaseRoute], rule: BodyRule, prefix: str = "") -> None:
         """Every route of ``routes`` (included under ``prefix``) gets ``rule``."""
         for route in routes:
-            methods = getattr(route, "methods", None)
-            if methods:  # a mount (static files) keeps the default
+            if isinstance(route, Route) and route.methods:  # a mount (static files) keeps the default
                 regex, _, _ = compile_path(prefix + route.path)
-                self._rules.append((regex, frozenset(methods), rule))
+                self._rules.append((regex, frozenset(route.methods), rule))
 
     def lookup(self, method: str, path: str) -> BodyRule:
         for regex, methods, rule in self._rules:
@@ -133,10 +150,18 @@ class BodyGate:
     def __init__(self, rules: RouteRules, keys: KeyRing, timeout: float):
         self.rules, self.keys, self.timeout = rules, keys, timeout
 
-    async def __call__(self, app, scope, receive, send, declared: bytes | None, authorization: str | None):
+    async def __call__(
+        self,
+        app: ASGIApp,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        declared: bytes | None,
+        authorization: str | None,
+    ) -> None:
         """Run ``app`` on a request with a body of ``declared`` bytes (``None``: chunked)."""
         path, root = scope["path"], scope.get("root_path", "")
-        rule = self.rules.lookup(scope["method"], path[len(root):] if root and path.startswith(root) else path)
+        rule = self.rules.lookup(scope["method"], path[len(root) :] if root and path.startswith(root) else path)
         if rule.role is not None:
             refused = refusal(self.keys, authorization, rule.role)
             if refused is not None:
@@ -155,12 +180,12 @@ class BodyGate:
 class _Body:
     """One request's ``receive`` and ``send``, as :class:`BodyGate` hands them to the app."""
 
-    def __init__(self, receive, send, rule: BodyRule, timeout: float):
+    def __init__(self, receive: Receive, send: Send, rule: BodyRule, timeout: float):
         self._receive, self._send, self.rule, self.timeout = receive, send, rule, timeout
         self.size = 0
         self.complete = self.started = False
 
-    async def receive(self):
+    async def receive(self) -> Message:
         if self.complete:
             return await self._receive()  # e.g. a streaming response waiting for the disconnect
         try:
@@ -177,7 +202,7 @@ class _Body:
         self.complete = not message.get("more_body", False)
         return message
 
-    async def send(self, message):
+    async def send(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             self.started = True
             if not self.complete:
@@ -189,11 +214,19 @@ def _too_large(rule: BodyRule) -> str:
     return f"request body larger than {rule.max_bytes} bytes ({rule.setting})"
 
 
-async def _answer(send, status: int, detail: str, headers: dict | None = None) -> None:
+async def _answer(send: Send, status: int, detail: str, headers: Mapping[str, str] | None = None) -> None:
     """A JSON ``{"detail": ...}`` answer that closes the connection (the body is left unread)."""
     body = json.dumps({"detail": detail}).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-        *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()),
-        (b"connection", b"close")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

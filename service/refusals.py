@@ -1,24 +1,19 @@
 """A write refused with nothing changed, answered with its own status and the body
 ``{"detail": message, **extra}`` (a label request: :mod:`service.labels`; a take-back:
-:mod:`service.take_back`)."""
+:mod:`service.take_back`), by the handler of :func:`service.errors.install_error_handlers`."""
+
 from __future__ import annotations
 
-from typing import Any
-
-from fastapi.responses import JSONResponse
+from typing import Any, ClassVar
 
 
 class Refused(Exception):
-    """Refused with nothing changed: ``status``, ``message`` and the body's extra fields."""
+    """Refused with nothing changed: ``status``, ``message`` and the body's extra fields; the
+    extra field ``version_field``, when there is one, is also the header ``X-Model-Version``."""
 
-    status = 422
+    status: ClassVar[int] = 422
+    version_field: ClassVar[str] = "version"
 
     def __init__(self, message: str, **extra: Any):
         super().__init__(message)
         self.message, self.extra = message, extra
-
-    def response(self, redact, version_field: str) -> JSONResponse:
-        """The answer: the message (scrubbed by ``redact``) and the extra fields; the header
-        ``X-Model-Version`` from the extra field ``version_field`` when there is one."""
-        headers = {"X-Model-Version": str(self.extra[version_field])} if version_field in self.extra else None
-        return JSONResponse({"detail": redact(self.message), **self.extra}, status_code=self.status, headers=headers)

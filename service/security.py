@@ -15,17 +15,21 @@ check it again, and alone for requests without a body.
 ``/healthz``, ``/readyz``, ``/metrics``, ``/docs``, ``/redoc``, ``/openapi.json`` and the dashboard's
 page ``/ui`` (static files; its data comes from the keyed routes) are always open.
 """
+
 from __future__ import annotations
 
 import hashlib
 import hmac
 import re
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 from urllib.parse import urlsplit
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.security.utils import get_authorization_scheme_param
+
+if TYPE_CHECKING:
+    from service.config import Settings
 
 Role = Literal["read", "write"]
 
@@ -48,7 +52,7 @@ def parse_keys(text: str | None, variable: str) -> list[bytes]:
         if not entry:
             continue
         if entry.lower().startswith("sha256:"):
-            hexpart = entry[len("sha256:"):]
+            hexpart = entry[len("sha256:") :]
             if not _HEX.match(hexpart):
                 raise KeyConfigError(f"{variable}: an entry 'sha256:...' needs 64 hex digits")
             digests.append(bytes.fromhex(hexpart))
@@ -144,13 +148,15 @@ def presented_role(request: Request) -> Role | None:
     return keys.role(token) if scheme.lower() == "bearer" else None
 
 
-async def require_read(request: Request,
-                       credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+async def require_read(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+) -> None:
     _role(request, credentials)
 
 
-async def require_write(request: Request,
-                        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+async def require_write(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+) -> None:
     if _role(request, credentials) != "write":
         raise HTTPException(403, READ_ONLY_KEY)
 
@@ -163,7 +169,7 @@ class Redactor:
         self.secrets = sorted({s for s in (secrets or []) if s and len(s) >= 3}, key=len, reverse=True)
 
     @classmethod
-    def from_settings(cls, settings) -> "Redactor":
+    def from_settings(cls, settings: Settings) -> Redactor:
         secrets: list[str] = []
         for text in (settings.API_WRITE_KEYS, settings.API_READ_KEYS):
             secrets += [e.strip() for e in (text or "").split(",") if e.strip()]

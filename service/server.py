@@ -16,18 +16,25 @@ idle timeout (``BODY_TIMEOUT``, 408) is :class:`service.middleware.BodyGate`'s.
 
     uvicorn service.main:app --http service.server:HttpProtocol
 """
+
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING, Any
 
-from .config import get_settings
+from uvicorn.config import Config
 
-try:
-    import httptools  # noqa: F401 - the protocol uvicorn's "auto" picks when it is installed
-except ImportError:  # pragma: no cover
-    from uvicorn.protocols.http.h11_impl import H11Protocol as _Base
-else:
+from service.config import get_settings
+
+if TYPE_CHECKING:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _Base
+else:
+    try:
+        import httptools  # noqa: F401 - the protocol uvicorn's "auto" picks when it is installed
+    except ImportError:  # pragma: no cover
+        from uvicorn.protocols.http.h11_impl import H11Protocol as _Base
+    else:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _Base
 
 #: What ``uvicorn --http`` takes to run with :class:`HttpProtocol`.
 HTTP_PROTOCOL = "service.server:HttpProtocol"
@@ -37,8 +44,10 @@ MAX_HEADER_BYTES = 64 * 1024
 
 
 def _closing(status: bytes, message: bytes) -> bytes:
-    return (b"HTTP/1.1 %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
-            b"connection: close\r\n\r\n%s" % (status, len(message), message))
+    return (
+        b"HTTP/1.1 %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
+        b"connection: close\r\n\r\n%s" % (status, len(message), message)
+    )
 
 
 _TIMED_OUT = _closing(b"408 Request Timeout", b"request headers not received in time (HEADER_TIMEOUT)")
@@ -50,15 +59,15 @@ class HttpProtocol(_Base):
     complete ``HEADER_TIMEOUT`` seconds after the connection opened or the request began, or
     are larger than ``max_header_bytes``."""
 
-    def __init__(self, config, *args, **kwargs):
+    def __init__(self, config: Config, *args: Any, **kwargs: Any) -> None:
         super().__init__(config, *args, **kwargs)
         self.header_timeout = get_settings().HEADER_TIMEOUT
         self.max_header_bytes = config.h11_max_incomplete_event_size or MAX_HEADER_BYTES
         self._header_timer: asyncio.TimerHandle | None = None
-        self._waiting_cycle = None  # the cycle that was current when the timer was armed
+        self._waiting_cycle: Any = None  # the cycle that was current when the timer was armed
         self._header_bytes = 0
 
-    def connection_made(self, transport) -> None:
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm()
 
@@ -76,7 +85,7 @@ class HttpProtocol(_Base):
                 self.transport.write(_TOO_LARGE)
                 self.transport.close()
 
-    def connection_lost(self, exc) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
 

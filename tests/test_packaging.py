@@ -70,6 +70,7 @@ def test_a_wheel_install_migrates_with_no_checkout(tmp_path):
     assert started.returncode == 0, started.stderr[-3000:]
     heads = sorted(p.name.split("_")[0] for p in (ROOT / "migrations" / "versions").glob("0*.py"))
     assert started.stdout.split()[-1] == heads[-1]
+    assert (target / "fcl3" / "py.typed").is_file()  # the client's annotations ship with it (PEP 561)
     ini = next((target / "fcl3_migrations").glob("alembic.ini"))
     migrated = subprocess.run([str(venv / "bin" / "python"), "-m", "alembic", "-c", str(ini), "upgrade", "head"],
                               cwd=work, env={**env, "SQLITE_PATH": str(work / "cli.db")},

@@ -1,6 +1,6 @@
 """No module of the service or the engine rebinds a module variable at run time (a ``global``
 statement): state that outlives a call lives in the objects that own it (the app's state,
-:class:`service.registry.Shared`), and what is computed once per process is a cached function."""
+:class:`service.hosting.Shared`), and what is computed once per process is a cached function."""
 from __future__ import annotations
 
 import ast

@@ -1,2 +1,2 @@
-"""The async client: the one source of both clients (``python -m fcl3._unasync`` writes the
-sync one from it into ``fcl3/_sync``)."""
+"""The async client and transport: the one source of both clients and both transports
+(``python -m fcl3._unasync`` writes the sync ones from them into ``fcl3/_sync``)."""

@@ -2,11 +2,13 @@
 ``Client`` in ``fcl3/_sync/client.py`` is generated from it by ``python -m fcl3._unasync``
 (every method the same, synchronous). What is sent, how answers are read and which retries
 are safe live in :mod:`fcl3._calls` and :mod:`fcl3.retries`; this file only sends."""
+
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from os import PathLike
-from typing import Any, AsyncIterator, TypeVar
+from typing import Any, TypeVar
 
 import httpx
 from httpx_sse import aconnect_sse
@@ -16,8 +18,17 @@ from .._calls import DEFAULT_URL, BatchResult, Call, Options
 from ..errors import error_from, unreachable
 from ..events import Event, EventStream
 from ..retries import Attempts, Retries, wait_after_error, wait_after_response
-from ..schemas import (EvaluationOut, EvaluationRowsOut, ModelList, ModelOut, PredictOut, TakeBackOut, TaskList, TaskOut,
-                       UpdateOut)
+from ..schemas import (
+    EvaluationOut,
+    EvaluationRowsOut,
+    ModelList,
+    ModelOut,
+    PredictOut,
+    TakeBackOut,
+    TaskList,
+    TaskOut,
+    UpdateOut,
+)
 
 T = TypeVar("T")
 
@@ -38,13 +49,25 @@ class AsyncClient:
     context manager (``with`` / ``async with``), or close it (``close()`` / ``await aclose()``).
     """
 
-    def __init__(self, url: str = DEFAULT_URL, api_key: str | None = None, *, timeout: float | httpx.Timeout | None = 60.0,
-                 retries: int | Retries = 5, headers: dict[str, str] | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None, trust_env: bool = True):
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        api_key: str | None = None,
+        *,
+        timeout: float | httpx.Timeout | None = 60.0,
+        retries: int | Retries = 5,
+        headers: dict[str, str] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        trust_env: bool = True,
+    ):
         self._o = Options(url, api_key, timeout, retries, headers)
         self._http = httpx.AsyncClient(
-            base_url=self._o.url, headers=self._o.headers, timeout=self._o.timeout, transport=transport,
-            trust_env=trust_env)
+            base_url=self._o.url,
+            headers=self._o.headers,
+            timeout=self._o.timeout,
+            transport=transport,
+            trust_env=trust_env,
+        )
 
     @property
     def url(self) -> str:
@@ -53,10 +76,10 @@ class AsyncClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def __aenter__(self) -> "AsyncClient":
+    async def __aenter__(self) -> AsyncClient:
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def _run(self, call: Call[T]) -> T:
@@ -69,7 +92,8 @@ class AsyncClient:
         while True:
             try:
                 response = await self._http.request(
-                    call.method, call.path, params=call.params, content=call.content, headers=call.headers)
+                    call.method, call.path, params=call.params, content=call.content, headers=call.headers
+                )
             except httpx.TransportError as exc:
                 wait = attempts.after_error(exc)
                 if wait is None:
@@ -82,8 +106,14 @@ class AsyncClient:
 
     # --- models ----------------------------------------------------------------------
     async def create_model(
-            self, name: str, kind: str, *, estimator: str = "FCL3", params: dict | None = None, d: int | None = None,
-            features: Any = None,
+        self,
+        name: str,
+        kind: str,
+        *,
+        estimator: str = "FCL3",
+        params: dict[str, Any] | None = None,
+        d: int | None = None,
+        features: Any = None,
     ) -> ModelOut:
         """Create the model ``name`` (``kind``: ``regression`` or ``classification``): :class:`Conflict`
         if the name is taken. The body is checked with :class:`fcl3.schemas.ModelCreate` first (a
@@ -119,11 +149,11 @@ class AsyncClient:
         """Delete the model with its tasks and batches (404 if unknown)."""
         await self._run(calls.delete_model(name))
 
-    async def export_model(self, name: str, path: str | PathLike) -> int:
+    async def export_model(self, name: str, path: str | PathLike[str]) -> int:
         """Write the model as one ``.npz`` file to ``path``; returns the version exported."""
         return await self._run(calls.export_model(name, path))
 
-    async def import_model(self, name: str, path: str | PathLike) -> ModelOut:
+    async def import_model(self, name: str, path: str | PathLike[str]) -> ModelOut:
         """Create the model ``name`` from a file written by :meth:`export_model`."""
         return await self._run(calls.import_model(name, path))
 
@@ -136,15 +166,22 @@ class AsyncClient:
         return (await self.learn_batch(model, task_id, X, y, idempotency_key=idempotency_key)).update
 
     async def learn_batch(
-            self, model: str, task_id: str, X: Any, y: Any, *, idempotency_key: str | None = None,
+        self,
+        model: str,
+        task_id: str,
+        X: Any,
+        y: Any,
+        *,
+        idempotency_key: str | None = None,
     ) -> BatchResult:
         """:meth:`learn`, with whether the answer was a replay and how many attempts it took."""
         key = calls.new_key(idempotency_key)
         (update, replayed), attempts = await self._send(calls.learn(model, task_id, X, y, key))
         return BatchResult(update, replayed, key, attempts)
 
-    async def predict(self, model: str, task_id: str, X: Any, *, min_version: int | None = None,
-                      remember: bool = False) -> PredictOut:
+    async def predict(
+        self, model: str, task_id: str, X: Any, *, min_version: int | None = None, remember: bool = False
+    ) -> PredictOut:
         """Predictions for the rows ``X`` (numbers, or records: a list of dicts or a pandas
         DataFrame) of a learned task (``min_version``: from that model version or a later one,
         else 409). With ``remember``, the service keeps the rows for
@@ -199,7 +236,11 @@ class AsyncClient:
         return await self._run(calls.evaluation(model, limit))
 
     async def events(
-            self, model: str, *, last_event_id: str | int | None = None, reconnect: bool = True,
+        self,
+        model: str,
+        *,
+        last_event_id: str | int | None = None,
+        reconnect: bool = True,
     ) -> AsyncIterator[Event]:
         """The model's events as they happen (Server-Sent Events), from ``last_event_id`` (a
         version) on. A dropped stream is resumed from the last event seen (``Last-Event-ID``)
@@ -210,7 +251,8 @@ class AsyncClient:
         while True:
             try:
                 async with aconnect_sse(
-                        self._http, "GET", stream.call.path, headers=stream.headers(), timeout=timeout) as source:
+                    self._http, "GET", stream.call.path, headers=stream.headers(), timeout=timeout
+                ) as source:
                     response = source.response
                     if response.status_code >= 400:
                         await response.aread()
@@ -234,18 +276,18 @@ class AsyncClient:
             attempt += 1
 
     # --- service ----------------------------------------------------------------------
-    async def healthz(self) -> dict:
+    async def healthz(self) -> dict[str, Any]:
         """``GET /healthz``, liveness: ``{"status": "ok"}`` as long as the process answers
         (touches neither the database nor the lock)."""
         return await self._run(calls.healthz())
 
-    async def ready(self) -> dict:
+    async def ready(self) -> dict[str, Any]:
         """``GET /readyz``, readiness: ``{"status": "ready", "database": "ok", "schema": "ok",
         "lock": "ok (...)"}``. Not ready (503, retried like any 503): :class:`Unavailable`
         whose ``detail`` is the service's dict of checks, saying what is missing."""
         return await self._run(calls.ready())
 
-    async def health(self) -> dict:
+    async def health(self) -> dict[str, Any]:
         """:meth:`ready` (the older name)."""
         return await self.ready()
 

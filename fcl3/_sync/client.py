@@ -4,11 +4,13 @@
 ``Client`` in ``fcl3/_sync/client.py`` is generated from it by ``python -m fcl3._unasync``
 (every method the same, synchronous). What is sent, how answers are read and which retries
 are safe live in :mod:`fcl3._calls` and :mod:`fcl3.retries`; this file only sends."""
+
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from os import PathLike
-from typing import Any, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import httpx
 from httpx_sse import connect_sse
@@ -18,8 +20,17 @@ from .._calls import DEFAULT_URL, BatchResult, Call, Options
 from ..errors import error_from, unreachable
 from ..events import Event, EventStream
 from ..retries import Attempts, Retries, wait_after_error, wait_after_response
-from ..schemas import (EvaluationOut, EvaluationRowsOut, ModelList, ModelOut, PredictOut, TakeBackOut, TaskList, TaskOut,
-                       UpdateOut)
+from ..schemas import (
+    EvaluationOut,
+    EvaluationRowsOut,
+    ModelList,
+    ModelOut,
+    PredictOut,
+    TakeBackOut,
+    TaskList,
+    TaskOut,
+    UpdateOut,
+)
 
 T = TypeVar("T")
 
@@ -40,13 +51,25 @@ class Client:
     context manager (``with`` / ``async with``), or close it (``close()`` / ``await aclose()``).
     """
 
-    def __init__(self, url: str = DEFAULT_URL, api_key: str | None = None, *, timeout: float | httpx.Timeout | None = 60.0,
-                 retries: int | Retries = 5, headers: dict[str, str] | None = None,
-                 transport: httpx.BaseTransport | None = None, trust_env: bool = True):
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        api_key: str | None = None,
+        *,
+        timeout: float | httpx.Timeout | None = 60.0,
+        retries: int | Retries = 5,
+        headers: dict[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+        trust_env: bool = True,
+    ):
         self._o = Options(url, api_key, timeout, retries, headers)
         self._http = httpx.Client(
-            base_url=self._o.url, headers=self._o.headers, timeout=self._o.timeout, transport=transport,
-            trust_env=trust_env)
+            base_url=self._o.url,
+            headers=self._o.headers,
+            timeout=self._o.timeout,
+            transport=transport,
+            trust_env=trust_env,
+        )
 
     @property
     def url(self) -> str:
@@ -55,10 +78,10 @@ class Client:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _run(self, call: Call[T]) -> T:
@@ -71,7 +94,8 @@ class Client:
         while True:
             try:
                 response = self._http.request(
-                    call.method, call.path, params=call.params, content=call.content, headers=call.headers)
+                    call.method, call.path, params=call.params, content=call.content, headers=call.headers
+                )
             except httpx.TransportError as exc:
                 wait = attempts.after_error(exc)
                 if wait is None:
@@ -84,8 +108,14 @@ class Client:
 
     # --- models ----------------------------------------------------------------------
     def create_model(
-            self, name: str, kind: str, *, estimator: str = "FCL3", params: dict | None = None, d: int | None = None,
-            features: Any = None,
+        self,
+        name: str,
+        kind: str,
+        *,
+        estimator: str = "FCL3",
+        params: dict[str, Any] | None = None,
+        d: int | None = None,
+        features: Any = None,
     ) -> ModelOut:
         """Create the model ``name`` (``kind``: ``regression`` or ``classification``): :class:`Conflict`
         if the name is taken. The body is checked with :class:`fcl3.schemas.ModelCreate` first (a
@@ -121,11 +151,11 @@ class Client:
         """Delete the model with its tasks and batches (404 if unknown)."""
         self._run(calls.delete_model(name))
 
-    def export_model(self, name: str, path: str | PathLike) -> int:
+    def export_model(self, name: str, path: str | PathLike[str]) -> int:
         """Write the model as one ``.npz`` file to ``path``; returns the version exported."""
         return self._run(calls.export_model(name, path))
 
-    def import_model(self, name: str, path: str | PathLike) -> ModelOut:
+    def import_model(self, name: str, path: str | PathLike[str]) -> ModelOut:
         """Create the model ``name`` from a file written by :meth:`export_model`."""
         return self._run(calls.import_model(name, path))
 
@@ -138,15 +168,22 @@ class Client:
         return (self.learn_batch(model, task_id, X, y, idempotency_key=idempotency_key)).update
 
     def learn_batch(
-            self, model: str, task_id: str, X: Any, y: Any, *, idempotency_key: str | None = None,
+        self,
+        model: str,
+        task_id: str,
+        X: Any,
+        y: Any,
+        *,
+        idempotency_key: str | None = None,
     ) -> BatchResult:
         """:meth:`learn`, with whether the answer was a replay and how many attempts it took."""
         key = calls.new_key(idempotency_key)
         (update, replayed), attempts = self._send(calls.learn(model, task_id, X, y, key))
         return BatchResult(update, replayed, key, attempts)
 
-    def predict(self, model: str, task_id: str, X: Any, *, min_version: int | None = None,
-                      remember: bool = False) -> PredictOut:
+    def predict(
+        self, model: str, task_id: str, X: Any, *, min_version: int | None = None, remember: bool = False
+    ) -> PredictOut:
         """Predictions for the rows ``X`` (numbers, or records: a list of dicts or a pandas
         DataFrame) of a learned task (``min_version``: from that model version or a later one,
         else 409). With ``remember``, the service keeps the rows for
@@ -201,7 +238,11 @@ class Client:
         return self._run(calls.evaluation(model, limit))
 
     def events(
-            self, model: str, *, last_event_id: str | int | None = None, reconnect: bool = True,
+        self,
+        model: str,
+        *,
+        last_event_id: str | int | None = None,
+        reconnect: bool = True,
     ) -> Iterator[Event]:
         """The model's events as they happen (Server-Sent Events), from ``last_event_id`` (a
         version) on. A dropped stream is resumed from the last event seen (``Last-Event-ID``)
@@ -212,7 +253,8 @@ class Client:
         while True:
             try:
                 with connect_sse(
-                        self._http, "GET", stream.call.path, headers=stream.headers(), timeout=timeout) as source:
+                    self._http, "GET", stream.call.path, headers=stream.headers(), timeout=timeout
+                ) as source:
                     response = source.response
                     if response.status_code >= 400:
                         response.read()
@@ -236,18 +278,18 @@ class Client:
             attempt += 1
 
     # --- service ----------------------------------------------------------------------
-    def healthz(self) -> dict:
+    def healthz(self) -> dict[str, Any]:
         """``GET /healthz``, liveness: ``{"status": "ok"}`` as long as the process answers
         (touches neither the database nor the lock)."""
         return self._run(calls.healthz())
 
-    def ready(self) -> dict:
+    def ready(self) -> dict[str, Any]:
         """``GET /readyz``, readiness: ``{"status": "ready", "database": "ok", "schema": "ok",
         "lock": "ok (...)"}``. Not ready (503, retried like any 503): :class:`Unavailable`
         whose ``detail`` is the service's dict of checks, saying what is missing."""
         return self._run(calls.ready())
 
-    def health(self) -> dict:
+    def health(self) -> dict[str, Any]:
         """:meth:`ready` (the older name)."""
         return self.ready()
 

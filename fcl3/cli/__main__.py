@@ -1,4 +1,5 @@
 """``python -m fcl3.cli``: the ``fcl3`` command."""
+
 from .commands import main
 
 main()

@@ -1,8 +1,10 @@
 """The ``fcl3`` command's two errors: a bad input file (exit status 2, nothing sent) and a
 refusal or failure of the service (exit status 1, with the service's reason)."""
+
 from __future__ import annotations
 
 import os
+from typing import IO, Any
 
 import click
 
@@ -14,14 +16,20 @@ class BadFile(click.ClickException):
 
     exit_code = 2
 
-    def __init__(self, path: str | os.PathLike, message: str, line: int | None = None, column: int | None = None,
-                 name: str | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        message: str,
+        line: int | None = None,
+        column: int | None = None,
+        name: str | None = None,
+    ):
         where = str(path) + (f":{line}" if line is not None else "")
         if column is not None:
             where += f": column {column}" + (f" ({name})" if name else "")
         super().__init__(f"{where}: {message}")
 
-    def show(self, file=None) -> None:
+    def show(self, file: IO[Any] | None = None) -> None:
         click.echo(f"fcl3: {self.format_message()}", err=True)
 
 

@@ -3,6 +3,7 @@ CSV files of rows (a task column, a target column, features), CSV files of recor
 features, typed by a schema), ``.npz`` files in the layout of the paper's data sets, and
 CSV files of labels. A bad file is :class:`~fcl3.cli.errors.BadFile`, naming its file, line
 and column."""
+
 from __future__ import annotations
 
 import contextlib
@@ -10,11 +11,12 @@ import csv
 import hashlib
 import math
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Any, TextIO
 
-from ..records import RecordError, check_records, typed_records
+from ..records import RecordError, Schema, check_records, typed_records
 from .errors import BadFile
 
 #: Column names of the task id and the target in a CSV file (the first one found is used).
@@ -22,15 +24,18 @@ TASK_COLUMNS = ("task", "task_id")
 TARGET_COLUMNS = ("y", "target")
 
 
-def data_lines(reader, header: list[str], path: str | os.PathLike):
+def data_lines(reader: Any, header: list[str], path: str | os.PathLike[str]) -> Iterator[tuple[int, list[str]]]:
     """The CSV ``reader``'s records after the header, with their line numbers; blank lines are
     skipped and a record of another width than ``header`` is :class:`BadFile`."""
     for record in reader:
         if not record or (len(record) == 1 and not record[0].strip()):
             continue
         if len(record) != len(header):
-            raise BadFile(path, f"{len(record)} values, but the header has {len(header)} columns "
-                          "(every row must have the same width)", reader.line_num)
+            raise BadFile(
+                path,
+                f"{len(record)} values, but the header has {len(header)} columns (every row must have the same width)",
+                reader.line_num,
+            )
         yield reader.line_num, record
 
 
@@ -41,7 +46,7 @@ class Rows:
 
     path: Path
     columns: list[str]
-    X: list[list[float]] = field(default_factory=list)
+    X: list[Any] = field(default_factory=list)  # rows of numbers, or records (a CSV of records)
     y: list[float] | None = None
     tasks: list[str] | None = None
     lines: list[int] = field(default_factory=list)
@@ -53,7 +58,7 @@ class Rows:
         return len(self.columns)
 
 
-def _open_text(path: Path):
+def _open_text(path: Path) -> TextIO:
     if not path.exists():
         raise BadFile(path, "no such file")
     if path.is_dir():
@@ -65,7 +70,7 @@ def _open_text(path: Path):
 
 
 @contextlib.contextmanager
-def csv_reader(path: Path):
+def csv_reader(path: Path) -> Iterator[Any]:
     """A :func:`csv.reader` over the file at ``path`` (UTF-8, a byte-order mark skipped): a
     malformed CSV or text that is not UTF-8, met while the block reads it, is :class:`BadFile`
     at the line reached."""
@@ -87,7 +92,7 @@ def _find(header: list[str], names: Iterable[str]) -> int | None:
     return None
 
 
-def read_csv(path: str | os.PathLike, *, task: str = "required", target: str = "required") -> Rows:
+def read_csv(path: str | os.PathLike[str], *, task: str = "required", target: str = "required") -> Rows:
     """Read a CSV file with a header line. ``task``/``target``: ``required``, ``optional``
     (used when present) or ``ignored`` (dropped when present); every other column is a feature.
     Raises :class:`BadFile` naming the file, line and column of the first problem."""
@@ -104,8 +109,12 @@ def read_csv(path: str | os.PathLike, *, task: str = "required", target: str = "
         y_col = _find(header, TARGET_COLUMNS)
         for col, mode, names in ((t_col, task, TASK_COLUMNS), (y_col, target, TARGET_COLUMNS)):
             if col is None and mode == "required":
-                raise BadFile(path, f"no {names[0]!r} column in the header (columns: {', '.join(header)}); "
-                              f"expected {' or '.join(repr(n) for n in names)} and the features", header_line)
+                raise BadFile(
+                    path,
+                    f"no {names[0]!r} column in the header (columns: {', '.join(header)}); "
+                    f"expected {' or '.join(repr(n) for n in names)} and the features",
+                    header_line,
+                )
         t_col_use = None if task == "ignored" else t_col
         y_col_use = None if target == "ignored" else y_col
         skip = {c for c in (t_col, y_col) if c is not None}
@@ -115,8 +124,14 @@ def read_csv(path: str | os.PathLike, *, task: str = "required", target: str = "
         for i in features:
             if not header[i]:
                 raise BadFile(path, "empty column name in the header", header_line, i + 1)
-        rows = Rows(path, [header[i] for i in features], y=[] if y_col_use is not None else None,
-                    tasks=[] if t_col_use is not None else None)
+        ys: list[float] = []
+        task_ids: list[str] = []
+        rows = Rows(
+            path,
+            [header[i] for i in features],
+            y=ys if y_col_use is not None else None,
+            tasks=task_ids if t_col_use is not None else None,
+        )
         for line, record in data_lines(reader, header, path):
             x = []
             for i in features:
@@ -124,20 +139,22 @@ def read_csv(path: str | os.PathLike, *, task: str = "required", target: str = "
             rows.X.append(x)
             rows.lines.append(line)
             if y_col_use is not None:
-                rows.y.append(_number(record[y_col_use], path, line, y_col_use + 1, header[y_col_use]))
+                ys.append(_number(record[y_col_use], path, line, y_col_use + 1, header[y_col_use]))
             if t_col_use is not None:
                 tid = record[t_col_use].strip()
                 if not tid:
                     raise BadFile(path, "empty task id", line, t_col_use + 1, header[t_col_use])
                 if len(tid) > 200:
                     raise BadFile(path, "task id longer than 200 characters", line, t_col_use + 1, header[t_col_use])
-                rows.tasks.append(tid)
+                task_ids.append(tid)
     if not rows.X:
         raise BadFile(path, "no data rows after the header", header_line)
     return rows
 
 
-def read_records_csv(path: str | os.PathLike, task_column: str, target_column: str) -> tuple[Rows, dict[str, list[str]]]:
+def read_records_csv(
+    path: str | os.PathLike[str], task_column: str, target_column: str
+) -> tuple[Rows, dict[str, list[str]]]:
     """Read a CSV of named columns for records: the rows (``X[i]``: the features of a row as
     a dict of its cells, as text) and each feature column's cells (for a schema to infer).
     :class:`BadFile` naming the line and column of the first problem."""
@@ -150,23 +167,27 @@ def read_records_csv(path: str | os.PathLike, task_column: str, target_column: s
         header = [h.strip() for h in header]
         for name, what in ((task_column, "--task-column"), (target_column, "--target-column")):
             if name not in header:
-                raise BadFile(path, f"no column {name!r} ({what}) in the header (columns: {', '.join(header)})",
-                              header_line)
+                raise BadFile(
+                    path, f"no column {name!r} ({what}) in the header (columns: {', '.join(header)})", header_line
+                )
         if len(set(header)) != len(header) or not all(header):
             raise BadFile(path, "the header must name every column once", header_line)
         t, yc = header.index(task_column), header.index(target_column)
         features = [i for i in range(len(header)) if i not in (t, yc)]
         if not features:
             raise BadFile(path, "no feature columns in the header", header_line)
-        rows = Rows(path, [header[i] for i in features], y=[], tasks=[], header=header)
+        ys: list[float] = []
+        task_ids: list[str] = []
+        rows = Rows(path, [header[i] for i in features], y=ys, tasks=task_ids, header=header)
         cells: dict[str, list[str]] = {header[i]: [] for i in features}
         for line, record in data_lines(reader, header, path):
             tid = record[t].strip()
             if not tid or len(tid) > 200:
-                raise BadFile(path, "empty task id" if not tid else "task id longer than 200 characters", line,
-                              t + 1, task_column)
-            rows.tasks.append(tid)
-            rows.y.append(_number(record[yc], path, line, yc + 1, target_column))
+                raise BadFile(
+                    path, "empty task id" if not tid else "task id longer than 200 characters", line, t + 1, task_column
+                )
+            task_ids.append(tid)
+            ys.append(_number(record[yc], path, line, yc + 1, target_column))
             rows.X.append({header[i]: record[i] for i in features})
             rows.lines.append(line)
             for i in features:
@@ -176,21 +197,22 @@ def read_records_csv(path: str | os.PathLike, task_column: str, target_column: s
     return rows, cells
 
 
-def typed_rows(rows: Rows, schema) -> None:
+def typed_rows(rows: Rows, schema: Schema) -> None:
     """``rows.X`` as records of ``schema`` (numbers and booleans parsed), each checked:
     :class:`BadFile` naming the line and column of the first one the service would refuse."""
     records = typed_records(schema, rows.X)
-    for rec, line in zip(records, rows.lines):
+    for rec, line in zip(records, rows.lines, strict=True):
         try:
             check_records(schema, [rec])
         except RecordError as exc:
             column = rows.header.index(exc.field) + 1 if rows.header and exc.field in rows.header else None
-            raise BadFile(rows.path, str(exc).replace("records[0].", "").replace("records[0]", "the row"), line,
-                          column, exc.field) from None
+            raise BadFile(
+                rows.path, str(exc).replace("records[0].", "").replace("records[0]", "the row"), line, column, exc.field
+            ) from None
     rows.X = records
 
 
-def format_schema(schema) -> str:
+def format_schema(schema: Schema) -> str:
     """A schema as the lines ``fcl3 replay --infer-schema`` prints."""
     width = max(len(f.name) for f in schema)
     out = []
@@ -209,14 +231,15 @@ def _number(text: str, path: Path, line: int, column: int, name: str) -> float:
     try:
         v = float(s)
     except ValueError:
-        raise BadFile(path, f"{s!r} is not a number" if s else "empty value (a number is required)",
-                      line, column, name) from None
+        raise BadFile(
+            path, f"{s!r} is not a number" if s else "empty value (a number is required)", line, column, name
+        ) from None
     if not math.isfinite(v):
         raise BadFile(path, f"{s!r} is not a finite number", line, column, name)
     return v
 
 
-def read_npz(path: str | os.PathLike) -> Rows:
+def read_npz(path: str | os.PathLike[str]) -> Rows:
     """Read a data set in the layout of the paper's data sets: ``n_tasks``, ``kind``, ``X_i``,
     ``y_i`` (and optionally ``task_ids``, ``feature_names``). Needs numpy."""
     path = Path(path)
@@ -247,6 +270,8 @@ def read_npz(path: str | os.PathLike) -> Rows:
         if len(ids) != n:
             raise BadFile(path, f"task_ids has {len(ids)} entries for {n} tasks")
         rows: Rows | None = None
+        ys: list[float] = []
+        task_ids: list[str] = []
         for i in range(n):
             for key in (f"X_{i}", f"y_{i}"):
                 if key not in files:
@@ -260,10 +285,12 @@ def read_npz(path: str | os.PathLike) -> Rows:
                 raise BadFile(path, f"X_{i} has {X.ndim} dimensions: expected rows x features")
             if rows is None:
                 cols = names if names is not None and len(names) == X.shape[1] else [f"x{j}" for j in range(X.shape[1])]
-                rows = Rows(path, cols, y=[], tasks=[], kind=kind)
+                rows = Rows(path, cols, y=ys, tasks=task_ids, kind=kind)
             if X.shape[1] != rows.width:
-                raise BadFile(path, f"X_{i} has {X.shape[1]} columns but X_0 has {rows.width} "
-                              "(every task must have the same features)")
+                raise BadFile(
+                    path,
+                    f"X_{i} has {X.shape[1]} columns but X_0 has {rows.width} (every task must have the same features)",
+                )
             if len(y) != len(X):
                 raise BadFile(path, f"y_{i} has {len(y)} values for {len(X)} rows of X_{i}")
             bad = ~np.isfinite(X)
@@ -274,15 +301,15 @@ def read_npz(path: str | os.PathLike) -> Rows:
                 r = int(np.flatnonzero(~np.isfinite(y))[0])
                 raise BadFile(path, f"y_{i} row {r} is {y[r]} (not a finite number)")
             rows.X += X.tolist()
-            rows.y += y.tolist()
-            rows.tasks += [ids[i]] * len(y)
+            ys += y.tolist()
+            task_ids += [ids[i]] * len(y)
             rows.lines += list(range(len(y)))
     if rows is None or not rows.X:
         raise BadFile(path, "no rows (n_tasks is 0)")
     return rows
 
 
-def read_dataset(path: str | os.PathLike) -> Rows:
+def read_dataset(path: str | os.PathLike[str]) -> Rows:
     """A data set to replay: an .npz (the paper's layout) or a CSV with task and y columns."""
     return read_npz(path) if str(path).lower().endswith(".npz") else read_csv(path)
 
@@ -304,7 +331,7 @@ def file_digest(path: Path) -> str:
 ID_COLUMNS = ("prediction_id", "id")
 
 
-def read_labels(path: str | os.PathLike) -> tuple[list[str], list[float], list[str] | None, list[int]]:
+def read_labels(path: str | os.PathLike[str]) -> tuple[list[str], list[float], list[str] | None, list[int]]:
     """A labels file: a CSV with a header, a 'prediction_id' column and a 'y' column (and
     optionally 'task'). Returns the ids, labels, tasks (None without the column) and line
     numbers; :class:`BadFile` naming the file, line and column of the first problem."""
@@ -320,16 +347,22 @@ def read_labels(path: str | os.PathLike) -> tuple[list[str], list[float], list[s
         header = [h.strip() for h in header]
         i_col, y_col, t_col = _find(header, ID_COLUMNS), _find(header, TARGET_COLUMNS), _find(header, TASK_COLUMNS)
         if i_col is None or y_col is None:
-            raise BadFile(path, f"expected a 'prediction_id' and a 'y' column (columns: {', '.join(header)})",
-                          reader.line_num)
+            raise BadFile(
+                path, f"expected a 'prediction_id' and a 'y' column (columns: {', '.join(header)})", reader.line_num
+            )
         seen: dict[str, int] = {}
         for line, record in data_lines(reader, header, path):
             pid = record[i_col].strip()
             if not pid:
                 raise BadFile(path, "empty prediction id", line, i_col + 1, header[i_col])
             if pid in seen:
-                raise BadFile(path, f"prediction id {pid!r} again (first at line {seen[pid]}): each row is "
-                              "labelled once", line, i_col + 1, header[i_col])
+                raise BadFile(
+                    path,
+                    f"prediction id {pid!r} again (first at line {seen[pid]}): each row is labelled once",
+                    line,
+                    i_col + 1,
+                    header[i_col],
+                )
             seen[pid] = line
             ids.append(pid)
             ys.append(_number(record[y_col], path, line, y_col + 1, header[y_col]))

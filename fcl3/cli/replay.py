@@ -1,6 +1,7 @@
 """``fcl3 replay``'s machinery: the plan of a replay (its batches and held-out rows, a pure
 function of the file and the options, with one idempotency key per batch), sending it with a
 progress bar (and labels that arrive later, ``--delay``), and the summary it prints."""
+
 from __future__ import annotations
 
 import hashlib
@@ -28,7 +29,9 @@ class PlannedBatch:
     key: str = ""
 
 
-def plan_batches(rows: Rows, batch_size: int, order: str, seed: int, holdout: float) -> tuple[list[PlannedBatch], dict[str, list[int]]]:
+def plan_batches(
+    rows: Rows, batch_size: int, order: str, seed: int, holdout: float
+) -> tuple[list[PlannedBatch], dict[str, list[int]]]:
     """The batches of a replay and each task's held-out rows, a pure function of the rows and
     the options (so that a run again sends the same batches with the same keys).
 
@@ -37,8 +40,10 @@ def plan_batches(rows: Rows, batch_size: int, order: str, seed: int, holdout: fl
     all tasks interleaved at random (each task's in order). ``holdout``: that fraction of each
     task's rows (drawn at random, at least one row left to learn) kept aside."""
     rng = random.Random(seed)
+    tasks = rows.tasks
+    assert tasks is not None  # a replay's file names each row's task
     by_task: dict[str, list[int]] = {}
-    for i, t in enumerate(rows.tasks):
+    for i, t in enumerate(tasks):
         by_task.setdefault(t, []).append(i)
     held: dict[str, list[int]] = {}
     if holdout > 0:
@@ -50,27 +55,27 @@ def plan_batches(rows: Rows, batch_size: int, order: str, seed: int, holdout: fl
     batches: list[PlannedBatch] = []
     count: dict[str, int] = {}
 
-    def add(task: str, idx: list[int]):
+    def add(task: str, idx: list[int]) -> None:
         batches.append(PlannedBatch(task, count.get(task, 0), idx))
         count[task] = count.get(task, 0) + 1
 
     if order == "file":
         run: list[int] = []
-        for i, t in enumerate(rows.tasks):
+        for i, t in enumerate(tasks):
             if i in kept:
                 continue
-            if run and (rows.tasks[run[0]] != t or len(run) == batch_size):
-                add(rows.tasks[run[0]], run)
+            if run and (tasks[run[0]] != t or len(run) == batch_size):
+                add(tasks[run[0]], run)
                 run = []
             run.append(i)
         if run:
-            add(rows.tasks[run[0]], run)
+            add(tasks[run[0]], run)
     else:
         per_task = {}
         for t, idx in by_task.items():
             idx = [i for i in idx if i not in kept]
             rng.shuffle(idx)
-            per_task[t] = [idx[j:j + batch_size] for j in range(0, len(idx), batch_size)]
+            per_task[t] = [idx[j : j + batch_size] for j in range(0, len(idx), batch_size)]
         slots = [t for t, bs in per_task.items() for _ in bs]
         rng.shuffle(slots)
         nxt = dict.fromkeys(per_task, 0)
@@ -88,7 +93,7 @@ def replay_key(digest: str, model: str, task: str, index: int, what: str = "batc
     return f"fcl3-replay-{h[:48]}"
 
 
-def deliver_labels(c: Client, model: str, pending: list, now: float, counts: dict) -> None:
+def deliver_labels(c: Client, model: str, pending: list[Any], now: float, counts: dict[str, Any]) -> None:
     """``fcl3 replay --delay``: label the remembered batches due by batch ``now``, oldest first.
     A label's key names the batch's rows: a replay run again gets 422 for a batch an earlier
     run labelled (its rows remembered again under new ids), which is counted as applied."""
@@ -96,7 +101,7 @@ def deliver_labels(c: Client, model: str, pending: list, now: float, counts: dic
         _, b, ids, y = pending.pop(0)
         key = "fcl3-label-" + hashlib.sha256(json.dumps([b.key, b.rows]).encode()).hexdigest()[:48]
         try:
-            r = c.label_batch(model, list(zip(ids, y)), idempotency_key=key)
+            r = c.label_batch(model, list(zip(ids, y, strict=True)), idempotency_key=key)
         except APIError as exc:
             if exc.status == 422 and "Idempotency-Key" in exc.message:
                 counts["replayed"] += 1
@@ -109,9 +114,20 @@ def deliver_labels(c: Client, model: str, pending: list, now: float, counts: dic
             counts["replayed_rows"] += len(y)
 
 
-def send_batches(c: Client, rows: Rows, batches: list[PlannedBatch], held: dict[str, list[int]], model: str,
-          path: Path, quiet: bool, delay: int | None = None) -> dict:
+def send_batches(
+    c: Client,
+    rows: Rows,
+    batches: list[PlannedBatch],
+    held: dict[str, list[int]],
+    model: str,
+    path: Path,
+    quiet: bool,
+    delay: int | None = None,
+) -> dict[str, Any]:
     from tqdm import tqdm
+
+    targets = rows.y
+    assert targets is not None  # a replay's file has a target column
 
     n_rows = sum(len(b.rows) for b in batches)
     seen_tasks: set[str] = set()
@@ -125,25 +141,35 @@ def send_batches(c: Client, rows: Rows, batches: list[PlannedBatch], held: dict[
         for t in getattr(report, "tasks", []):
             if t.task_id in held and t.n_received >= len(held[t.task_id]):
                 evaluation_sent.add(t.task_id)
-    bar = tqdm(total=n_rows, unit="row", desc=f"replay {model}", file=sys.stderr,
-               disable=quiet, dynamic_ncols=True, leave=False)
+    bar = tqdm(
+        total=n_rows,
+        unit="row",
+        desc=f"replay {model}",
+        file=sys.stderr,
+        disable=quiet,
+        dynamic_ncols=True,
+        leave=False,
+    )
     done = 0
-    pending: list = []  # --delay: (due at batch, batch, prediction ids, labels)
+    pending: list[Any] = []  # --delay: (due at batch, batch, prediction ids, labels)
     counts = {"labelled": 0, "replayed": 0, "replayed_rows": 0}
     try:
         for n, b in enumerate(batches, 1):
             X = [rows.X[i] for i in b.rows]
-            y = [rows.y[i] for i in b.rows]
+            y = [targets[i] for i in b.rows]
             if b.task in held and b.task not in evaluation_sent:
                 # before the task's first batch: the accuracy-matrix row of that batch scores the
                 # task just after it was learned (the diagonal, which BWT and FWT need)
                 idx = held[b.task]
                 try:
-                    c.add_evaluation(model, b.task, [rows.X[i] for i in idx], [rows.y[i] for i in idx])
+                    c.add_evaluation(model, b.task, [rows.X[i] for i in idx], [targets[i] for i in idx])
                 except FCL3Error as exc:
                     bar.close()
-                    raise command_error(exc, f"the evaluation rows of task {b.task!r} were refused",
-                                        f"{done} of {len(batches)} batches were applied; run the same command again to resume") from None
+                    raise command_error(
+                        exc,
+                        f"the evaluation rows of task {b.task!r} were refused",
+                        f"{done} of {len(batches)} batches were applied; run the same command again to resume",
+                    ) from None
                 evaluation_sent.add(b.task)
             try:
                 if delay is not None and b.index > 0:  # predicted now, labelled `delay` batches later
@@ -159,12 +185,18 @@ def send_batches(c: Client, rows: Rows, batches: list[PlannedBatch], held: dict[
                     lines = f"{path}, rows {at[0]}-{at[-1]} of the task's X_i, y_i"
                 else:
                     lines = f"{path}:{at[0]}" + (f"-{at[-1]}" if at[-1] != at[0] else "")
-                hint = (f"{done} of {len(batches)} batches were applied; run the same command again to resume "
-                        "(every batch is applied once)")
+                hint = (
+                    f"{done} of {len(batches)} batches were applied; run the same command again to resume "
+                    "(every batch is applied once)"
+                )
                 if isinstance(exc, APIError) and exc.status == 422 and "Idempotency-Key" in exc.message:
-                    hint = ("this file was replayed into this model before with other options (--batch-size, "
-                            "--order, --seed, --holdout): run it with the same options to resume, or use another model")
-                raise command_error(exc, f"batch {b.index + 1} of task {b.task!r} ({lines}) was refused", hint) from None
+                    hint = (
+                        "this file was replayed into this model before with other options (--batch-size, "
+                        "--order, --seed, --holdout): run it with the same options to resume, or use another model"
+                    )
+                raise command_error(
+                    exc, f"batch {b.index + 1} of task {b.task!r} ({lines}) was refused", hint
+                ) from None
             done += 1
             if b.task not in seen_tasks:
                 seen_tasks.add(b.task)
@@ -180,20 +212,29 @@ def send_batches(c: Client, rows: Rows, batches: list[PlannedBatch], held: dict[
             raise command_error(exc, "the last delayed labels were refused") from None
     except KeyboardInterrupt:
         bar.close()
-        click.echo(f"fcl3 replay: interrupted after {done} of {len(batches)} batches; run the same command "
-                   "again to resume (every batch is applied once)", err=True)
+        click.echo(
+            f"fcl3 replay: interrupted after {done} of {len(batches)} batches; run the same command "
+            "again to resume (every batch is applied once)",
+            err=True,
+        )
         raise SystemExit(130) from None
     finally:
         bar.close()
-    out = {"tasks": len(seen_tasks), "new_tasks": new_tasks, "batches": len(batches),
-           "replayed_batches": replayed_batches + counts["replayed"], "rows": n_rows,
-           "replayed_rows": replayed_rows + counts["replayed_rows"], "held_out_rows": sum(len(v) for v in held.values())}
+    out = {
+        "tasks": len(seen_tasks),
+        "new_tasks": new_tasks,
+        "batches": len(batches),
+        "replayed_batches": replayed_batches + counts["replayed"],
+        "rows": n_rows,
+        "replayed_rows": replayed_rows + counts["replayed_rows"],
+        "held_out_rows": sum(len(v) for v in held.values()),
+    }
     if delay is not None:
         out.update(delay=delay, labelled_batches=counts["labelled"])
     return out
 
 
-def score_figures(s: Any) -> dict | None:
+def score_figures(s: Any) -> dict[str, Any] | None:
     """A Scores object as {metric: (model, baseline)} for the summary (the primary metric first)."""
     if s is None:
         return None
@@ -207,7 +248,7 @@ def score_figures(s: Any) -> dict | None:
     return out
 
 
-def add_prequential(summary: dict, info) -> None:
+def add_prequential(summary: dict[str, Any], info: Any) -> None:
     """The model's prequential scores (each batch predicted just before it was learned) beside
     the baseline (each task's own single-task model), as the service reports them."""
     preq = getattr(info, "prequential", None)
@@ -217,7 +258,9 @@ def add_prequential(summary: dict, info) -> None:
         summary["prequential_window"] = preq.window
 
 
-def add_evaluation(summary: dict, c: Client, model: str, n_tasks: int, wait: float = 60.0, stall: float = 5.0) -> None:
+def add_evaluation(
+    summary: dict[str, Any], c: Client, model: str, n_tasks: int, wait: float = 60.0, stall: float = 5.0
+) -> None:
     """Scores on the held-out rows (pooled over the tasks), and the transfer figures.
 
     The service computes the accuracy matrix's rows (one per new task) in the background,
@@ -257,22 +300,32 @@ def add_evaluation(summary: dict, c: Client, model: str, n_tasks: int, wait: flo
     summary["evaluation"] = pooled
 
 
-def metrics_text(s: dict, prefix: str = "") -> str:
-    return ", ".join(f"{m} {s[prefix + m]:.4g}" for m in ("rmse", "mae", "log_loss", "accuracy", "auc")
-                     if s.get(prefix + m) is not None)
+def metrics_text(s: dict[str, Any], prefix: str = "") -> str:
+    return ", ".join(
+        f"{m} {s[prefix + m]:.4g}"
+        for m in ("rmse", "mae", "log_loss", "accuracy", "auc")
+        if s.get(prefix + m) is not None
+    )
 
 
-def print_summary(s: dict) -> None:
-    out = [f"replayed {s['file']} into model {s['model']!r} at {s['url']}"
-           f" ({'created, ' if s['created'] else ''}{s['kind']}) in {s['seconds']} s"]
+def print_summary(s: dict[str, Any]) -> None:
+    out = [
+        f"replayed {s['file']} into model {s['model']!r} at {s['url']}"
+        f" ({'created, ' if s['created'] else ''}{s['kind']}) in {s['seconds']} s"
+    ]
     out.append(f"  tasks            {s['tasks']} ({s['new_tasks']} new)")
-    out.append(f"  batches          {s['batches']} ({s['batches'] - s['replayed_batches']} learned now, "
-               f"{s['replayed_batches']} already applied)")
+    out.append(
+        f"  batches          {s['batches']} ({s['batches'] - s['replayed_batches']} learned now, "
+        f"{s['replayed_batches']} already applied)"
+    )
     if s.get("delay") is not None:
-        out.append(f"  delayed labels   {s['labelled_batches']} batches predicted first, labelled "
-                   f"{s['delay']} batches later")
-    out.append(f"  rows             {s['rows']} ({s['rows'] - s['replayed_rows']} learned now)"
-               + (f", {s['held_out_rows']} held out for evaluation" if s['held_out_rows'] else ""))
+        out.append(
+            f"  delayed labels   {s['labelled_batches']} batches predicted first, labelled {s['delay']} batches later"
+        )
+    out.append(
+        f"  rows             {s['rows']} ({s['rows'] - s['replayed_rows']} learned now)"
+        + (f", {s['held_out_rows']} held out for evaluation" if s["held_out_rows"] else "")
+    )
     if s.get("features"):
         out.append(f"  records          {len(s['features'])} features encoded into {s['columns']} columns")
     out.append(f"  representatives  {s['representatives']}")
@@ -282,14 +335,21 @@ def print_summary(s: dict) -> None:
         out.append(f"  prequential      {metrics_text(p)} on {p['n']} rows, each predicted before it was learned")
         out.append(f"    baseline       {metrics_text(p, 'baseline_')} (each task's own single-task model)")
         if r and r.get("n") != p.get("n"):
-            out.append(f"    last {s['prequential_window']} batches {metrics_text(r)}; baseline {metrics_text(r, 'baseline_')}")
+            out.append(
+                f"    last {s['prequential_window']} batches {metrics_text(r)}; baseline {metrics_text(r, 'baseline_')}"
+            )
     e = s.get("evaluation")
     if e:
         out.append(f"  held-out rows    {metrics_text(e)} on {e['n']} rows of {e['tasks']} tasks")
         out.append(f"    baseline       {metrics_text(e, 'baseline_')}")
-        figs = [f"{k.replace('_', ' ')} {e[k]:+.4g}" for k in ("forward_transfer", "backward_transfer", "forgetting")
-                if e.get(k) is not None]
+        figs = [
+            f"{k.replace('_', ' ')} {e[k]:+.4g}"
+            for k in ("forward_transfer", "backward_transfer", "forgetting")
+            if e.get(k) is not None
+        ]
         if figs:
-            out.append(f"    transfer       {', '.join(figs)} (accuracy matrix of {s.get('matrix_rows')} rows; "
-                       "transfer > 0 helps, forgetting > 0 hurts)")
+            out.append(
+                f"    transfer       {', '.join(figs)} (accuracy matrix of {s.get('matrix_rows')} rows; "
+                "transfer > 0 helps, forgetting > 0 hurts)"
+            )
     click.echo("\n".join(out))

@@ -1,35 +1,44 @@
-"""Dependencies as ``Annotated`` aliases (as in FastAPI's full-stack template)."""
+"""Dependencies as ``Annotated`` aliases (as in FastAPI's full-stack template), and what the
+routes share: the model a route acts on, the ``Idempotency-Key`` header, a batch's rows and sizes.
+The dependencies are plain attribute look-ups, ``async def`` so that FastAPI does not send them to
+the thread pool."""
+
 from __future__ import annotations
 
-# Plain attribute look-ups: `async def` so FastAPI does not send them to the thread pool.
-
 import re
-from typing import Annotated
+from collections.abc import Iterable
+from typing import Annotated, Any
 
-from fastapi import Depends, HTTPException, Path, Request
+from fastapi import Depends, Header, HTTPException, Path, Request
 from pydantic import AfterValidator
 
-from fcl3.schemas import MODEL_NAME_PATTERN, MODEL_NAME_RULE, storable_id
+from fcl3.schemas import MODEL_NAME_PATTERN, MODEL_NAME_RULE, Batch, storable_id
+from service.config import Settings
+from service.hosting import HostedModel, ModelRegistry
+from service.records import rows
+from service.store.reads import ModelReader
 
-from ..config import Settings
-from ..reads import ModelReader
-from ..registry import HostedModel, ModelRegistry
+_NAME = re.compile(MODEL_NAME_PATTERN)
+
+#: The largest offset the databases take (a 64-bit signed integer); beyond it SQLite and
+#: PostgreSQL fail on the query itself, so a larger one is refused with 422 like any bad value.
+MAX_OFFSET = 2**63 - 1
 
 #: A model name (fcl3.schemas.MODEL_NAME_RULE: safe in a URL path, a file name, a Redis key).
-NAME_PATTERN = MODEL_NAME_PATTERN
-_NAME = re.compile(NAME_PATTERN)
-
-ModelName = Annotated[str, Path(min_length=1, max_length=100, pattern=NAME_PATTERN,
-                                description=f"Model name: {MODEL_NAME_RULE}.")]
+ModelName = Annotated[
+    str, Path(min_length=1, max_length=100, pattern=MODEL_NAME_PATTERN, description=f"Model name: {MODEL_NAME_RULE}.")
+]
 
 #: The ``{task_id}`` of a route: fcl3.schemas.TaskId's rule (no control character), as a path parameter.
-TaskIdPath = Annotated[str, Path(min_length=1, max_length=200, description="Task id: 1-200 characters, no control "
-                                 "character (U+0000-U+001F, U+007F-U+009F)."), AfterValidator(storable_id)]
-
-
-def is_model_name(name: str) -> bool:
-    """Whether ``name`` passes :data:`ModelName`'s checks."""
-    return _NAME.match(name) is not None
+TaskIdPath = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=200,
+        description="Task id: 1-200 characters, no control character (U+0000-U+001F, U+007F-U+009F).",
+    ),
+    AfterValidator(storable_id),
+]
 
 
 async def model_name(name: ModelName) -> str:
@@ -39,17 +48,20 @@ async def model_name(name: ModelName) -> str:
 
 
 async def get_settings(request: Request) -> Settings:
-    return request.app.state.settings
+    settings: Settings = request.app.state.settings
+    return settings
 
 
 async def get_registry(request: Request) -> ModelRegistry:
-    return request.app.state.models
+    registry: ModelRegistry = request.app.state.models
+    return registry
 
 
 def hosted(request: Request, name: str | None) -> HostedModel:
     """The model ``name`` (``None``: the default model) of this app's registry."""
     if name is None:
-        return request.app.state.model
+        default: HostedModel = request.app.state.model
+        return default
     registry: ModelRegistry = request.app.state.models
     if not _NAME.match(name):
         # Never cached, never used: the route's validation of {name} (service.api.deps.model_name)
@@ -74,12 +86,60 @@ ReaderDep = Annotated[ModelReader, Depends(get_reader)]
 RegistryDep = Annotated[ModelRegistry, Depends(get_registry)]
 
 
-def check_size(settings: Settings, n_rows: int, widths) -> None:
+def check_size(settings: Settings, n_rows: int, widths: Iterable[int]) -> None:
     """413 when a request has more rows than MAX_ROWS_PER_BATCH or a row more features than
     MAX_FEATURES: checked on the parsed lists, before any numpy array or lock."""
     if n_rows > settings.MAX_ROWS_PER_BATCH:
-        raise HTTPException(413, f"{n_rows} rows in one request; at most {settings.MAX_ROWS_PER_BATCH} "
-                                 "(MAX_ROWS_PER_BATCH): split the batch")
+        raise HTTPException(
+            413,
+            f"{n_rows} rows in one request; at most {settings.MAX_ROWS_PER_BATCH} "
+            "(MAX_ROWS_PER_BATCH): split the batch",
+        )
     widest = max(widths, default=0)
     if widest > settings.MAX_FEATURES:
         raise HTTPException(413, f"a row has {widest} features; at most {settings.MAX_FEATURES} (MAX_FEATURES)")
+
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="1-255 printable ASCII characters (e.g. a UUID per batch). A batch sent "
+        "again with the same key is applied once: the retry gets the first answer (same version), with "
+        "`Idempotent-Replayed: true`. Kept IDEMPOTENCY_TTL seconds (default 24 h).",
+    ),
+]
+
+
+def rows_of(model: HostedModel, settings: Settings, batch: Batch, learn: bool = True) -> list[list[float]]:
+    """The batch's rows of numbers: its ``X``, or its ``records`` encoded (:mod:`service.records.rows`;
+    to learn: their new category levels registered first); sizes checked."""
+    check_size(settings, batch.n_rows, [])
+    if batch.records is not None:
+        if learn:
+            X = rows.learning_rows(model, batch.records, batch.text_cells)
+        else:
+            X, _ = rows.prediction_rows(model, model.reader.snapshot(), batch.records, batch.text_cells)
+    else:
+        assert batch.X is not None  # a batch holds X or records
+        X = batch.X
+        rows.checked_x_width(model, rows.settings_of(model), map(len, X))
+    check_size(settings, len(X), map(len, X))
+    return X
+
+
+#: The ``text/csv`` form of a batch (OpenAPI), beside the JSON one FastAPI documents.
+CSV_BODY: dict[str, Any] = {
+    "requestBody": {
+        "content": {
+            "text/csv": {
+                "schema": {
+                    "type": "string",
+                    "description": "A header naming the columns: `y` (or `target`) and the model's "
+                    "features; one row per line; an empty cell is null (a model with a feature schema only).",
+                },
+                "example": "age,urban,livch,y\n31.5,Y,3+,1\n-4.2,N,0,0\n",
+            }
+        }
+    }
+}

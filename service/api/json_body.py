@@ -11,6 +11,7 @@ whose endpoints take a JSON body (a batch, evaluation rows, labels, a new model)
 ``from_json`` refuses what the standard library reads beyond strict UTF-8 JSON (a byte-order
 mark, UTF-16, a lone surrogate escape).
 """
+
 from __future__ import annotations
 
 import json
@@ -38,7 +39,7 @@ class JsonRequest(Request):
 class JsonRoute(APIRoute):
     """An ``APIRoute`` whose endpoint gets a :class:`JsonRequest`."""
 
-    def get_route_handler(self) -> Callable:
+    def get_route_handler(self) -> Callable[..., Any]:
         handler = super().get_route_handler()
 
         async def json_route_handler(request: Request) -> Response:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from service.main import create_app
-from service.writes import ModelWriter
+from service.store.writes import ModelWriter
 
 _GATE = Path(os.environ["FCL3_TEST_GATE"])
 _commit = ModelWriter.commit

@@ -12,17 +12,19 @@ import pytest
 pytest.importorskip("unasync")
 
 from fcl3 import AsyncClient, Client  # noqa: E402
-from fcl3._unasync import SOURCE, TARGET, generate  # noqa: E402
+from fcl3._unasync import MODULES, PACKAGE, SOURCE, TARGET, generate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_the_committed_sync_client_is_generated_from_the_async_one(tmp_path):
-    source = tmp_path / "client.py"
-    source.write_bytes(SOURCE.read_bytes())  # regenerated from a copy, in a temporary directory
+@pytest.mark.parametrize("name", MODULES)
+def test_the_committed_sync_module_is_generated_from_the_async_one(tmp_path, name):
+    source = tmp_path / name
+    source.write_bytes((PACKAGE / "_async" / name).read_bytes())  # regenerated from a copy, in a temporary directory
     text = generate(source)
-    assert text.startswith("# Generated from fcl3/_async/client.py") and "do not edit" in text.splitlines()[0]
-    assert TARGET.read_text("utf-8") == text, "fcl3/_sync/client.py is stale or edited: run python -m fcl3._unasync"
+    assert text.startswith(f"# Generated from fcl3/_async/{name}") and "do not edit" in text.splitlines()[0]
+    assert (PACKAGE / "_sync" / name).read_text("utf-8") == text, \
+        f"fcl3/_sync/{name} is stale or edited: run python -m fcl3._unasync"
     r = subprocess.run([sys.executable, "-m", "fcl3._unasync", "--check"], cwd=ROOT, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr

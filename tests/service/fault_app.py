@@ -12,7 +12,7 @@ import os
 import time
 
 from service.main import create_app
-from service.writes import ModelWriter
+from service.store.writes import ModelWriter
 
 _DELAY = float(os.environ.get("FCL3_FAULT_COMMIT_DELAY", "0"))
 _AFTER = float(os.environ.get("FCL3_FAULT_AFTER_COMMIT_DELAY", "0"))

@@ -128,7 +128,7 @@ def test_two_models_in_one_database_are_independent(make_client, tmp_path):
 def test_bad_model_settings_stop_the_service_at_start_up(make_client, params):
     """A bad FCL3_PARAMS is the operator's error: the service refuses to start and says why,
     rather than starting and answering every client's first update with an error."""
-    from service.learners import ModelConfigError
+    from service.models.learners import ModelConfigError
 
     with pytest.raises(ModelConfigError, match="bad FCL3_PARAMS"):
         make_client(FCL3_PARAMS={**_params(), **params})
@@ -151,7 +151,7 @@ def test_a_read_of_a_missing_model_writes_nothing_and_the_first_update_creates_i
     leave the database alone, and the next update creates the model again."""
     from sqlalchemy import delete
 
-    from service.tables import ModelRow
+    from service.store.tables import ModelRow
 
     c = make_client()
     reader = c.app.state.model.reader
@@ -180,7 +180,7 @@ def test_p_is_the_code_length_hyperparameter(make_client, estimator):
 
 def test_every_core_learner_can_be_configured_and_nothing_else():
     import core
-    from service.learners import ModelConfigError, learner_class, make_learner
+    from service.models.learners import ModelConfigError, learner_class, make_learner
 
     for name, cls in core.LEARNERS.items():
         assert learner_class(name) is cls

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from sqlalchemy import create_engine, event, select
 
-from service.idempotency import keys_t, request_hash
+from service.store.tables import keys_t
+from service.writing.idempotent import request_hash
 
 from .conftest import ESTIMATOR, PARAMS, TcpProxy, regression_batch, unique_name
 
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HOLDER = """
 import sys, time
 from sqlalchemy import create_engine
-from service.idempotency import IdempotencyKeys
+from service.writing.idempotency import IdempotencyKeys
 url, model, key, digest = sys.argv[1:5]
 keys = IdempotencyKeys(create_engine(url), claim_ttl=600)
 claim = keys.claim(model, key, digest)
@@ -136,18 +137,17 @@ def _fail_commit_while(c, during) -> httpx.Response:
     """Post a batch whose update runs ``during`` (the database goes away) between its learning
     and its commit; the answer."""
     writer = c.app.state.model.writer
-    real_prepare = writer.prepare
+    real_commit = writer.commit_group
 
-    def prepare(*args, **kwargs):
-        out = real_prepare(*args, **kwargs)
+    def commit_group(*args, **kwargs):  # the batch learned: its commit comes next
         during()
-        return out
+        return real_commit(*args, **kwargs)
 
-    writer.prepare = prepare
+    writer.commit_group = commit_group
     try:
         return post(c, *c.batch, "outage")
     finally:
-        writer.prepare = real_prepare
+        writer.commit_group = real_commit
 
 
 def _wait_released(url: str, model: str, timeout: float = 5.0) -> float:

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from benchmarks.service import bytes_per_commit
-from service.reads import ModelReader
-from service.state_files import to_npz
+from service.store.reads import ModelReader
+from service.models.state_files import to_npz
 
 from .conftest import regression_batch
 

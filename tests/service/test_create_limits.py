@@ -10,7 +10,7 @@ from sqlalchemy import update
 
 import core
 from core.params import MAX_SYSTEM_SIZE
-from service.reads import models_t
+from service.store.tables import models_t
 
 from .conftest import regression_batch, unique_name
 

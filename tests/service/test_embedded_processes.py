@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 import pytest
 
-from service.locks import FileLocks, LockBusy
+from service.writing.locks import FileLocks, LockBusy
 
 from .conftest import ESTIMATOR, PARAMS, concurrent_writers, regression_batch, unique_name
 
@@ -53,13 +53,13 @@ def test_embedded_writer_past_lock_wait_gets_503_with_retry_after(make_client, t
     rng = np.random.default_rng(1)
     assert a.post("/tasks/t/data", json=dict(zip("Xy", regression_batch(rng)))).status_code == 200
     writer = a.app.state.model.writer
-    real = writer.prepare
+    real = writer.commit_group
 
-    def slow(*args, **kwargs):
+    def slow(*args, **kwargs):  # the batch learned under the lock, its commit a second later
         time.sleep(1.0)
         return real(*args, **kwargs)
 
-    writer.prepare = slow
+    writer.commit_group = slow
     out = {}
     th = threading.Thread(target=lambda: out.setdefault("a", a.post("/tasks/t/data", json=dict(zip("Xy", regression_batch(rng))))))
     th.start()
@@ -75,7 +75,7 @@ def test_embedded_writer_past_lock_wait_gets_503_with_retry_after(make_client, t
     time.sleep(0.3)
     r = b2.post("/tasks/u/data", json=dict(zip("Xy", regression_batch(rng))))
     th.join()
-    writer.prepare = real
+    writer.commit_group = real
     assert out["a2"].status_code == 200 and r.status_code == 200
     assert sorted([out["a2"].json()["version"], r.json()["version"]]) == [3, 4]
 

@@ -211,7 +211,7 @@ def test_evaluation_rows_are_bounded_by_a_reservoir(make_client):
                                                                 "y": y[15 * i:15 * (i + 1)].tolist()})
         assert r.status_code == 200
     assert (r.json()["n_rows"], r.json()["n_received"], r.json()["score"]["n"]) == (20, 45, 20)
-    from service.scores import reservoir
+    from service.evaluation.scores import reservoir
 
     kept, ky = None, None
     for i in range(3):  # the same draws from the same posts; every kept row is one that was sent
@@ -220,7 +220,7 @@ def test_evaluation_rows_are_bounded_by_a_reservoir(make_client):
 
 
 def test_reservoir_is_uniform():
-    from service.scores import reservoir
+    from service.evaluation.scores import reservoir
 
     hits = np.zeros(100)
     for seed in range(400):
@@ -298,7 +298,7 @@ def test_accuracy_matrix_and_transfer_follow_their_definitions(make_client, kind
 
 
 def test_transfer_of_a_hand_made_matrix():
-    from service.scores import MatrixRow, transfer
+    from service.evaluation.scores import MatrixRow, transfer
 
     tasks = ["a", "b", "c"]
     rows = [MatrixRow("a", {"a": 0.6}, {"a": 0.5}),
@@ -495,7 +495,7 @@ def test_a_matrix_row_lost_with_its_process_is_computed_by_the_next_update(make_
     process dying in between (here: the job dropped, then a new process on the same database)
     leaves the row due, and the model's next update computes it with the learner of that
     version, equal to a direct computation from /predict answers at that version."""
-    from service.evaluation_matrix import AccuracyMatrix
+    from service.evaluation.matrix import AccuracyMatrix
 
     settings = dict(EVALUATION_RESCORE=0, MODEL_NAME=unique_name("lost"))
     c = _client(request, make_client, backend, **settings)
@@ -559,10 +559,10 @@ def test_a_matrix_row_lost_with_its_process_is_computed_by_the_next_update(make_
     for k, v in want.items():
         assert ev[k] == pytest.approx(v, rel=1e-7), k
     # nothing is left due
-    from service import evaluation_store
+    from service.evaluation import store
 
     with c2.app.state.engine.connect() as conn:
-        assert evaluation_store.due(conn, name) == []
+        assert store.due(conn, name) == []
 
 
 def test_background_rows_give_way_to_updates_for_a_bounded_time():
@@ -570,7 +570,7 @@ def test_background_rows_give_way_to_updates_for_a_bounded_time():
     waits past its bound (a steady stream of updates cannot stop the rows)."""
     import threading
 
-    from service.evaluation_worker import Foreground
+    from service.evaluation.worker import Foreground
 
     gate = Foreground()
     gate.give_way(most=30)  # nothing running: no wait (a hang here fails by the suite's timeout)

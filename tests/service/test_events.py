@@ -213,16 +213,16 @@ def test_a_live_stream_dropped_midway_and_resumed_gets_every_update_once_in_orde
     assert kinds == [k for v in range(1, n + 1) for k in (("update", v, None), ("evaluation", v, "update"))], kinds
     # a stream with nobody at the other end is gone: nothing is held for it
     deadline = time.monotonic() + 5
-    while c.app.state.events.listeners(name) and time.monotonic() < deadline:
+    while c.app.state.events.slots.count() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert c.app.state.events.listeners(name) == 0
+    assert c.app.state.events.slots.count() == 0
 
 
 def test_nobody_listening_costs_no_event_work(make_client, monkeypatch):
     """Without a listener an update does no event work: its wake-up finds nobody, schedules
     nothing, reads nothing and starts no thread; with one listener the same updates are read
     and delivered; once it hangs up, nothing again."""
-    from service import events as events_mod
+    from service.events import stream as events_mod
 
     c = make_client()
     name = new_model(c)
@@ -236,11 +236,11 @@ def test_nobody_listening_costs_no_event_work(make_client, monkeypatch):
             return _original(self, *args)
 
         monkeypatch.setattr(events_mod.Feed, method, counted)
-    wakes: list[int] = []  # the streams each wake-up found to wake
+    wakes: list[int] = []  # the streams open at each wake-up
     wake = hub.wake
 
     def counted_wake(model_name):
-        wakes.append(hub.listeners(model_name))
+        wakes.append(hub.slots.count())
         wake(model_name)
 
     monkeypatch.setattr(hub, "wake", counted_wake)
@@ -264,7 +264,7 @@ def test_nobody_listening_costs_no_event_work(make_client, monkeypatch):
     assert len(wakes) == 2 and wakes[0] == 1 and reads["position"] >= 2 and reads["after"] >= 2
     # hung up: back to nothing
     deadline = time.monotonic() + 5
-    while hub.listeners() and time.monotonic() < deadline:
+    while hub.slots.count() and time.monotonic() < deadline:
         time.sleep(0.05)
     before = dict(reads)
     wakes.clear()

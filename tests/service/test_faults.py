@@ -22,7 +22,7 @@ PROBE = {"task_id": "t0", "X": np.random.default_rng(99).normal(size=(3, 4)).tol
 def stored_batches(url: str, model: str) -> list[dict]:
     from service.config import Settings
     from service.db import make_engine
-    from service.reads import ModelReader
+    from service.store.reads import ModelReader
 
     settings = Settings(_env_file=None, DATABASE_URL=url, MODEL_NAME=model)
     engine = make_engine(settings)
@@ -34,7 +34,7 @@ def stored_batches(url: str, model: str) -> list[dict]:
 
 def replay(url: str, model: str, settings_json: dict, probe=PROBE) -> list[float]:
     """The model rebuilt by a fresh engine from the stored raw batches, in order."""
-    from service.learners import make_learner
+    from service.models.learners import make_learner
 
     learner = make_learner(settings_json)
     for b in stored_batches(url, model):

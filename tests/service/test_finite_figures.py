@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import schemathesis
 
-from service.scores import RegressionSums, add_sums, scores
+from service.evaluation.scores import RegressionSums, add_sums, scores
 
 from .conftest import PARAMS, unique_name
 

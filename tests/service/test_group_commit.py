@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 
 import core
-from service import group_commit, idempotent_writes, usecases
-from service.write_queue import Queued, WriteQueue
-from service.learners import make_learner
-from service.reads import ModelReader
-from service.responses import result_json
-from service.scores import prequential, scores
+from service.learning import group_commit, updates
+
+from service.learning.queue import Queued, WriteQueue
+from service.models.learners import make_learner
+from service.store.reads import ModelReader
+from service.store.results import result_json
+from service.evaluation.scores import prequential, scores
 
 from .conftest import regression_batch
 
@@ -53,7 +54,7 @@ def _grouped(model, calls, n_wait=None):
         except Exception as exc:  # noqa: BLE001 - returned to the test
             out[i] = exc
 
-    q = model.writer.queue
+    q = model.queue
     try:
         with model.locks.hold(model.name):
             threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
@@ -107,9 +108,9 @@ def test_a_group_equals_its_batches_learned_one_by_one_as_stored(backend_app, n_
     rng = np.random.default_rng(7)
     warm = [(f"t{i % 3}", *regression_batch(rng, task=i)) for i in range(3)]
     for task, X, y in warm:
-        usecases.learn_answer(model, task, X, y)
+        updates.learn(model, task, X, y)[0]
     batches = [(f"t{i % n_tasks}", *regression_batch(rng, n=1 + i % 3, task=i)) for i in range(12)]
-    calls = [lambda b=b: usecases.learn_answer(model, *b) for b in batches]
+    calls = [lambda b=b: updates.learn(model, *b)[0] for b in batches]
     answers, sizes = _grouped(model, calls)
     assert not [a for a in answers if isinstance(a, Exception)], answers
     assert max(sizes) > 1  # at least one real group
@@ -178,11 +179,11 @@ def _with_late_batches(model, first, late):
     arrive during the first one's learning (each from a thread of its own, all queued before it
     is learned). Returns (answers to ``first``, answers to ``late``, the size of every group
     committed meanwhile, in order)."""
-    q = model.writer.queue
+    q = model.queue
     late_answers = []
-    threads = [threading.Thread(target=lambda b=b: late_answers.append(usecases.learn_answer(model, *b)))
+    threads = [threading.Thread(target=lambda b=b: late_answers.append(updates.learn(model, *b)[0]))
                for b in late]
-    real_prepare, real_commit = model.writer.prepare, model.writer.commit_group
+    real_prepare, real_commit = group_commit.prepare, model.writer.commit_group
     sizes = []
 
     def prepare(*args, **kwargs):
@@ -202,13 +203,13 @@ def _with_late_batches(model, first, late):
         sizes.append(len(group))
         return real_commit(group, parts)
 
-    model.writer.prepare, model.writer.commit_group = prepare, commit_group
+    group_commit.prepare, model.writer.commit_group = prepare, commit_group
     try:
-        answers, _ = _grouped(model, [lambda b=b: usecases.learn_answer(model, *b) for b in first])
+        answers, _ = _grouped(model, [lambda b=b: updates.learn(model, *b)[0] for b in first])
         for t in threads:
             t.join(30)
     finally:
-        model.writer.prepare, model.writer.commit_group = real_prepare, real_commit
+        group_commit.prepare, model.writer.commit_group = real_prepare, real_commit
     assert not [a for a in answers if isinstance(a, Exception)], answers
     return answers, late_answers, sizes
 
@@ -220,7 +221,7 @@ def test_a_batch_that_queues_while_its_group_is_learned_joins_it(backend_app):
     c = backend_app(LOCK_WAIT=20)
     model = c.app.state.model
     rng = np.random.default_rng(11)
-    usecases.learn_answer(model, "t0", *regression_batch(rng))
+    updates.learn(model, "t0", *regression_batch(rng))[0]
     batches = [(f"t{i % 2}", *regression_batch(rng, task=i)) for i in range(3)]
     before = _group_metric(c)
     answers, late_answer, sizes = _with_late_batches(model, batches[:2], batches[2:])
@@ -244,7 +245,7 @@ def test_batches_join_a_group_up_to_max_group(backend_app, monkeypatch):
     c = backend_app(LOCK_WAIT=20)
     model = c.app.state.model
     rng = np.random.default_rng(12)
-    usecases.learn_answer(model, "t0", *regression_batch(rng))
+    updates.learn(model, "t0", *regression_batch(rng))[0]
     batches = [(f"t{i % 2}", *regression_batch(rng, task=i)) for i in range(5)]
     answers, late_answers, sizes = _with_late_batches(model, batches[:2], batches[2:])
     assert sizes[0] == 3 and sum(sizes) == 5 and max(sizes) <= 3
@@ -257,14 +258,14 @@ def test_bad_input_fails_only_its_batch(backend_app):
     c = backend_app(LOCK_WAIT=20)
     model = c.app.state.model
     rng = np.random.default_rng(8)
-    usecases.learn_answer(model, "t0", *regression_batch(rng))
+    updates.learn(model, "t0", *regression_batch(rng))[0]
     good = [("t0", *regression_batch(rng)), ("t1", *regression_batch(rng, task=1)), ("t0", *regression_batch(rng))]
     X, y = regression_batch(rng, d=5)  # another width
-    calls = [lambda b=good[0]: usecases.learn_answer(model, *b),
-             lambda: usecases.learn_answer(model, "t1", X, y),
-             lambda b=good[1]: usecases.learn_answer(model, *b),
-             lambda: usecases.learn_answer(model, "t2", [[1.0, float("nan"), 0, 0]], [1.0]),
-             lambda b=good[2]: usecases.learn_answer(model, *b)]
+    calls = [lambda b=good[0]: updates.learn(model, *b)[0],
+             lambda: updates.learn(model, "t1", X, y)[0],
+             lambda b=good[1]: updates.learn(model, *b)[0],
+             lambda: updates.learn(model, "t2", [[1.0, float("nan"), 0, 0]], [1.0])[0],
+             lambda b=good[2]: updates.learn(model, *b)[0]]
     answers, sizes = _grouped(model, calls)
     bad = [a for a in answers if isinstance(a, Exception)]
     assert len(bad) == 2 and all(isinstance(e, core.InputError) for e in bad)
@@ -285,7 +286,7 @@ def test_idempotency_keys_in_a_group_are_answered_once_and_replayed(backend_app)
     model = c.app.state.model
     rng = np.random.default_rng(9)
     batches = [(f"t{i % 2}", *regression_batch(rng, task=i)) for i in range(6)]
-    calls = [lambda i=i, b=b: idempotent_writes.learn_once(model, *b, key=f"k-{i}") for i, b in enumerate(batches)]
+    calls = [lambda i=i, b=b: updates.learn(model, *b, key=f"k-{i}") for i, b in enumerate(batches)]
     answers, sizes = _grouped(model, calls)
     assert not [a for a in answers if isinstance(a, Exception)], answers
     assert max(sizes) > 1
@@ -305,7 +306,7 @@ def test_a_key_taken_over_in_a_group_commits_the_others_alone(backend_app):
     model = c.app.state.model
     rng = np.random.default_rng(10)
     batches = [(f"t{i % 2}", *regression_batch(rng, task=i)) for i in range(4)]
-    real_prepare = model.writer.prepare
+    real_prepare = group_commit.prepare
     stolen = []
 
     def prepare(snap, task_id, X, y, served=None, defer_refits=False):
@@ -318,14 +319,14 @@ def test_a_key_taken_over_in_a_group_commits_the_others_alone(backend_app):
             stolen.append(1)
         return out
 
-    model.writer.prepare = prepare
+    group_commit.prepare = prepare
     try:
-        calls = [lambda i=i, b=b: idempotent_writes.learn_once(model, *b, key=f"k-{i}") for i, b in enumerate(batches)]
+        calls = [lambda i=i, b=b: updates.learn(model, *b, key=f"k-{i}") for i, b in enumerate(batches)]
         answers, sizes = _grouped(model, calls)
     finally:
-        model.writer.prepare = real_prepare
+        group_commit.prepare = real_prepare
     assert stolen and max(sizes) > 1
-    from service.idempotency import KeyInFlight
+    from service.writing.idempotency import KeyInFlight
     assert isinstance(answers[1], KeyInFlight)
     ok = [a for i, a in enumerate(answers) if i != 1]
     assert sorted(a[0]["version"] for a in ok) == [1, 2, 3]
@@ -367,34 +368,34 @@ def test_a_group_whose_model_moved_is_refused_whole_and_applies_nothing(backend_
     """Fencing: another writer commits while a group is learned (the group's lock expired):
     the group's compare-and-set fails, every batch of it is refused (409), nothing applied."""
     from service.db import make_engine
-    from service.locks import make_locks
-    from service.registry import HostedModel
-    from service.writes import StaleWrite
+    from service.writing.locks import make_locks
+    from service.hosting import HostedModel
+    from service.store.writes import StaleWrite
 
     c = backend_app(LOCK_WAIT=20)
     model = c.app.state.model
     settings = c.app.state.settings
     rng = np.random.default_rng(12)
-    usecases.learn_answer(model, "t0", *regression_batch(rng))
+    updates.learn(model, "t0", *regression_batch(rng))[0]
     other = HostedModel.open(make_engine(settings), make_locks(settings), settings.MODEL_NAME,
                              settings.model_settings())
-    real_prepare = model.writer.prepare
+    real_prepare = group_commit.prepare
     moved = []
 
     def prepare(snap, task_id, X, y, served=None, defer_refits=False):
         out = real_prepare(snap, task_id, X, y, served, defer_refits)
         if not moved:  # another writer commits version 2 meanwhile, without the lock
             snap_b = other.reader.snapshot(check=True)
-            other.writer.commit(other.writer.prepare(snap_b, "t9", *regression_batch(rng, task=9)), [other.evaluation])
+            other.writer.commit(real_prepare(snap_b, "t9", *regression_batch(rng, task=9)), [other.evaluation])
             moved.append(1)
         return out
 
-    model.writer.prepare = prepare
+    group_commit.prepare = prepare
     try:
         batches = [(f"t{i % 2}", *regression_batch(rng, task=i)) for i in range(4)]
-        answers, sizes = _grouped(model, [lambda b=b: usecases.learn_answer(model, *b) for b in batches])
+        answers, sizes = _grouped(model, [lambda b=b: updates.learn(model, *b)[0] for b in batches])
     finally:
-        model.writer.prepare = real_prepare
+        group_commit.prepare = real_prepare
         other.reader.engine.dispose()
     assert sizes == [4]
     assert all(isinstance(a, StaleWrite) for a in answers), answers
@@ -427,15 +428,15 @@ def test_a_group_led_by_a_new_task_with_evaluation_sets_writes_what_one_by_one_w
         for task, (X, y) in rows.items():
             assert c.post(f"/tasks/{task}/evaluation", json={"X": X, "y": y}).status_code == 200
         if grouped:
-            real_prepare = model.writer.prepare
-            model.writer.prepare = lambda *a, defer_refits=False: real_prepare(*a)
+            real_prepare = group_commit.prepare
+            group_commit.prepare = lambda *a, defer_refits=False: real_prepare(*a)
             try:
-                answers, sizes = _grouped(model, [lambda b=b: usecases.learn_answer(model, *b) for b in group])
+                answers, sizes = _grouped(model, [lambda b=b: updates.learn(model, *b)[0] for b in group])
             finally:
-                model.writer.prepare = real_prepare
+                group_commit.prepare = real_prepare
             assert sizes == [len(group)] and not [a for a in answers if isinstance(a, Exception)], answers
         else:
-            answers = [usecases.learn_answer(model, *b) for b in group]
+            answers = [updates.learn(model, *b)[0] for b in group]
         assert sorted(a["version"] for a in answers) == list(range(len(warm) + 1, len(warm) + 1 + len(group)))
         model.evaluation.matrix.wait_idle()
         apps.append(c)
@@ -468,14 +469,14 @@ def test_a_group_writes_its_task_rows_in_one_statement_and_a_missing_row_refuses
     the service's back) the whole group is refused (409), nothing of it applied."""
     from sqlalchemy import delete, event
 
-    from service.tables import TaskRow
-    from service.writes import StaleWrite
+    from service.store.tables import TaskRow
+    from service.store.writes import StaleWrite
 
     c = backend_app(LOCK_WAIT=20)
     model = c.app.state.model
     rng = np.random.default_rng(21)
     for i in range(3):
-        usecases.learn_answer(model, f"t{i}", *regression_batch(rng, task=i))
+        updates.learn(model, f"t{i}", *regression_batch(rng, task=i))[0]
     statements = []
 
     def seen(conn, cursor, statement, parameters, context, executemany):
@@ -489,7 +490,7 @@ def test_a_group_writes_its_task_rows_in_one_statement_and_a_missing_row_refuses
         for sums in ("INSERT", "UPDATE"):  # the tasks' first scored batches insert their prequential sums
             statements.clear()
             batches = [(f"t{i % 3}", *regression_batch(rng, task=i)) for i in range(6)]
-            answers, sizes = _grouped(model, [lambda b=b: usecases.learn_answer(model, *b) for b in batches])
+            answers, sizes = _grouped(model, [lambda b=b: updates.learn(model, *b)[0] for b in batches])
             assert sizes == [6] and not any(isinstance(a, Exception) for a in answers), answers
             assert [(k, n) for k, table, n in statements if table == "tasks"] == [("UPDATE", 3)], statements
             assert [(k, n) for k, table, n in statements if table == "prequential_tasks"] == [(sums, 3)], statements
@@ -500,7 +501,7 @@ def test_a_group_writes_its_task_rows_in_one_statement_and_a_missing_row_refuses
     with model.reader.bulk.begin() as conn:
         conn.execute(delete(TaskRow.__table__).where(TaskRow.__table__.c.task_id == "t1"))
     batches = [(f"t{i % 3}", *regression_batch(rng, task=i)) for i in range(3)]
-    answers, sizes = _grouped(model, [lambda b=b: usecases.learn_answer(model, *b) for b in batches])
+    answers, sizes = _grouped(model, [lambda b=b: updates.learn(model, *b)[0] for b in batches])
     assert sizes == [3]
     assert all(isinstance(a, StaleWrite) for a in answers), answers
     assert c.get("/model").json()["version"] == version

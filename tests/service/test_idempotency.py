@@ -8,7 +8,7 @@ import httpx
 import numpy as np
 import pytest
 
-from service.idempotency import keys_t
+from service.store.tables import keys_t
 
 from .conftest import regression_batch
 
@@ -89,14 +89,13 @@ def test_key_in_flight_gets_409_then_the_answer(backend_client):
     rng = np.random.default_rng(5)
     assert post(c, "t", *regression_batch(rng)).status_code == 200
     writer = c.app.state.model.writer
-    real_prepare = writer.prepare
+    real_commit = writer.commit_group
 
-    def slow_prepare(*args, **kwargs):
-        out = real_prepare(*args, **kwargs)
+    def slow_commit(*args, **kwargs):  # the batch learned under the lock, its commit a second later
         time.sleep(1.0)
-        return out
+        return real_commit(*args, **kwargs)
 
-    writer.prepare = slow_prepare
+    writer.commit_group = slow_commit
     X, y = regression_batch(rng)
     results = {}
     th = threading.Thread(target=lambda: results.setdefault("first", post(c, "t", X, y, key="slow")))
@@ -104,7 +103,7 @@ def test_key_in_flight_gets_409_then_the_answer(backend_client):
     time.sleep(0.4)
     busy = post(c, "t", X, y, key="slow")
     th.join()
-    writer.prepare = real_prepare
+    writer.commit_group = real_commit
     assert busy.status_code == 409 and busy.headers["Retry-After"] == "1"
     assert "still running" in busy.json()["detail"]
     assert results["first"].status_code == 200 and results["first"].json()["version"] == 2
@@ -137,7 +136,7 @@ def test_concurrent_duplicates_apply_once(backend_client):
 
 
 def test_an_abandoned_claim_expires_after_lock_ttl(make_client):
-    from service.idempotency import request_hash
+    from service.writing.idempotent import request_hash
 
     c = make_client(LOCK_TTL=0.6)
     name = c.app.state.settings.MODEL_NAME

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select, text, update
 
-from service.idempotency import keys_t, request_hash
+from service.store.tables import keys_t
+from service.writing.idempotent import request_hash
 
 from .conftest import regression_batch
 

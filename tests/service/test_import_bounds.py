@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.state_files import read_npz, to_npz
+from service.models.state_files import read_npz, to_npz
 
 from .conftest import regression_batch, unique_name
 
-MAX_IMPORTED_VERSION = 2**30  # service.lifecycle.MAX_IMPORTED_VERSION, as docs/operations.md documents it
+MAX_IMPORTED_VERSION = 2**30  # service.models.lifecycle.MAX_IMPORTED_VERSION, as docs/operations.md documents it
 NPZ = {"content-type": "application/octet-stream"}
 
 

@@ -14,7 +14,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from service.state_files import read_npz, to_npz
+from service.models.state_files import read_npz, to_npz
 
 from .conftest import regression_batch, unique_name
 
@@ -198,7 +198,7 @@ def test_an_entry_claiming_more_data_than_it_holds_is_422_unallocated(backend, s
 
 def test_inflated_size_is_what_loading_allocates(make_client):
     """Stored or deflated entries, .npy headers 1.0 and 2.0, entries that are not arrays."""
-    from service.state_files import StateFileError, inflated_size
+    from service.models.state_files import StateFileError, inflated_size
 
     good = learned_export(make_client())
     assert inflated_size(good) == inflated_size(deflated(good)) == loaded_bytes(good)

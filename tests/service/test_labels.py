@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from service.labels import remembered_t
+from service.store.tables import remembered_t
 
 from .conftest import count_pool_trips, regression_batch, unique_name
 

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from service.leases import APPLICATION_NAME, LEASE_SPACE, Liveness, local_holder, machine, process_start
+from service.writing.leases import APPLICATION_NAME, LEASE_SPACE, Liveness, local_holder, machine, process_start
 
 from .conftest import create_pg_database, drop_pg_database, pg_admin, pg_url, regression_batch
 

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from service.locks import FileLocks, LocalLocks, LockBusy, RedisLocks
+from service.writing.locks import FileLocks, LocalLocks, LockBusy, RedisLocks
 
 from .conftest import REDIS_URL, regression_batch
 
@@ -98,7 +98,7 @@ def test_a_stuck_process_loses_its_file_lock_at_the_ttl(tmp_path):
     """Another process holds the lock and never lets go: it is unlocked at its TTL."""
     script = textwrap.dedent(f"""
         import sys, time
-        from service.locks import FileLocks
+        from service.writing.locks import FileLocks
         with FileLocks({str(tmp_path / "locks")!r}, {TTL}, 5).hold("m"):
             print("held", flush=True)
             time.sleep(60)
@@ -127,16 +127,15 @@ def test_an_update_that_outlives_the_ttl_on_sqlite_lets_the_next_writer_commit(m
     rng = np.random.default_rng(5)
     assert a.post("/tasks/t/data", json=dict(zip("Xy", regression_batch(rng)))).status_code == 200
     writer_a = a.app.state.model.writer
-    real_prepare = writer_a.prepare
+    real_commit = writer_a.commit_group
     stalled, b_answered = threading.Event(), threading.Event()
 
-    def slow_prepare(*args, **kwargs):  # a long solve: A's update runs until B is answered
-        out = real_prepare(*args, **kwargs)
+    def slow_commit(*args, **kwargs):  # a long solve: A's update, learned, runs until B is answered
         stalled.set()
         b_answered.wait(30)
-        return out
+        return real_commit(*args, **kwargs)
 
-    writer_a.prepare = slow_prepare
+    writer_a.commit_group = slow_commit
     results = {}
     batch_a = dict(zip("Xy", regression_batch(rng)))
     th = threading.Thread(target=lambda: results.setdefault("a", a.post("/tasks/t/data", json=batch_a)))

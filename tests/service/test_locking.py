@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from service.db import make_engine
-from service.locks import make_locks
-from service.registry import HostedModel
-from service.usecases import learn
-from service.writes import StaleWrite
+from service.writing.locks import make_locks
+from service.hosting import HostedModel
+from service.learning.prepare import prepare
+from service.learning.updates import learn_batch
+from service.store.writes import StaleWrite
 
 from .conftest import REDIS_URL, PG_HOST, PG_PORT, TcpProxy, regression_batch
 
@@ -34,10 +35,10 @@ def test_stale_writer_is_refused(make_client, request):
 
     with model_a.locks.hold(model_a.name):
         snap = model_a.reader.snapshot()
-        prepared = model_a.writer.prepare(snap, "t", *regression_batch(rng))
+        prepared = prepare(snap, "t", *regression_batch(rng))
         time.sleep(0.5)  # a long GC pause: A's lock expires
         t0 = time.monotonic()
-        _, v_b = learn(model_b, "u", *regression_batch(rng, task=1))  # B gets the lock at once
+        _, v_b = learn_batch(model_b, "u", *regression_batch(rng, task=1))  # B gets the lock at once
         assert time.monotonic() - t0 < 2.5
         assert v_b == 2
         with pytest.raises(StaleWrite, match="NOT applied"):
@@ -58,14 +59,13 @@ def test_stale_writer_over_http_gets_409(make_client, request):
     rng = np.random.default_rng(5)
     assert post(a, "t", *regression_batch(rng)).status_code == 200
     writer_a = a.app.state.model.writer
-    real_prepare = writer_a.prepare
+    real_commit = writer_a.commit
 
-    def slow_prepare(*args, **kwargs):
-        out = real_prepare(*args, **kwargs)
+    def slow_commit(*args, **kwargs):  # the batch learned, the lock's TTL passes before its commit
         time.sleep(0.8)
-        return out
+        return real_commit(*args, **kwargs)
 
-    writer_a.prepare = slow_prepare  # this app's writer only: b's stays fast
+    writer_a.commit = slow_commit  # this app's writer only: b's stays fast
     results = {}
     Xa, ya = regression_batch(rng)
     th = threading.Thread(target=lambda: results.setdefault("a", post(a, "t", Xa, ya)))
@@ -170,10 +170,10 @@ def test_version_guard_also_holds_on_sqlite(make_client, tmp_path):
     rng = np.random.default_rng(14)
     assert post(a, "t", *regression_batch(rng)).json()["version"] == 1
     model_a = a.app.state.model
-    prepared = model_a.writer.prepare(model_a.reader.snapshot(), "t", *regression_batch(rng))
+    prepared = prepare(model_a.reader.snapshot(), "t", *regression_batch(rng))
     model_b = HostedModel.open(make_engine(settings), make_locks(settings), settings.MODEL_NAME,
                                settings.model_settings())
-    assert learn(model_b, "u", *regression_batch(rng))[1] == 2
+    assert learn_batch(model_b, "u", *regression_batch(rng))[1] == 2
     with pytest.raises(StaleWrite):
         model_a.writer.commit(prepared)
     assert a.get("/model").json()["version"] == 2 and a.get("/tasks/t").json()["n_samples"] == 12
@@ -212,7 +212,7 @@ def test_a_redis_release_wakes_a_waiter_of_another_process_at_once(redis_server)
     """A release pushes to the model's wake list, on which a waiter of another process blocks:
     with a poll of 30 s the waiter still takes the lock as soon as it is released, and a
     release no one waited for leaves one entry that expires."""
-    from service.locks import RedisLocks
+    from service.writing.locks import RedisLocks
 
     client, prefix = redis_server
     holder, waiter = RedisLocks(REDIS_URL, prefix, 30, 60), RedisLocks(REDIS_URL, prefix, 30, 60)
@@ -237,7 +237,7 @@ def test_a_file_lock_release_wakes_a_waiter_of_another_process_at_once(tmp_path)
     import os
     import stat
 
-    from service.locks import FileLocks
+    from service.writing.locks import FileLocks
 
     holder, waiter = FileLocks(tmp_path, 30, 60), FileLocks(tmp_path, 30, 60)  # two processes' views
     waiter.POLL = 30.0
@@ -258,7 +258,7 @@ def test_a_file_lock_release_wakes_a_waiter_of_another_process_at_once(tmp_path)
 def test_a_file_lock_whose_wake_path_is_not_a_fifo_polls_and_writes_nothing_there(tmp_path):
     """Something else at the wake FIFO's path (a regular file): waiters poll, as without a
     FIFO, and a release leaves that file alone."""
-    from service.locks import FileLocks
+    from service.writing.locks import FileLocks
 
     holder, waiter = FileLocks(tmp_path, 30, 10), FileLocks(tmp_path, 30, 10)
     waiter.POLL = 0.05  # polled: within the 10 s

@@ -1,7 +1,7 @@
 """What a worker keeps in memory between requests: one model version, one copy of its arrays;
 and the process's malloc settings (:mod:`service.memory`).
 
-The cached :class:`service.reads.Snapshot` holds the learner and nothing else of the model's
+The cached :class:`service.store.reads.Snapshot` holds the learner and nothing else of the model's
 arrays. These tests check it without timing or RSS noise: they count the numpy bytes
 reachable from the cached snapshot, and the snapshots still alive after many versions.
 """
@@ -108,16 +108,16 @@ def test_malloc_trim_is_rate_limited():
 
 
 def test_each_app_trims_its_own_heap_after_its_models_change(tmp_path):
-    """The models of one app tell the app's trimmer (service.registry.Shared) when their cached
+    """The models of one app tell the app's trimmer (service.hosting.Shared) when their cached
     version changes; nothing of it is a process global."""
     import core
     from service import memory
     from service.config import Settings
     from service.db import make_engine, upgrade_schema
-    from service.locks import LocalLocks
-    from service.registry import HostedModel, Shared
-    from service.usecases import learn_batch
-    from service.writes import NewModel
+    from service.writing.locks import LocalLocks
+    from service.hosting import HostedModel, Shared
+    from service.learning.updates import learn_batch
+    from service.store.writes import NewModel
 
     class Counting(memory.HeapTrimmer):
         def __init__(self):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import core
-from service.state_files import from_npz, read_npz, to_npz
+from service.models.state_files import from_npz, read_npz, to_npz
 
 from .conftest import ESTIMATOR, PARAMS, regression_batch, unique_name
 
@@ -138,7 +138,7 @@ def test_lifecycle_end_to_end(backend_client):
     # its rows are gone
     from sqlalchemy import func, select
 
-    from service.tables import Base
+    from service.store.tables import Base
 
     with c.app.state.engine.connect() as conn:  # every table keyed by the model (the cascades)
         for table in Base.metadata.sorted_tables:
@@ -223,13 +223,13 @@ def test_model_cache_is_bounded_least_recently_used_first(make_client):
     for n in names:
         learn(c, n, "t", *regression_batch(rng))
         answers[n] = predict(c, n, "t")
-        assert len(registry.cached_names()) <= 2
-    assert registry.cached_names() == names[-2:]
+        assert len(list(registry._lru)) <= 2
+    assert list(registry._lru) == names[-2:]
     predict(c, names[2], "t")
-    assert registry.cached_names() == [names[3], names[2]]
+    assert list(registry._lru) == [names[3], names[2]]
     for n in names:  # evicted models are reloaded from the database, exactly
         assert predict(c, n, "t") == answers[n]
-    assert len(registry.cached_names()) == 2
+    assert len(list(registry._lru)) == 2
     assert registry.default.reader.cached is not None  # the default model is always held
 
 
@@ -241,18 +241,18 @@ def test_unknown_model_names_never_push_a_stored_model_out_of_the_cache(make_cli
     for n in names:
         learn(c, n, "t", *regression_batch(rng))
         predict(c, n, "t")
-    assert registry.cached_names() == names
+    assert list(registry._lru) == names
     for i in range(5):  # reads of names that are not stored: 404, and not cached
         r = c.get(f"/models/nope-{i}/predict", params={"task_id": "t", "x": "1,2,3,4"})
         assert r.status_code == 404 and "unknown model" in r.json()["detail"]
         assert c.get(f"/models/nope-{i}/tasks").status_code == 404
-    assert registry.cached_names() == names
+    assert list(registry._lru) == names
     created = unique_name("later")  # a model created after a miss is cached from then on
     assert c.get(f"/models/{created}/tasks").status_code == 404
     new_model(c, created)
     learn(c, created, "t", *regression_batch(rng))
     predict(c, created, "t")
-    assert registry.cached_names()[-1] == created
+    assert list(registry._lru)[-1] == created
 
 
 # ----------------------------------------------------------------------------- export / import
@@ -453,7 +453,7 @@ def test_an_oversized_file_gets_413_and_nothing_stored(make_client):
 
 
 def test_state_file_round_trip_in_python_only():
-    """service.state_files needs no server: offline learner -> bytes -> the same learner."""
+    """service.models.state_files needs no server: offline learner -> bytes -> the same learner."""
     learner = core.learner_class(ESTIMATOR)(kind="classification", **PARAMS)
     rng = np.random.default_rng(12)
     for i in range(3):
@@ -533,7 +533,7 @@ def test_fork_of_a_model_whose_early_batches_are_gone_is_refused(make_client):
         learn(c, old, t, *regression_batch(rng))
     from sqlalchemy import delete
 
-    from service.tables import BatchRow
+    from service.store.tables import BatchRow
 
     with c.app.state.engine.begin() as conn:
         conn.execute(delete(BatchRow).where(BatchRow.model_name == old, BatchRow.version == 1))
@@ -628,9 +628,9 @@ def _write_release_0001_database(url: str, rng) -> dict:
     from sqlalchemy import MetaData, create_engine
 
     from service.db import alembic_config
-    from service.packed_arrays import array_to_bytes
-    from service.tables import NDArrayDict
-    from service.responses import result_json
+    from service.store.packed_arrays import array_to_bytes
+    from service.store.tables import NDArrayDict
+    from service.store.results import result_json
 
     command.upgrade(alembic_config(url), "0001")
     engine = create_engine(url)

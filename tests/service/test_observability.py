@@ -92,10 +92,10 @@ def test_gauges_follow_a_version_another_worker_wrote(make_client):
 
 
 def test_storage_modules_record_no_metrics_and_write_no_logs():
-    """Reads and writes only read and write: observation is service.usecases' job."""
-    import service.reads
-    import service.writes
+    """Reads and writes only read and write: observation is service.learning.updates' job."""
+    import service.store.reads
+    import service.store.writes
 
-    for module in (service.reads, service.writes):
+    for module in (service.store.reads, service.store.writes):
         names = vars(module)
         assert "metrics" not in names and "logging" not in names and "log" not in names, module.__name__

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from service.packed_arrays import PACKED, UPPER, pack_arrays, unpack_arrays
-from service.tables import NDArrayDict
+from service.store.packed_arrays import PACKED, UPPER, pack_arrays, unpack_arrays
+from service.store.tables import NDArrayDict
 
 ARRAYS = {
     "A": np.arange(12.0).reshape(3, 4).T,  # not C-contiguous

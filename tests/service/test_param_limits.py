@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import core
-from service.state_files import to_npz
+from service.models.state_files import to_npz
 
 from .conftest import regression_batch, unique_name
 
@@ -147,7 +147,7 @@ def test_sigterm_during_the_longest_updates_the_ranges_allow_ends_the_server_pro
 def test_a_model_stored_with_a_parameter_out_of_range_still_reads_but_refuses_updates(backend_client):
     """A model stored before the ranges existed (the issue's tol = -1): its reads go on; an
     update is refused with 422 naming the parameter, instead of running for ever under the lock."""
-    from service.writes import NewModel
+    from service.store.writes import NewModel
 
     c = backend_client
     name = unique_name("old")

@@ -13,8 +13,8 @@ from hypothesis.extra import numpy as hnp
 from sqlalchemy import create_engine, event, inspect, select, update
 
 import core
-from service.packed_arrays import array_from_bytes, array_to_bytes
-from service.tables import BatchRow, ModelRow, TaskRow
+from service.store.packed_arrays import array_from_bytes, array_to_bytes
+from service.store.tables import BatchRow, ModelRow, TaskRow
 
 from .conftest import ROOT, create_pg_database, drop_pg_database, pg_url, regression_batch
 
@@ -192,7 +192,7 @@ def test_reload_is_exact_and_raw_batches_replay_to_the_same_model(backend_client
 
     # The append-only batch table alone rebuilds the same model.
     reader = fresh.app.state.model.reader
-    from service.learners import make_learner
+    from service.models.learners import make_learner
 
     learner = make_learner(reader.snapshot().info["settings"])
     for b in reader.batches():
@@ -262,7 +262,7 @@ def test_a_database_of_format_1_task_rows_is_read_and_upgraded_one_task_at_a_tim
     for t in "abc":
         assert ("gram" in kept[t] and "X" not in kept[t]) if t == "b" else ("X" in kept[t])
     assert version == core.STATE_FORMAT_VERSION == 3
-    from service.learners import make_learner
+    from service.models.learners import make_learner
 
     replay = make_learner(fresh.app.state.model.reader.snapshot().info["settings"])
     for b in fresh.app.state.model.reader.batches():

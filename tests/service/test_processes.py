@@ -16,8 +16,8 @@ pytestmark = pytest.mark.slow
 def replay_predictions(env: dict, probe: dict) -> list[float]:
     from service.config import Settings
     from service.db import make_engine
-    from service.learners import make_learner
-    from service.reads import ModelReader
+    from service.models.learners import make_learner
+    from service.store.reads import ModelReader
 
     settings = Settings(_env_file=None, DATABASE_URL=env["DATABASE_URL"], MODEL_NAME=env["MODEL_NAME"])
     reader = ModelReader(make_engine(settings), settings.MODEL_NAME)

@@ -75,7 +75,7 @@ D = 4
 
 
 def fitted(kind: str) -> core.LifelongLearner:
-    from service.learners import make_learner
+    from service.models.learners import make_learner
 
     m = make_learner({"estimator": ESTIMATOR, "kind": kind, "params": dict(PARAMS)})
     rng = np.random.default_rng(0)

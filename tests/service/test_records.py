@@ -201,7 +201,7 @@ def test_the_vocabulary_goes_with_export_import_fork_and_delete(backend_client):
     np.testing.assert_allclose(c.post(f"/models/{fork}/predict", json={"task_id": "t", "records": probe}
                                       ).json()["predictions"], want, rtol=1e-9)
     assert c.delete(f"/models/{name}").status_code in (200, 204)
-    from service.vocabulary import columns_t
+    from service.store.tables import columns_t
     with c.app.state.engine.connect() as conn:
         n = conn.execute(select(func.count()).select_from(columns_t).where(columns_t.c.model_name == name)).scalar()
     assert n == 0  # ON DELETE CASCADE
@@ -301,7 +301,7 @@ def test_two_writers_adding_columns_at_once_both_get_theirs_once(backend_client)
     column number is refused by the unique constraint, and its writer reads again and appends
     after the first; the same level asked twice is stored once."""
     from fcl3.records import Column
-    from service.vocabulary import Vocabulary
+    from service.records.vocabulary import Vocabulary
 
     c = backend_client
     name, created = new_model(c)

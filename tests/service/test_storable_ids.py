@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.state_files import from_npz, to_npz
+from service.models.state_files import from_npz, to_npz
 
 from .conftest import regression_batch
 from .test_bad_input import fingerprint

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import create_engine, select
 
 import core
-from service.tables import BatchRow, EvaluationLogRow, IdempotencyKeyRow, ModelRow, TakeBackRow
+from service.store.tables import BatchRow, EvaluationLogRow, IdempotencyKeyRow, ModelRow, TakeBackRow
 
 from .conftest import ESTIMATOR, PARAMS, regression_batch, unique_name
 

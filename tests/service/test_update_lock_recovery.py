@@ -17,7 +17,7 @@ import httpx
 import numpy as np
 import pytest
 
-from service.locks import FileLocks, LockBusy, RedisLocks
+from service.writing.locks import FileLocks, LockBusy, RedisLocks
 
 from .conftest import ESTIMATOR, PARAMS, REDIS_URL, regression_batch, unique_name
 
@@ -111,7 +111,7 @@ def test_server_killed_holding_the_update_lock_then_the_retry_proceeds_at_once(b
 #: A process that holds one lock, prints the lock's value, and waits to be killed.
 HOLDER = """
 import sys, time
-from service.locks import FileLocks, RedisLocks
+from service.writing.locks import FileLocks, RedisLocks
 kind, where, prefix, database_url = sys.argv[1:5]
 locks = FileLocks(where, 60, 5) if kind == "file" else RedisLocks(where, prefix, 60, 5, database_url)
 with locks.hold("m"):

@@ -111,7 +111,7 @@ def test_other_sets_are_rescored_with_the_lock_released_before_the_answer(make_c
 def test_sets_being_rescored_are_not_chosen_again(make_client, monkeypatch):
     """An update that commits while another one's rescoring runs (the lock is free then)
     rescores other sets."""
-    import service.evaluation as evaluation
+    import service.evaluation.model_evaluation as evaluation
 
     c = make_client(EVALUATION_RESCORE=1)
     name, batches, model = evaluated_model(c)

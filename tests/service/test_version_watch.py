@@ -1,4 +1,4 @@
-"""Predictions without a database round trip per request (service.watch), and read-your-writes
+"""Predictions without a database round trip per request (service.store.watch), and read-your-writes
 across processes with ``min_version``."""
 from __future__ import annotations
 
@@ -9,15 +9,25 @@ import numpy as np
 import pytest
 from sqlalchemy import event
 
-from service import usecases
+from service.learning.predictions import predict
+from service.learning.updates import learn_batch
+from service.models.lifecycle import start
 from service.db import make_engine, upgrade_schema
-from service.locks import LocalLocks
-from service.reads import VersionBehind
-from service.registry import HostedModel
-from service.watch import NoWatch, PostgresWatch, SqliteWatch, make_watch
+from service.writing.locks import LocalLocks
+from service.store.reads import VersionBehind
+from service.hosting import HostedModel
+from service.store.watch import NoWatch, PostgresWatch, SqliteWatch, make_watch
 
 from .conftest import make_settings, regression_batch
 from .test_embedded_processes import embedded_env
+
+
+def listening(watch: PostgresWatch, timeout: float = 10.0) -> bool:
+    """Whether ``watch``'s listener connects within ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    while not watch.listening and time.monotonic() < end:
+        time.sleep(0.01)
+    return watch.listening
 
 
 def count_version_selects(engine) -> list[str]:
@@ -43,7 +53,7 @@ def two_processes(settings, poll: float = 30.0):
         engine = make_engine(settings)
         watch = make_watch(engine, poll)
         if isinstance(watch, PostgresWatch):
-            assert watch.wait_listening()
+            assert listening(watch)
         engines.append(engine)
         watches.append(watch)
         hosted.append(HostedModel.open(engine, LocalLocks(30, 5), settings.MODEL_NAME,
@@ -75,12 +85,12 @@ def served_after_b_learns(a, b, rng) -> tuple[np.ndarray, int]:
     """B learns task ``t0``; A serves that version and has heard B's notification: the rows
     of the batch and the version."""
     X, y = regression_batch(rng)
-    usecases.start(a)
-    usecases.start(b)
-    _, v1 = usecases.learn(b, "t0", X, y)
-    assert usecases.predict(a, "t0", X, min_version=v1)[2] == v1
+    start(a)
+    start(b)
+    _, v1 = learn_batch(b, "t0", X, y)
+    assert predict(a, "t0", X, min_version=v1)[2] == v1
     time.sleep(0.2)  # PostgreSQL: B's notification arrives (A checks once more after it)
-    usecases.predict(a, "t0", X)
+    predict(a, "t0", X)
     return X, v1
 
 
@@ -90,18 +100,18 @@ def test_repeated_predictions_run_no_version_select_until_another_process_writes
     X, v1 = served_after_b_learns(a, b, rng)
     selects = count_version_selects(a.reader.engine)
     for _ in range(50):
-        assert usecases.predict(a, "t0", X)[2] == v1
+        assert predict(a, "t0", X)[2] == v1
     assert selects == []  # nothing changed: no round trip at all
 
-    _, v2 = usecases.learn(b, "t0", *regression_batch(rng))
+    _, v2 = learn_batch(b, "t0", *regression_batch(rng))
     deadline = time.monotonic() + 5  # SQLite: the next request; PostgreSQL: the notification delay
-    while usecases.predict(a, "t0", X)[2] != v2:
+    while predict(a, "t0", X)[2] != v2:
         assert time.monotonic() < deadline, "the other process's commit was never seen"
         time.sleep(0.005)
     n = len(selects)
     assert 1 <= n <= 3
     for _ in range(20):
-        usecases.predict(a, "t0", X)
+        predict(a, "t0", X)
     assert len(selects) == n  # and none again once the new version is served
 
 
@@ -109,13 +119,13 @@ def test_min_version_refreshes_at_once_and_refuses_a_version_not_reached(pair):
     settings, a, b = pair
     rng = np.random.default_rng(1)
     X, y = regression_batch(rng)
-    usecases.start(a)
-    usecases.start(b)
-    _, v1 = usecases.learn(b, "t0", X, y)
+    start(a)
+    start(b)
+    _, v1 = learn_batch(b, "t0", X, y)
     # No waiting for a notification: min_version makes A read the stored version now.
-    assert usecases.predict(a, "t0", X, min_version=v1)[2] == v1
+    assert predict(a, "t0", X, min_version=v1)[2] == v1
     with pytest.raises(VersionBehind, match=f"at version {v1} < min_version {v1 + 1}"):
-        usecases.predict(a, "t0", X, min_version=v1 + 1)
+        predict(a, "t0", X, min_version=v1 + 1)
 
 
 def test_a_lost_notification_is_covered_by_the_fallback_poll(settings, monkeypatch):
@@ -123,15 +133,15 @@ def test_a_lost_notification_is_covered_by_the_fallback_poll(settings, monkeypat
     try:
         rng = np.random.default_rng(2)
         X, y = regression_batch(rng)
-        usecases.start(a)
-        usecases.start(b)
-        _, v1 = usecases.learn(b, "t0", X, y)
-        assert usecases.predict(a, "t0", X, min_version=v1)[2] == v1
+        start(a)
+        start(b)
+        _, v1 = learn_batch(b, "t0", X, y)
+        assert predict(a, "t0", X, min_version=v1)[2] == v1
         frozen = a.reader.watch.token(a.name)
         monkeypatch.setattr(a.reader.watch, "token", lambda name: frozen)  # A hears of nothing more
-        _, v2 = usecases.learn(b, "t0", *regression_batch(rng))
+        _, v2 = learn_batch(b, "t0", *regression_batch(rng))
         t0 = time.monotonic()
-        while usecases.predict(a, "t0", X)[2] != v2:
+        while predict(a, "t0", X)[2] != v2:
             assert time.monotonic() - t0 < 2.0, "the fallback poll did not pick the commit up"
             time.sleep(0.01)
         assert time.monotonic() - t0 <= 0.5 + 0.2  # within the poll interval
@@ -139,8 +149,8 @@ def test_a_lost_notification_is_covered_by_the_fallback_poll(settings, monkeypat
         # on B's version. (SQLite's data_version misses no commit: there is no lost
         # notification to simulate, and a writer relies on it; see the test below.)
         if not a.reader.watch.exact:
-            _, v3 = usecases.learn(b, "t0", *regression_batch(rng))
-            _, v4 = usecases.learn(a, "t0", *regression_batch(rng))
+            _, v3 = learn_batch(b, "t0", *regression_batch(rng))
+            _, v4 = learn_batch(a, "t0", *regression_batch(rng))
             assert v4 == v3 + 1
     finally:
         for w in watches:
@@ -161,15 +171,15 @@ def test_an_sqlite_writer_relies_on_the_exact_watch(tmp_path):
         assert a.reader.watch.exact
         rng = np.random.default_rng(3)
         X, y = regression_batch(rng)
-        usecases.start(a)
-        usecases.start(b)
-        _, v1 = usecases.learn(a, "t0", X, y)
+        start(a)
+        start(b)
+        _, v1 = learn_batch(a, "t0", X, y)
         selects = count_version_selects(a.reader.engine)
-        _, v2 = usecases.learn(a, "t0", *regression_batch(rng))
-        assert usecases.predict(a, "t0", X)[2] == v2 == v1 + 1
+        _, v2 = learn_batch(a, "t0", *regression_batch(rng))
+        assert predict(a, "t0", X)[2] == v2 == v1 + 1
         assert selects == []  # its own commit vouched for the cached version
-        _, v3 = usecases.learn(b, "t0", *regression_batch(rng))
-        _, v4 = usecases.learn(a, "t0", *regression_batch(rng))
+        _, v3 = learn_batch(b, "t0", *regression_batch(rng))
+        _, v4 = learn_batch(a, "t0", *regression_batch(rng))
         assert v4 == v3 + 1 and len(selects) == 1  # B's commit seen: learned on B's version
     finally:
         for w in watches:
@@ -183,7 +193,7 @@ def test_postgres_listener_reconnect_means_every_request_checks(request):
     engine = make_engine(settings)
     watch = make_watch(engine, 30.0)
     try:
-        assert isinstance(watch, PostgresWatch) and watch.wait_listening()
+        assert isinstance(watch, PostgresWatch) and listening(watch)
         t = watch.token("x")
         watch._listening = False  # as while reconnecting
         assert watch.token("x") is None
@@ -258,10 +268,10 @@ def test_a_task_another_process_just_learned_is_predicted_not_404_before_the_wat
     X, v1 = served_after_b_learns(a, b, rng)
     frozen = a.reader.watch.token(settings.MODEL_NAME)
     monkeypatch.setattr(a.reader.watch, "token", lambda name: frozen)
-    _, v2 = usecases.learn(b, "t1", *regression_batch(rng, task=1))
+    _, v2 = learn_batch(b, "t1", *regression_batch(rng, task=1))
     selects = count_version_selects(a.reader.engine)
-    assert usecases.predict(a, "t0", X)[2] == v1 and selects == []  # the cache, as the watch says
-    preds, _, version = usecases.predict(a, "t1", X)
+    assert predict(a, "t0", X)[2] == v1 and selects == []  # the cache, as the watch says
+    preds, _, version = predict(a, "t1", X)
     assert version == v2 and len(preds) == len(X) and 1 <= len(selects) <= 3
     with pytest.raises(core.UnknownTaskError):
-        usecases.predict(a, "nobody", X)
+        predict(a, "nobody", X)

@@ -139,8 +139,8 @@ def big_model_file(n_tasks: int = 1000) -> bytes:
     """A model that has learned ``n_tasks`` tiny tasks, learned in this process and exported with
     each task's last update (import is one transaction: far faster than 1,000 POSTs)."""
     import core
-    from service.responses import result_json
-    from service.state_files import to_npz
+    from service.store.results import result_json
+    from service.models.state_files import to_npz
 
     rng = np.random.default_rng(1)
     centres = rng.normal(size=(4, 4)) * 3

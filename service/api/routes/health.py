@@ -1,12 +1,15 @@
 """GET /healthz (the process answers) and GET /readyz (database, schema and lock reachable)."""
+
 from __future__ import annotations
+
+from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from ...db import schema_present, store_problem
-from ...security import presented_role
+from service.db import schema_present, store_problem
+from service.security import presented_role
 
 router = APIRouter(tags=["health"])
 
@@ -16,7 +19,7 @@ class StoreGone(Exception):
 
 
 @router.get("/healthz")
-async def healthz() -> dict:
+async def healthz() -> dict[str, Any]:
     """Liveness: answers as long as the process serves requests (touches nothing else)."""
     return {"status": "ok"}
 
@@ -44,8 +47,14 @@ def readyz(request: Request) -> JSONResponse:
             checks["schema"] = ("missing", "missing: run `alembic upgrade head`")
     except Exception as exc:  # noqa: BLE001 - any failure means not ready
         first = (str(exc).splitlines() or [""])[0]
-        checks["database"] = ("unavailable", redact(f"unavailable: {first}" if isinstance(exc, StoreGone) else
-                                                    f"unavailable: {type(exc).__name__}: {first[:200]}"))
+        checks["database"] = (
+            "unavailable",
+            redact(
+                f"unavailable: {first}"
+                if isinstance(exc, StoreGone)
+                else f"unavailable: {type(exc).__name__}: {first[:200]}"
+            ),
+        )
     try:
         state.locks.ping()
         checks["lock"] = ("ok", f"ok ({state.locks.backend})")

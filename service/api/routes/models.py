@@ -1,5 +1,6 @@
 """/models: the models of this service and their lifecycle — create (or fork), list,
-describe, delete, export and import (``/models/{name}/state``, one ``.npz`` file).
+describe, delete, export and import (``/models/{name}/state``, one ``.npz`` file); and
+``GET /model``, the default model (``MODEL_NAME``) described.
 
 An import has its own router and limits: its body (up to ``MAX_IMPORT_BYTES``, enforced by
 :class:`service.middleware.BodyGate`) is streamed to a temporary file, never held in memory;
@@ -10,24 +11,26 @@ then loaded from disk.
 The routes of one model (learn, predict, tasks) live in their own routers, included both
 on the default model and under ``/models/{name}`` (see :func:`service.main.create_app`).
 """
+
 from __future__ import annotations
 
 import tempfile
+from typing import IO, Any
 
-import core
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from starlette.requests import ClientDisconnect
 
-from ... import features, lifecycle, state_files
-from ...reads import list_models
-from ...responses import model_out
+import core
 from fcl3.schemas import ModelCreate, ModelList, ModelOut
-from ..deps import ModelName, RegistryDep, hosted
-from ..json_body import JsonRoute
-from .default_model import with_prequential
-from .tasks import MAX_OFFSET
+from service.api.deps import MAX_OFFSET, ModelDep, ModelName, RegistryDep, hosted
+from service.api.json_body import JsonRoute
+from service.api.responses import described_model, model_out
+from service.evaluation import figures
+from service.hosting import HostedModel
+from service.models import lifecycle, state_files
+from service.store.catalog import list_models
 
 write_router = APIRouter(route_class=JsonRoute, tags=["models"])
 read_router = APIRouter(tags=["models"])
@@ -38,21 +41,31 @@ import_router = APIRouter(tags=["models"])
 SPOOL_BYTES = 1024 * 1024
 
 NPZ = "application/octet-stream"
-UNKNOWN = {404: {"description": "Unknown model."}}
-BUSY = {503: {"description": "An update of this model holds its lock (Retry-After), or the database/Redis is down."}}
+UNKNOWN: dict[int | str, dict[str, Any]] = {404: {"description": "Unknown model."}}
+BUSY: dict[int | str, dict[str, Any]] = {
+    503: {"description": "An update of this model holds its lock (Retry-After), or the database/Redis is down."}
+}
 
 
 class NpzResponse(Response):
     media_type = NPZ
 
 
-@write_router.post("/models", response_model=ModelOut, status_code=201, responses={
-    400: {"description": "A body that cannot be decoded at all (not UTF-8 JSON)."},
-    404: {"description": "The model to fork is unknown."},
-    409: {"description": "The name is taken, or the fork cannot be made (version past the last one, batches gone)."},
-    413: {"description": "Request body over MAX_BODY_BYTES."},
-    422: {"description": "Bad name, unknown estimator or kind, parameters the estimator refuses, bad fork."},
-    **BUSY})
+@write_router.post(
+    "/models",
+    response_model=ModelOut,
+    status_code=201,
+    responses={
+        400: {"description": "A body that cannot be decoded at all (not UTF-8 JSON)."},
+        404: {"description": "The model to fork is unknown."},
+        409: {
+            "description": "The name is taken, or the fork cannot be made (version past the last one, batches gone)."
+        },
+        413: {"description": "Request body over MAX_BODY_BYTES."},
+        422: {"description": "Bad name, unknown estimator or kind, parameters the estimator refuses, bad fork."},
+        **BUSY,
+    },
+)
 def create_model(registry: RegistryDep, body: ModelCreate) -> ModelOut:
     """Create a model from its settings, or fork one (``{"name": .., "fork": {"model": .., "version": N}}``):
     the new model is the parent as it was at version N, rebuilt by replaying its batches 1..N."""
@@ -61,12 +74,26 @@ def create_model(registry: RegistryDep, body: ModelCreate) -> ModelOut:
         lifecycle.fork_model(model, registry.get(body.fork.model), body.fork.version)
     else:
         lifecycle.create_model(model, body.model_settings())
-    return features.described(model)
+    return described_model(model)
+
+
+@read_router.get("/model", response_model=ModelOut, tags=["model"])
+def get_default_model(model: ModelDep) -> ModelOut:
+    """Kind, d, p, hyper-parameters, version and representatives of the hosted model, and its
+    model-wide prequential scores."""
+    return with_prequential(model, described_model(model))
+
+
+def with_prequential(model: HostedModel, out: ModelOut) -> ModelOut:
+    """``out`` with the model-wide prequential figures."""
+    prequential = figures.model_prequential(model, out.kind)
+    return ModelOut.model_validate({**out.model_dump(), "prequential": prequential})
 
 
 @read_router.get("/models", response_model=ModelList)
-def get_models(request: Request, offset: int = Query(0, ge=0, le=MAX_OFFSET),
-               limit: int = Query(100, ge=1, le=1000)) -> ModelList:
+def get_models(
+    request: Request, offset: int = Query(0, ge=0, le=MAX_OFFSET), limit: int = Query(100, ge=1, le=1000)
+) -> ModelList:
     """The models, by name (paginated with ``offset`` and ``limit``)."""
     total, rows = list_models(request.app.state.engine, offset, limit)
     return ModelList(total=total, offset=offset, count=len(rows), models=[model_out(r) for r in rows])
@@ -77,7 +104,7 @@ def get_model(request: Request, name: ModelName) -> ModelOut:
     """Kind, estimator, d, p, hyper-parameters, version, tasks, batches, representatives, times,
     and the model-wide prequential scores (overall and over the recent window)."""
     model = hosted(request, name)
-    return with_prequential(model, features.described(model))
+    return with_prequential(model, described_model(model))
 
 
 @write_router.delete("/models/{name}", status_code=204, response_class=Response, responses={**UNKNOWN, **BUSY})
@@ -87,24 +114,41 @@ def delete_model(request: Request, registry: RegistryDep, name: ModelName) -> Re
     return Response(status_code=204)
 
 
-@read_router.get("/models/{name}/state", response_class=NpzResponse, responses={
-    200: {"description": "The model as one .npz file (np.savez, no pickle; see service.state_files).",
-          "content": {NPZ: {"schema": {"type": "string", "format": "binary"}}}},
-    **UNKNOWN, **BUSY})
+@read_router.get(
+    "/models/{name}/state",
+    response_class=NpzResponse,
+    responses={
+        200: {
+            "description": "The model as one .npz file (np.savez, no pickle; see service.models.state_files).",
+            "content": {NPZ: {"schema": {"type": "string", "format": "binary"}}},
+        },
+        **UNKNOWN,
+        **BUSY,
+    },
+)
 def export_model(request: Request, name: ModelName) -> NpzResponse:
     """Export the model (its served version) as one ``.npz`` file."""
     data, version = lifecycle.export_model(hosted(request, name))
-    return NpzResponse(data, headers={"Content-Disposition": f'attachment; filename="{name}.npz"',
-                                      "X-Model-Version": str(version)})
+    return NpzResponse(
+        data, headers={"Content-Disposition": f'attachment; filename="{name}.npz"', "X-Model-Version": str(version)}
+    )
 
 
-@import_router.post("/models/{name}/state", response_model=ModelOut, status_code=201, responses={
-    408: {"description": "The client sent nothing for BODY_TIMEOUT seconds before the whole file arrived."},
-    409: {"description": "The name is taken."},
-    413: {"description": "File over MAX_IMPORT_BYTES, or its arrays over MAX_IMPORT_INFLATED_BYTES once loaded."},
-    422: {"description": "Not a model file: malformed, truncated, pickled, wrong format (the reason is given)."},
-    503: {"description": "The database is down."}},
-    openapi_extra={"requestBody": {"required": True, "content": {NPZ: {"schema": {"type": "string", "format": "binary"}}}}})
+@import_router.post(
+    "/models/{name}/state",
+    response_model=ModelOut,
+    status_code=201,
+    responses={
+        408: {"description": "The client sent nothing for BODY_TIMEOUT seconds before the whole file arrived."},
+        409: {"description": "The name is taken."},
+        413: {"description": "File over MAX_IMPORT_BYTES, or its arrays over MAX_IMPORT_INFLATED_BYTES once loaded."},
+        422: {"description": "Not a model file: malformed, truncated, pickled, wrong format (the reason is given)."},
+        503: {"description": "The database is down."},
+    },
+    openapi_extra={
+        "requestBody": {"required": True, "content": {NPZ: {"schema": {"type": "string", "format": "binary"}}}}
+    },
+)
 async def import_model(request: Request, name: ModelName) -> JSONResponse:
     """Create the model ``name`` from an exported ``.npz`` file sent as the body; its
     predictions equal the exported model's. Nothing is stored unless the whole file loads."""
@@ -118,7 +162,7 @@ async def import_model(request: Request, name: ModelName) -> JSONResponse:
     return JSONResponse(model_out(out).model_dump(mode="json"), status_code=201)
 
 
-async def _spool(request: Request, file) -> None:
+async def _spool(request: Request, file: IO[bytes]) -> None:
     """The request body into ``file``, written in the thread pool by pieces of about SPOOL_BYTES."""
     pending: list[bytes] = []
     size = 0
@@ -134,12 +178,12 @@ async def _spool(request: Request, file) -> None:
     await run_in_threadpool(_write_out, file, pending)
 
 
-def _write_out(file, pending: list[bytes]) -> None:
+def _write_out(file: IO[bytes], pending: list[bytes]) -> None:
     file.writelines(pending)
     file.flush()
 
 
-def _check_inflated_size(file, max_inflated: int) -> None:
+def _check_inflated_size(file: IO[bytes], max_inflated: int) -> None:
     """413 when the file's arrays would take more than ``max_inflated`` bytes once loaded; 422
     when its directory or a header is malformed (nothing of the arrays is read)."""
     try:
@@ -147,5 +191,7 @@ def _check_inflated_size(file, max_inflated: int) -> None:
     except state_files.StateFileError as exc:
         raise core.InputError(f"bad model file: {exc}") from None
     if inflated > max_inflated:
-        raise HTTPException(413, f"the file's arrays take {inflated} bytes once loaded; at most {max_inflated} "
-                                 "(MAX_IMPORT_INFLATED_BYTES)")
+        raise HTTPException(
+            413,
+            f"the file's arrays take {inflated} bytes once loaded; at most {max_inflated} (MAX_IMPORT_INFLATED_BYTES)",
+        )

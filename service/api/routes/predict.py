@@ -16,15 +16,16 @@ routes before them answer every request.
 A prediction of a few rows from the cached model costs tens of microseconds, about what a
 hop to the thread pool costs. So a request is answered on the event loop when the cached
 model is current (the version watch says so without a database round trip:
-:meth:`service.reads.ModelReader.fresh`) and the request is small (at most
+:meth:`service.store.reads.ModelReader.fresh`) and the request is small (at most
 :data:`INLINE_BYTES` of body, :data:`INLINE_VALUES` numbers in the query); otherwise (a
 version to check, a large batch) in the thread pool, so that a database query or a long
 numpy computation never blocks the loop. The inline answer comes from the very snapshot
 ``fresh`` returned: one look at the watch per request.
 """
+
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -34,9 +35,16 @@ from starlette.concurrency import run_in_threadpool
 from starlette.routing import Route
 
 from fcl3.schemas import MODEL_NAME_RULE, PredictOut, PredictRequest, TaskId, csv_batch
+from service import security
+from service.api.deps import ModelName, check_size, hosted
+from service.config import Settings
+from service.hosting import HostedModel
+from service.labels.flows import predict_remembered
+from service.learning.predictions import predict as predict_rows
+from service.records import rows
+from service.store.reads import Snapshot
 
-from ... import features, security, usecases
-from ..deps import ModelName, check_size, hosted
+T = TypeVar("T")
 
 #: A request body up to this size (≈ 250 rows of 10 features) is parsed and predicted on the
 #: event loop when the cached model is current; a larger one in the thread pool.
@@ -44,15 +52,19 @@ INLINE_BYTES = 48 * 1024
 #: The same for GET: numbers in the query string.
 INLINE_VALUES = 2048
 
-ERRORS = {
+ERRORS: dict[int | str, dict[str, Any]] = {
     401: security.UNAUTHORIZED,
     404: {"description": "Unknown task (or unknown model, under /models/{name})."},
     409: {"description": "The stored model is below `min_version`."},
-    413: {"description": "Request body, rows or features over the limits (or, with `remember`, more rows than "
-                         "MAX_REMEMBERED_PER_MODEL)."},
-    422: {"description": "Bad rows (wrong width, NaN/inf, non-numbers, unknown fields) or a body that is not JSON; "
-                         "records: an unknown feature, a wrong type, a required field missing (named in `field`, "
-                         "with its `row`), or a model without a feature schema."},
+    413: {
+        "description": "Request body, rows or features over the limits (or, with `remember`, more rows than "
+        "MAX_REMEMBERED_PER_MODEL)."
+    },
+    422: {
+        "description": "Bad rows (wrong width, NaN/inf, non-numbers, unknown fields) or a body that is not JSON; "
+        "records: an unknown feature, a wrong type, a required field missing (named in `field`, "
+        "with its `row`), or a model without a feature schema."
+    },
     503: {"description": "The database is down."},
 }
 
@@ -61,17 +73,22 @@ class VersionQuery(BaseModel):
     """The query of ``POST /predict``."""
 
     model_config = ConfigDict(extra="ignore")
-    min_version: int | None = Field(None, ge=0, description="Answer from this version or a later one (the "
-                                    "`version` a write returned): read-your-writes across processes. 409 if the "
-                                    "stored model is older.")
+    min_version: int | None = Field(
+        None,
+        ge=0,
+        description="Answer from this version or a later one (the "
+        "`version` a write returned): read-your-writes across processes. 409 if the "
+        "stored model is older.",
+    )
 
 
 class PredictQuery(VersionQuery):
     """The query of ``GET /predict``: the task and its rows."""
 
     task_id: TaskId
-    x: list[str] = Field(..., description="One feature row as comma-separated numbers; repeat for more rows.",
-                         examples=["1.0,2.0,3.0"])
+    x: list[str] = Field(
+        ..., description="One feature row as comma-separated numbers; repeat for more rows.", examples=["1.0,2.0,3.0"]
+    )
 
 
 class CsvQuery(VersionQuery):
@@ -80,7 +97,7 @@ class CsvQuery(VersionQuery):
     task_id: TaskId
 
 
-_name = TypeAdapter(ModelName)
+_name: TypeAdapter[str] = TypeAdapter(ModelName)
 _csv_query = TypeAdapter(CsvQuery)
 _version_query = TypeAdapter(VersionQuery)
 _predict_query = TypeAdapter(PredictQuery)
@@ -90,15 +107,17 @@ _NO_QUERY = _version_query.validate_python({})
 _request = TypeAdapter(PredictRequest)
 
 
-def _validated(adapter: TypeAdapter, where: str, value: Any, *, json: bool = False):
+def _validated(adapter: TypeAdapter[T], where: str, value: Any, *, json: bool = False) -> T:
     """``value`` validated by ``adapter``; :class:`RequestValidationError` (FastAPI's 422) with
     ``loc`` under ``where`` otherwise."""
     try:
         return adapter.validate_json(value) if json else adapter.validate_python(value)
     except ValidationError as exc:
         loc = (where,) if where != "path" else ("path", "name")
-        raise RequestValidationError([{**e, "loc": (*loc, *e["loc"])} for e in exc.errors(include_url=False)],
-                                     body=value if where == "body" else None) from None
+        raise RequestValidationError(
+            [{**e, "loc": (*loc, *e["loc"])} for e in exc.errors(include_url=False)],
+            body=value if where == "body" else None,
+        ) from None
 
 
 def _query(request: Request) -> dict[str, Any]:
@@ -155,9 +174,12 @@ def parse_body(body: bytes, content_type: str | None, task_id: str | None = None
         try:
             rows = csv_batch(body, target=False)
         except ValueError as exc:
-            raise RequestValidationError([{"type": "value_error", "loc": ("body",), "msg": str(exc),
-                                           "input": None}]) from None
-        return _validated(_request, "body", {"task_id": task_id, **rows}).with_text_cells()
+            raise RequestValidationError(
+                [{"type": "value_error", "loc": ("body",), "msg": str(exc), "input": None}]
+            ) from None
+        req = _validated(_request, "body", {"task_id": task_id, **rows})
+        req.with_text_cells()
+        return req
     return _validated(_request, "body", body, json=_is_json(content_type))
 
 
@@ -167,42 +189,53 @@ def _csv_task(query: VersionQuery) -> str | None:
     return query.task_id if isinstance(query, CsvQuery) else None
 
 
-def _answer(model, settings, query: PredictQuery | VersionQuery, body: bytes | None, content_type: str | None,
-            snap=None, req: PredictRequest | None = None) -> Response:
+def _answer(
+    model: HostedModel,
+    settings: Settings,
+    query: PredictQuery | VersionQuery,
+    body: bytes | None,
+    content_type: str | None,
+    snap: Snapshot | None = None,
+    req: PredictRequest | None = None,
+) -> Response:
     """The 200 of a prediction (``snap``: the snapshot ``fresh`` returned, to answer from;
     ``req``: the POST body already parsed). Records are encoded with the model's vocabulary
-    (:func:`service.features.prediction_rows`), against the snapshot that predicts them."""
-    unseen = None
+    (:func:`service.records.rows.prediction_rows`), against the snapshot that predicts them."""
+    unseen = ids = None
     if body is None:
+        assert isinstance(query, PredictQuery)  # a GET's query
         check_size(settings, len(query.x), (t.count(",") + 1 for t in query.x))
         task_id, X = query.task_id, parse_rows(query.x)
     else:
         req = req if req is not None else parse_body(body, content_type, _csv_task(query))
-        task_id, X = req.task_id, req.X
+        task_id = req.task_id
         if req.records is not None:
             check_size(settings, len(req.records), [])
             snap = snap if snap is not None else model.reader.snapshot(query.min_version, task=task_id)
-            X, unseen = features.prediction_rows(model, snap, req.records, req.text_cells)
+            X, unseen = rows.prediction_rows(model, snap, req.records, req.text_cells)
+        else:
+            assert req.X is not None  # a body holds X or records
+            X = req.X
         check_size(settings, len(X), map(len, X))
         if req.remember:  # stored for a label that arrives later (service.labels): a write
             if len(X) > settings.MAX_REMEMBERED_PER_MODEL:
-                raise HTTPException(413, f"{len(X)} rows to remember in one request; at most "
-                                         f"{settings.MAX_REMEMBERED_PER_MODEL} (MAX_REMEMBERED_PER_MODEL)")
-            preds, probs, version, ids = usecases.predict_remembered(
-                model, task_id, X, query.min_version, snap, settings.PREDICTION_TTL, settings.MAX_REMEMBERED_PER_MODEL)
-            out = {"task_id": task_id, "predictions": preds, "probabilities": probs, "version": version,
-                   "unseen": unseen, "prediction_ids": ids}
-            if probs is None:
-                del out["probabilities"]
-            if not unseen:
-                del out["unseen"]
-            return Response(to_json(out), media_type="application/json")
-    preds, probs, version = usecases.predict(model, task_id, X, query.min_version, snap)
-    out = {"task_id": task_id, "predictions": preds, "probabilities": probs, "version": version}
+                raise HTTPException(
+                    413,
+                    f"{len(X)} rows to remember in one request; at most "
+                    f"{settings.MAX_REMEMBERED_PER_MODEL} (MAX_REMEMBERED_PER_MODEL)",
+                )
+            preds, probs, version, ids = predict_remembered(
+                model, task_id, X, query.min_version, snap, settings.PREDICTION_TTL, settings.MAX_REMEMBERED_PER_MODEL
+            )
+    if ids is None:
+        preds, probs, version = predict_rows(model, task_id, X, query.min_version, snap)
+    out: dict[str, Any] = {"task_id": task_id, "predictions": preds, "probabilities": probs, "version": version}
     if probs is None:
         del out["probabilities"]
     if unseen:
         out["unseen"] = unseen
+    if ids is not None:
+        out["prediction_ids"] = ids
     return Response(to_json(out), media_type="application/json")  # PredictOut's JSON, without building one
 
 
@@ -214,9 +247,14 @@ async def predict(request: Request) -> Response:
         _validated(_name, "path", name)
     model = hosted(request, name)
     settings = request.app.state.settings
+    query: VersionQuery
+    body: bytes | None
+    req: PredictRequest | None
+    task: str | None  # the task, once known
     if request.method != "POST":  # GET (or HEAD)
-        query, body, content_type, req = _validated(_predict_query, "query", _query(request)), None, None, None
-        small = sum(t.count(",") + 1 for t in query.x) <= INLINE_VALUES
+        get = _validated(_predict_query, "query", _query(request))
+        query, body, content_type, req, task = get, None, None, None, get.task_id
+        small = sum(t.count(",") + 1 for t in get.x) <= INLINE_VALUES
     else:
         body, content_type = await request.body(), request.headers.get("content-type")
         if _is_csv(content_type):  # records of the task named in the query
@@ -224,10 +262,11 @@ async def predict(request: Request) -> Response:
         else:
             query = _validated(_version_query, "query", _query(request)) if request.scope["query_string"] else _NO_QUERY
         req = parse_body(body, content_type, _csv_task(query)) if len(body) <= INLINE_BYTES else None
+        task = req.task_id if req is not None else None
         # remembering writes, and records may read the vocabulary: the thread pool
         small = req is not None and not req.remember and req.records is None
     snap = model.reader.fresh(query.min_version) if small else None  # small: a POST's body is parsed
-    if snap is not None and (query.task_id if req is None else req.task_id) in getattr(snap.learner, "tasks_", {}):
+    if snap is not None and task is not None and snap.has_task(task):
         return _answer(model, settings, query, body, content_type, snap, req)
     # not cached, large, or a task the cached version has not learned (reads.ModelReader.predict)
     return await run_in_threadpool(_answer, model, settings, query, body, content_type, None, req)
@@ -237,51 +276,94 @@ async def predict(request: Request) -> Response:
 def _parameters(model: type[BaseModel], where: str = "query") -> list[dict[str, Any]]:
     """OpenAPI parameters from a pydantic model's JSON schema."""
     schema = model.model_json_schema()
-    return [{"name": n, "in": where, "required": n in schema.get("required", ()), "schema": s,
-             **({"description": s["description"]} if "description" in s else {})}
-            for n, s in schema["properties"].items()]
+    return [
+        {
+            "name": n,
+            "in": where,
+            "required": n in schema.get("required", ()),
+            "schema": s,
+            **({"description": s["description"]} if "description" in s else {}),
+        }
+        for n, s in schema["properties"].items()
+    ]
 
 
-_NAME_PARAMETER = {"name": "name", "in": "path", "required": True, "schema": _name.json_schema(),
-                   "description": f"Model name: {MODEL_NAME_RULE}."}
-_BODY = {"required": True, "content": {"application/json": {
-    "schema": PredictRequest.model_json_schema(),
-    "examples": {"predict": {"summary": "Predict", "value": {"task_id": "school-1", "X": [[1.0, 2.0, 3.0]]}},
-                 "records": {"summary": "Predict records (a model with a feature schema)",
-                             "value": {"task_id": "district-1", "records": [{"age": 31.0, "urban": "Y",
-                                                                             "livch": "3+"}]}},
-                 "remember": {"summary": "Predict and remember the rows for labels that arrive later",
-                              "value": {"task_id": "school-1", "X": [[1.0, 2.0, 3.0], [0.5, 0.1, 2.0]],
-                                        "remember": True}}}},
-    "text/csv": {"schema": {"type": "string", "description": "Records of a model with a feature schema: a header "
-                            "naming the features, one row per line, an empty cell null; the task is the query's "
-                            "`task_id`."},
-                 "example": "age,urban,livch\n31.5,Y,3+\n"}}}
+_NAME_PARAMETER = {
+    "name": "name",
+    "in": "path",
+    "required": True,
+    "schema": _name.json_schema(),
+    "description": f"Model name: {MODEL_NAME_RULE}.",
+}
+_BODY = {
+    "required": True,
+    "content": {
+        "application/json": {
+            "schema": PredictRequest.model_json_schema(),
+            "examples": {
+                "predict": {"summary": "Predict", "value": {"task_id": "school-1", "X": [[1.0, 2.0, 3.0]]}},
+                "records": {
+                    "summary": "Predict records (a model with a feature schema)",
+                    "value": {"task_id": "district-1", "records": [{"age": 31.0, "urban": "Y", "livch": "3+"}]},
+                },
+                "remember": {
+                    "summary": "Predict and remember the rows for labels that arrive later",
+                    "value": {"task_id": "school-1", "X": [[1.0, 2.0, 3.0], [0.5, 0.1, 2.0]], "remember": True},
+                },
+            },
+        },
+        "text/csv": {
+            "schema": {
+                "type": "string",
+                "description": "Records of a model with a feature schema: a header "
+                "naming the features, one row per line, an empty cell null; the task is the query's "
+                "`task_id`.",
+            },
+            "example": "age,urban,livch\n31.5,Y,3+\n",
+        },
+    },
+}
 
 
 def _documented(router: APIRouter, path: str, named: bool) -> None:
     """The OpenAPI operations of GET and POST ``path`` (under ``/models/{name}`` when ``named``)."""
     head = [_NAME_PARAMETER] if named else []
     responses = {**ERRORS, 404: {"description": "Unknown task, or unknown model."}} if named else ERRORS
-    key = {"security": [{security.bearer.scheme_name: []}]}
-    router.add_api_route(path, predict, methods=["GET"], name="predict", summary="Predict (rows in the query)",
-                         description="Predictions for feature rows given in the query string.",
-                         response_model=PredictOut, responses=responses,
-                         openapi_extra={**key, "parameters": head + _parameters(PredictQuery)})
-    router.add_api_route(path, predict, methods=["POST"], name="predict", summary="Predict (a batch of rows)",
-                         description="Predictions for a batch of feature rows (for many rows). With `\"remember\": "
-                         "true` the rows, the outputs served and the version serving them are stored, and the "
-                         "answer holds one `prediction_ids` entry per row, in row order: `POST .../labels` learns "
-                         "them later with their labels (within PREDICTION_TTL; at most MAX_REMEMBERED_PER_MODEL "
-                         "rows of a model wait, the oldest dropped beyond it).",
-                         response_model=PredictOut, responses=responses,
-                         openapi_extra={**key, "parameters": head + _parameters(VersionQuery), "requestBody": _BODY})
+    key: dict[str, Any] = {"security": [{security.bearer.scheme_name: []}]}
+    router.add_api_route(
+        path,
+        predict,
+        methods=["GET"],
+        name="predict",
+        summary="Predict (rows in the query)",
+        description="Predictions for feature rows given in the query string.",
+        response_model=PredictOut,
+        responses=responses,
+        openapi_extra={**key, "parameters": head + _parameters(PredictQuery)},
+    )
+    router.add_api_route(
+        path,
+        predict,
+        methods=["POST"],
+        name="predict",
+        summary="Predict (a batch of rows)",
+        description='Predictions for a batch of feature rows (for many rows). With `"remember": '
+        "true` the rows, the outputs served and the version serving them are stored, and the "
+        "answer holds one `prediction_ids` entry per row, in row order: `POST .../labels` learns "
+        "them later with their labels (within PREDICTION_TTL; at most MAX_REMEMBERED_PER_MODEL "
+        "rows of a model wait, the oldest dropped beyond it).",
+        response_model=PredictOut,
+        responses=responses,
+        openapi_extra={**key, "parameters": head + _parameters(VersionQuery), "requestBody": _BODY},
+    )
 
 
 #: The prediction routes that answer: plain Starlette routes, put first among the app's routes
 #: (:func:`service.main.create_app`). The read key is checked inside :func:`predict`.
-routes = [Route(path, predict, methods=["GET", "POST"], include_in_schema=False)
-          for path in ("/predict", "/models/{name}/predict")]
+routes = [
+    Route(path, predict, methods=["GET", "POST"], include_in_schema=False)
+    for path in ("/predict", "/models/{name}/predict")
+]
 
 #: The same endpoint as FastAPI routes, which the OpenAPI document describes (the routes above
 #: answer first): include this router without dependencies.

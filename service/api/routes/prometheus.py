@@ -1,10 +1,11 @@
 """GET /metrics: Prometheus text format (open, like /healthz: put it behind the network's own policy)."""
+
 from __future__ import annotations
 
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from ... import metrics
+from service import metrics
 
 router = APIRouter()
 

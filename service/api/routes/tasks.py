@@ -1,35 +1,21 @@
-"""GET /tasks, GET /tasks/{task_id}: what the model knows about each task; GET /evaluation:
-the online evaluation; GET /events: committed updates as Server-Sent Events."""
+"""GET /tasks, GET /tasks/{task_id}: what the model knows about each task."""
+
 from __future__ import annotations
 
-import hashlib
-import math
-import weakref
-from typing import Annotated
+from fastapi import APIRouter, Query
 
-import anyio
-
-from fastapi import APIRouter, Header, HTTPException, Query, Request
-from fastapi.concurrency import run_in_threadpool
-from fastapi.security.utils import get_authorization_scheme_param
-from sse_starlette import EventSourceResponse
-
-from ... import evaluation_usecases
-from ...events import Feed, StreamSlot, keep_alive, stream
-from ...responses import task_out
-from fcl3.schemas import EvaluationOut, TaskList, TaskOut
-from ..deps import ModelDep, SettingsDep, TaskIdPath
+from fcl3.schemas import TaskList, TaskOut
+from service.api.deps import MAX_OFFSET, ModelDep, TaskIdPath
+from service.api.responses import task_out
+from service.evaluation import figures
 
 router = APIRouter(tags=["tasks"])
 
-#: The largest offset the databases take (a 64-bit signed integer); beyond it SQLite and
-#: PostgreSQL fail on the query itself, so a larger one is refused with 422 like any bad value.
-MAX_OFFSET = 2**63 - 1
-
 
 @router.get("/tasks", response_model=TaskList)
-def list_tasks(model: ModelDep, offset: int = Query(0, ge=0, le=MAX_OFFSET),
-               limit: int = Query(1000, ge=1, le=10000)) -> TaskList:
+def list_tasks(
+    model: ModelDep, offset: int = Query(0, ge=0, le=MAX_OFFSET), limit: int = Query(1000, ge=1, le=10000)
+) -> TaskList:
     """The learned tasks, oldest first (``last_update`` is the task's latest update result)."""
     reader = model.reader
     version = reader.stored_version() if model.default else reader.require()
@@ -37,87 +23,15 @@ def list_tasks(model: ModelDep, offset: int = Query(0, ge=0, le=MAX_OFFSET),
     return TaskList(model=reader.name, version=version, count=len(rows), tasks=[task_out(r) for r in rows])
 
 
-@router.get("/tasks/{task_id}", response_model=TaskOut,
-            responses={404: {"description": "Unknown task (or unknown model, under /models/{name})."}})
+@router.get(
+    "/tasks/{task_id}",
+    response_model=TaskOut,
+    responses={404: {"description": "Unknown task (or unknown model, under /models/{name})."}},
+)
 def get_task(model: ModelDep, task_id: TaskIdPath) -> TaskOut:
     """One task: samples, batches, its latest code, assignment and outlier probability, its
     cumulative prequential score and its score on its evaluation rows."""
     row = model.reader.task_info(task_id)
     kind = model.reader.snapshot().learner.kind
-    evaluation = evaluation_usecases.task_evaluation(model, task_id, kind)
+    evaluation = figures.task_evaluation(model, task_id, kind)
     return TaskOut.model_validate({**task_out(row).model_dump(), **evaluation})
-
-
-@router.get("/evaluation", response_model=EvaluationOut, responses={404: {"description": "Unknown model."}})
-def get_evaluation(model: ModelDep, limit: int = Query(1000, ge=0, le=100000, description=
-                   "Versions of the model-wide prequential series (the latest ones).")) -> EvaluationOut:
-    """Each task's current score on its evaluation rows (beside its own single-task model's), the
-    accuracy matrix, backward transfer, forgetting, forward transfer, and the model-wide
-    prequential scores over versions (definitions: docs/design.md)."""
-    return EvaluationOut(**evaluation_usecases.evaluation_report(model, limit))
-
-
-def stream_key(request: Request) -> str:
-    """Whose stream this is, for MAX_EVENT_STREAMS_PER_KEY: the API key presented (its
-    SHA-256, the key itself is not kept), or the client's address when the API is open."""
-    if request.app.state.keys.enabled:
-        _, token = get_authorization_scheme_param(request.headers.get("Authorization"))
-        return "key:" + hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
-    return "client:" + (request.client.host if request.client else "unknown")
-
-
-class SlotStream(EventSourceResponse):
-    """An event stream that frees its :class:`service.events.StreamSlot` when the response
-    ends, however it ends (a hang-up, a disconnect, a HEAD request, an error), or when the
-    response is dropped unsent."""
-
-    def __init__(self, slot: StreamSlot, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.slot = slot
-        weakref.finalize(self, slot.release)
-
-    async def __call__(self, scope, receive, send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self.slot.release()
-
-
-@router.get("/events", response_class=EventSourceResponse, responses={
-    200: {"description": "Server-Sent Events: `id: <version>` + `event: update`, `event: evaluation`, "
-          "`event: reset`; `data:` one JSON object (UpdateEvent, EvaluationEvent, ResetEvent).",
-          "content": {"text/event-stream": {"schema": {"type": "string"}}}},
-    404: {"description": "Unknown model."},
-    429: {"description": "MAX_EVENT_STREAMS_PER_KEY streams of this API key (of this client address when the "
-          "API is open) are already open in this process: close one (Retry-After)."}})
-async def get_events(request: Request, model: ModelDep, settings: SettingsDep,
-                     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", description=
-                                              "The last update version received: the stream replays what "
-                                              "followed it, or sends `event: reset`.")] = None,
-                     max_seconds: float | None = Query(None, gt=0, description="Close the stream after this "
-                                                       "many seconds (default: never).")) -> EventSourceResponse:
-    """One event per committed update of the model and one per change of its evaluation, live
-    (from any worker or replica); reconnect with ``Last-Event-ID`` to get what was missed.
-    A batch taken back (``DELETE .../batches/{version}``) is an ``update`` event of its own
-    version with ``taken_back``: ``{"batch_version", "n_samples", "task_removed"}``; a batch of
-    labels that arrived later has ``"source": "labels"``.
-    At most MAX_EVENT_STREAMS_PER_KEY streams per API key are open at once in one process."""
-    hub = model.shared.events
-    cap = settings.MAX_EVENT_STREAMS_PER_KEY
-    slot = hub.slots.claim(stream_key(request), cap)
-    if slot is None:
-        raise HTTPException(429, f"too many open event streams: this API key (this client address when the API "
-                            f"is open) already has {cap} open in this process (MAX_EVENT_STREAMS_PER_KEY={cap}); "
-                            "close one, then retry", headers={"Retry-After": str(max(1, math.ceil(
-                                settings.EVENTS_HEARTBEAT)))})
-    try:
-        info = await run_in_threadpool(model.reader.model_info)  # unknown model: 404 before the stream
-    except BaseException:
-        slot.release()
-        raise
-    watch = getattr(request.app.state, "watch", None)
-    feed = Feed(model.reader.engine, model.name, info["kind"])
-    shutdown = anyio.Event()  # set by sse-starlette when the server is told to exit
-    return SlotStream(slot, stream(feed, hub, watch, last_event_id, max_seconds, shutdown),
-                      ping=settings.EVENTS_HEARTBEAT, ping_message_factory=keep_alive, sep="\n",
-                      shutdown_event=shutdown, shutdown_grace_period=3.0)

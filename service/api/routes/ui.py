@@ -14,6 +14,7 @@ no CDN) that reads the API with the key the user gives it; and GET /redoc, offli
 The pages' Content-Security-Policy (``connect-src 'self'`` and so on) is the guarantee that
 no request leaves the host, whatever a bundled script tries.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -33,12 +34,16 @@ _HTML = "text/html; charset=utf-8"
 _JS = "text/javascript; charset=utf-8"
 
 #: The dashboard reaches its own origin only; styles and scripts are files (no inline code).
-UI_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-          "font-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+UI_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "font-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
 #: Redoc injects its styles and runs its search in a blob: worker.
-REDOC_CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
-             "connect-src 'self'; worker-src 'self' blob:; font-src 'self'; base-uri 'none'; form-action 'none'; "
-             "frame-ancestors 'none'")
+REDOC_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; worker-src 'self' blob:; font-src 'self'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
 _HEADERS = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 
 #: What redoc.standalone.js would fetch from the internet, and what it gets instead.
@@ -59,7 +64,9 @@ class _Assets(StaticFiles):
 
 @router.get("/ui")
 def dashboard() -> FileResponse:
-    return FileResponse(STATIC / "index.html", media_type=_HTML, headers={**_HEADERS, "Content-Security-Policy": UI_CSP})
+    return FileResponse(
+        STATIC / "index.html", media_type=_HTML, headers={**_HEADERS, "Content-Security-Policy": UI_CSP}
+    )
 
 
 router.mount("/ui/assets", _Assets(directory=STATIC), name="ui-assets")
@@ -81,7 +88,11 @@ def redoc_js() -> Response:
 @router.get("/redoc")
 def redoc(request: Request) -> HTMLResponse:
     root = request.scope.get("root_path", "")
-    page = get_redoc_html(openapi_url=f"{root}{request.app.openapi_url}", title=f"{request.app.title} - ReDoc",
-                          redoc_js_url=f"{root}/ui/vendor/redoc.standalone.js", with_google_fonts=False,
-                          redoc_favicon_url=f"{root}/static-offline-docs/favicon.png")
+    page = get_redoc_html(
+        openapi_url=f"{root}{request.app.openapi_url}",
+        title=f"{request.app.title} - ReDoc",
+        redoc_js_url=f"{root}/ui/vendor/redoc.standalone.js",
+        with_google_fonts=False,
+        redoc_favicon_url=f"{root}/static-offline-docs/favicon.png",
+    )
     return HTMLResponse(page.body, headers={**_HEADERS, "Content-Security-Policy": REDOC_CSP})

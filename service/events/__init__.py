@@ -1,0 +1,1 @@
+"""``GET .../events``: committed updates and evaluation changes as Server-Sent Events."""

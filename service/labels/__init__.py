@@ -1,0 +1,1 @@
+"""Labels that arrive later: rows remembered at a prediction, learned once their labels come."""

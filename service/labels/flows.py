@@ -1,0 +1,65 @@
+"""Labels that arrive later, as requests take them: a prediction that remembers its rows
+(``POST .../predict`` with ``"remember": true``), ``POST .../labels`` (the remembered rows
+learned with their labels as one batch of their task, through the ordinary write path:
+:func:`service.learning.updates.learn_batch`) and ``GET .../labels`` (the rows still waiting).
+What is stored and refused is :mod:`service.labels.remembered`'s.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from service.labels.remembered import LabelBatch, RememberedPredictions, labels_hash, remember_rows
+from service.learning.predictions import predict
+from service.learning.updates import learn_batch
+from service.writing import idempotent
+from service.writing.idempotency import Replayed
+
+if TYPE_CHECKING:
+    from service.hosting import HostedModel
+    from service.store.reads import Snapshot
+
+# "service.store": the logger name is part of each of its log lines (their "logger" field).
+log = logging.getLogger("service.store")
+
+
+def predict_remembered(
+    model: HostedModel, task_id: str, X: Any, min_version: int | None, snap: Snapshot | None, ttl: float, cap: int
+) -> tuple[list[float], list[float] | None, int, list[str]]:
+    """:func:`service.learning.predictions.predict`, and the rows remembered for a label that
+    arrives later: their prediction ids too, in row order."""
+    if snap is None:
+        snap = model.reader.snapshot(min_version, task=task_id)
+    preds, probs, version = predict(model, task_id, X, min_version, snap)
+    ids = remember_rows(model, task_id, X, snap, ttl, cap)
+    log.info(
+        "predictions remembered",
+        extra={
+            "event": "predictions_remembered",
+            "model": model.name,
+            "task": task_id,
+            "version": version,
+            "n_rows": len(ids),
+        },
+    )
+    return preds, probs, version, ids
+
+
+def label(model: HostedModel, ids: list[str], y: list[float], key: str | None = None) -> tuple[dict[str, Any], bool]:
+    """Learn the remembered rows ``ids`` with their labels ``y`` as one batch of their task (at
+    most once per ``key`` when given): the answer (:class:`fcl3.schemas.UpdateOut`) and whether
+    it is a replay."""
+    batch = LabelBatch(RememberedPredictions(model.reader.engine, model.name), list(ids), list(y))
+    try:
+        with idempotent.claimed(model, key, lambda: labels_hash(ids, y)) as claim:
+            prepared, _ = learn_batch(model, "", None, None, claim, batch)
+    except Replayed as replay:
+        return idempotent.replayed(model, replay), True
+    return prepared.answer, False
+
+
+def labels_summary(model: HostedModel) -> dict[str, Any]:
+    """The body of ``GET .../labels`` (:class:`fcl3.schemas.LabelsOut`)."""
+    version = model.reader.require()
+    return RememberedPredictions(model.reader.engine, model.name).summary(version)

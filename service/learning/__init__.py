@@ -1,0 +1,1 @@
+"""Learn a batch (queued, learned and committed in groups) and predict with the served model."""

@@ -1,0 +1,1 @@
+"""Records (named features, categories, missing values) encoded into rows through a model's vocabulary."""

@@ -1,0 +1,241 @@
+"""Take a batch back: ``DELETE .../batches/{version}``.
+
+**What the model becomes** (docs/design.md, "Taking a batch back"): the model rebuilt by exact
+replay, from an unfitted learner of the model's stored settings, of every stored batch it has
+learned but the one taken back, in the order of their versions (:mod:`service.models.history`). That
+is bit for bit the model the same stream without that batch gives (the engine is deterministic:
+its seeds are ``random_state``, the task ids and the rows seen). No residue of the batch is left
+in the model; its row stays in ``batches`` marked taken back (for audits, and for forks at a
+version before the take-back). The batch's own prequential score leaves the model's and its
+task's figures (:class:`TakeBackLog`); the scores of the other batches, a record of the
+predictions that were served, are not rewritten.
+
+The take-back is one guarded write like a batch (:meth:`service.store.writes.ModelWriter.commit_take_back`,
+under the update lock, with the version compare-and-set) and a new model version with its own
+event (an ``update`` event carrying ``taken_back``). Refusals, each with nothing changed, checked
+under the lock in this order: no batch of that version (404: never a version of the model, or a
+take-back's version), the batch taken back already (410 with the take-back's version), the
+batch inherited from the model a fork was made from (409: forked ancestry), the history the
+replay needs not stored (409: an imported model keeps none of the batches before its import),
+the engine refusing the replay (422).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from service.evaluation import store
+from service.evaluation.scores import add_sums, stored, to_json
+from service.models.history import History, ranges, read_history, replay
+from service.refusals import Refused
+from service.store.commit import Commit, CommitParticipant
+from service.store.prepared import PreparedTakeBack
+from service.store.reads import ModelReader, Snapshot
+from service.store.tables import batches_t
+
+
+class TakeBackRefused(Refused):
+    """A take-back refused with nothing changed: ``status`` and the body's extra fields."""
+
+    status = 409
+    version_field = "taken_back_by"
+
+
+class NotABatch(TakeBackRefused):
+    """The version is not a stored batch of the model (404)."""
+
+    status = 404
+
+
+class AlreadyTakenBack(TakeBackRefused):
+    """The batch was taken back already (410); ``taken_back_by``: that take-back's version."""
+
+    status = 410
+
+
+class ForkedAncestry(TakeBackRefused):
+    """The batch was learned by the model this one was forked from (409)."""
+
+
+class RowsUnavailable(TakeBackRefused):
+    """The stored history cannot rebuild the model (409)."""
+
+
+def take_back_hash(batch_version: int) -> str:
+    """The request hash of a take-back under an ``Idempotency-Key``: a key reused for another
+    batch (or for a batch posted) is refused (422)."""
+    return hashlib.sha256(f"fcl3-take-back-v1\0{int(batch_version)}".encode()).hexdigest()
+
+
+def check(name: str, snap: Snapshot, history: History, batch_version: int) -> None:
+    """The refusal that applies to taking ``batch_version`` back from ``snap``, if any."""
+    current = snap.version
+    origin = snap.info.get("origin") or {}
+    batch = history.batch(batch_version)
+    if batch is None or batch_version > current:
+        if batch_version in history.take_backs:
+            tb = history.take_backs[batch_version]
+            raise NotABatch(
+                f"version {batch_version} of model {name!r} is not a batch: it took back batch "
+                f"{tb['batch_version']}; nothing was changed",
+                batch_version=batch_version,
+            )
+        if 1 <= batch_version <= current:
+            raise RowsUnavailable(
+                f"batch {batch_version} of model {name!r} is not stored ({_why_missing(origin)}): "
+                "the model cannot be rebuilt without it; nothing was changed",
+                batch_version=batch_version,
+            )
+        raise NotABatch(
+            f"model {name!r} has no batch {batch_version} (it is at version {current}); nothing was changed",
+            batch_version=batch_version,
+        )
+    if batch.taken_back is not None:
+        raise AlreadyTakenBack(
+            f"batch {batch_version} of model {name!r} was taken back already, by version "
+            f"{batch.taken_back}; nothing was changed",
+            batch_version=batch_version,
+            taken_back_by=int(batch.taken_back),
+        )
+    fork = origin.get("fork") if isinstance(origin, dict) else None
+    if fork and batch_version <= int(fork.get("version", 0)):
+        raise ForkedAncestry(
+            f"batch {batch_version} of model {name!r} was learned by model {fork.get('model')!r} "
+            f"before {name!r} was forked from it at version {fork.get('version')}: a fork is its "
+            "parent at that version, so its inherited batches stay; take the batch back in "
+            f"{fork.get('model')!r} and fork it again; nothing was changed",
+            batch_version=batch_version,
+            fork=fork,
+        )
+    missing = history.missing(current)
+    if missing:
+        raise RowsUnavailable(
+            f"model {name!r} cannot be rebuilt without batch {batch_version}: the batches of "
+            f"versions {ranges(missing)} are not stored ({_why_missing(origin)}); nothing was "
+            "changed",
+            batch_version=batch_version,
+            missing=ranges(missing),
+        )
+
+
+def _why_missing(origin: Any) -> str:
+    imported = origin.get("import") if isinstance(origin, dict) else None
+    if imported:
+        return f"the model was imported from a file at version {imported.get('version')}, and a file keeps no batches"
+    return "deleted from the database"
+
+
+def prepare(reader: ModelReader, snap: Snapshot, batch_version: int) -> PreparedTakeBack:
+    """The model ``snap`` without the batch ``batch_version``, rebuilt by replay (nothing is
+    stored). :class:`TakeBackRefused` or :class:`core.InputError` (422) when it cannot be."""
+    history = read_history(reader.bulk, reader.name)
+    check(reader.name, snap, history, batch_version)
+    batch = history.batch(batch_version)
+    assert batch is not None  # check() refuses a version that is no stored batch
+    others = history.learned(snap.version, without=batch_version)
+    t0 = time.perf_counter()
+    rebuilt = replay(
+        snap.info["settings"], others, f"batch {batch_version} of model {reader.name!r} cannot be taken back: "
+    )
+    seconds = time.perf_counter() - t0
+    learner = rebuilt.learner
+    task_removed = batch.task_id not in getattr(learner, "tasks_", {})  # unfitted: the model's only batch
+    state = learner.get_state()
+    before = snap.info.get("summary") or {}
+    # take_backs: how many the model has had; a reader whose cached model had fewer reads every task again
+    summary = {**before, **rebuilt.summary, "take_backs": int(before.get("take_backs", 0)) + 1}
+    return PreparedTakeBack(
+        base_version=snap.version,
+        batch_version=batch_version,
+        task_id=batch.task_id,
+        n_samples=int(batch.X.shape[0]),
+        task_removed=task_removed,
+        n_replayed=len(others),
+        learner=learner,
+        state=state,
+        summary=summary,
+        tasks=rebuilt.tasks,
+        info=snap.info,
+        replay_seconds=seconds,
+    )
+
+
+class TakeBackLog(CommitParticipant[PreparedTakeBack]):
+    """A take-back's part in the online evaluation, in its commit: its row of the event log (an
+    ``update`` event with ``taken_back``), and the prequential figures without the batch taken
+    back: the model's and its task's sums recomputed, in version order, from the scored batches
+    still learned (the same additions as the commits made, so exactly the sums the stream
+    without that batch gave them), and its log row no longer counted in the recent window. The
+    scores of the other batches stay as they were: what was served. Held-out scores are left to
+    the next updates."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def in_commit(self, conn: Connection, commit: Commit[PreparedTakeBack]) -> None:
+        p = commit.prepared
+        kind = p.learner.kind
+        event = {
+            "version": commit.version,
+            "task_id": p.task_id,
+            "new_task": False,
+            "new_representative": False,
+            "n_representatives": int(p.summary.get("n_representatives", 0)),
+            "prequential": None,
+            "taken_back": {"batch_version": p.batch_version, "n_samples": p.n_samples, "task_removed": p.task_removed},
+        }
+        removed = {
+            int(v)
+            for v in conn.execute(
+                select(batches_t.c.version).where(
+                    batches_t.c.model_name == self.name, batches_t.c.taken_back.is_not(None)
+                )
+            ).scalars()
+        }
+        overall = task = None
+        n_task = 0
+        for version, task_id, batch in store.scored_batches(conn, self.name):
+            if version in removed:
+                continue
+            sums = stored(kind, batch)
+            overall = add_sums(overall, sums)
+            if task_id == p.task_id:
+                task, n_task = add_sums(task, sums), n_task + 1
+        store.unscore(conn, self.name, p.batch_version)
+        store.write_task_sums(conn, self.name, p.task_id, to_json(task), n_task, commit.at)
+        res = conn.execute(
+            store.UPDATE_STATE,
+            {"w_model": self.name, "version": commit.version, "overall": to_json(overall), "updated_at": commit.at},
+        )
+        if res.rowcount == 0:
+            conn.execute(
+                store.INSERT_STATE,
+                {
+                    "model_name": self.name,
+                    "revision": 0,
+                    "scores": {},
+                    "overall": to_json(overall),
+                    "matrix": {},
+                    "version": commit.version,
+                    "updated_at": commit.at,
+                },
+            )
+        conn.execute(
+            store.INSERT_LOG,
+            {
+                "model_name": self.name,
+                "version": commit.version,
+                "task_id": p.task_id,
+                "new_task": False,
+                "event": event,
+                "batch": None,
+                "overall": to_json(overall),
+                "evaluation": None,
+                "matrix": None,
+                "created_at": commit.at,
+            },
+        )
