@@ -27,7 +27,7 @@ from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, POPULATION, RIDGE, Fami
                        family_priors, posterior_fit, prequential_family)
 from .exceptions import InputError, UnknownTaskError
 from .losses import KINDS, curvature_scale, fit_single_task, fit_squared_from_moments, sigmoid
-from .population import (LOGISTIC_SPREAD_SCALE, NOISE_PSEUDO_DOF, Population, choose_logistic_population,
+from .population import (LOGISTIC_SPREAD_SCALE, Population, choose_logistic_population,
                          fit_gaussian_population, logistic_mode, marginal_objective, noise_precisions, pooled_intercept,
                          population_structure, posterior_mean, refit_due, task_noises, without_task)
 from .preprocessing import SCALER_WARMUP_ROWS, Scaler, as_matrix, as_targets, label_convention
@@ -537,8 +537,8 @@ class LifelongLearner:
     def _record_evidence(self, task_id: str, library: Library | None,
                          population: Population | None) -> dict[str, np.ndarray] | None:
         """Store the task's log evidence curve (over the ``omega`` grid) for every family,
-        measured against ``library`` and ``population`` (:meth:`_intercept_prior`,
-        :meth:`_noise_prior`), and return it (``None`` when it has none)."""
+        measured against ``library`` and ``population`` (:meth:`_intercept_prior`), and return
+        it (``None`` when it has none)."""
         record = self.tasks_[task_id]
         data = self._evidence_data(record)
         evidence = None
@@ -556,20 +556,10 @@ class LifelongLearner:
         and ``population`` (``design``: :func:`core.evidence.family_curves`'s)."""
         try:
             curves = family_curves(self.kind, data, library, self._families, self._intercept_prior(population),
-                                   self.grow_features, posterior_means=False, design=design,
-                                   noise_prior=self._noise_prior(population))
+                                   self.grow_features, posterior_means=False, design=design)
         except (np.linalg.LinAlgError, ArithmeticError):  # values of extreme magnitude
             return {}
         return {name: c.log_evidence for name, c in curves.items() if np.all(np.isfinite(c.log_evidence))}
-
-    def _noise_prior(self, population: Population | None = None) -> tuple[float, float] | None:
-        """The prior ``(k, s^2)`` of a regression task's noise variance once a population is
-        fitted: ``Scaled-Inv-chi^2`` with the population's typical noise and
-        :data:`core.population.NOISE_PSEUDO_DOF` (:func:`core.evidence.gaussian_fits`); ``None``
-        (profiled) before and for a learner that keeps none."""
-        if self.kind != "regression" or not self._keeps_population or not int(getattr(self, "population_tasks_", 0)):
-            return None
-        return NOISE_PSEUDO_DOF, float((self._population() if population is None else population).noise)
 
     def _prequential_scores(self, task_id: str, previous: TaskRecord | None, curves: dict[str, np.ndarray] | None,
                             library: Library | None, population: Population | None) -> dict[str, float] | None:
@@ -577,8 +567,8 @@ class LifelongLearner:
         before it was learned: ``log p(y_B | y_P)`` for a task whose earlier rows are ``P``
         (its record ``previous``), ``log p(y_B)`` for a new one, under the family's prior as the
         stream had it before the batch (the library and population without the task, the
-        stream's prior ``pi`` over ``omega``, the noise prior; every per-task scale of the prior
-        set by the design of all the task's rows, ``X`` alone): ``log sum_j pi_j p(y_P, y_B |
+        stream's prior ``pi`` over ``omega``; every per-task scale of the prior set by the design
+        of all the task's rows, ``X`` alone): ``log sum_j pi_j p(y_P, y_B |
         omega_j) - log sum_j pi_j p(y_P | omega_j)``, from the task's evidence ``curves`` of all
         its rows (measured against that prior) and those of its earlier rows. A family the
         library cannot define for the task scores as ``ridge``. ``None``: no score (no
@@ -695,13 +685,11 @@ class LifelongLearner:
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             library = None if family is RIDGE or family.own_scale else self._safe_library(task_id, record)
             try:
-                intercept, noise = self._intercept_prior(), self._noise_prior()
-                curve = family_curves(self.kind, data, library, (family,), intercept, self.grow_features,
-                                      noise_prior=noise).get(name)
+                intercept = self._intercept_prior()
+                curve = family_curves(self.kind, data, library, (family,), intercept, self.grow_features).get(name)
                 if curve is None:  # the library cannot define the family for this task
                     name = RIDGE.name
-                    curve = family_curves(self.kind, data, None, (RIDGE,), intercept, self.grow_features,
-                                          noise_prior=noise)[name]
+                    curve = family_curves(self.kind, data, None, (RIDGE,), intercept, self.grow_features)[name]
                 fit = posterior_fit(curve, priors.get(name))
                 # a logistic fit has the population's intercept in its prior already; a task
                 # alone on its own scales keeps its own intercept, as the user's per-task fit does

@@ -43,11 +43,10 @@ rows, against the library and population *as they were without that task* and wi
 stream's ``pi`` of that moment (:meth:`core.LifelongLearner._prequential_scores`), and the
 family with the largest sum is used. The sum is the stream's prequential log likelihood: a
 family that fits the rows it has learned more closely gains nothing unless it predicts the
-next rows better, so no penalty for what it fits and no threshold is needed. The evidence
-curves themselves give each family's ``pi`` and, for squared loss, integrate the noise
-variance out under the population's noise model (``noise_prior``) instead of profiling it on
-the task's own rows, whose profile on a task of two or three rows rewards an exact fit
-without bound.
+next rows better, so no penalty for what it fits is needed. Of the two models a user
+compares against, the mixed model (the population) and each task alone (``ridge``), the one
+the stream scored higher is used, unless another family is ahead of it by more than the noise
+of the difference (two standard errors of the paired per-batch scores).
 """
 from __future__ import annotations
 
@@ -55,7 +54,7 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import gammaln, logsumexp
+from scipy.special import logsumexp
 
 from .population import QUADRATURE_ROWS, Population, logistic_modes, small_task_posteriors
 
@@ -185,8 +184,8 @@ def logistic_unit(X: np.ndarray, slopes: int | None = None) -> float:
 
 def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centres: np.ndarray,
                   basis: np.ndarray | None, rho: float, factor: np.ndarray | None = None,
-                  slopes: int | None = None, posterior_means: bool = True, unit: float | None = None,
-                  noise_prior: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+                  slopes: int | None = None, posterior_means: bool = True,
+                  unit: float | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Log evidence and posterior mean of a squared-loss task for every centre and every
     ``omega`` of :data:`GAUSSIAN_OMEGAS`: arrays ``(k, n_omega)`` and ``(k, n_omega, d + 1)``.
 
@@ -197,15 +196,6 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
     ``posterior_means=False``: the evidence alone (the same numbers), ``None`` for the means.
     ``unit``: the per-slope scale the ``omega`` grid is relative to (default the task's own,
     ``tr(G) / d`` of its centred ``X'X``; :func:`family_curves` passes another design's).
-
-    ``noise_prior = (k, s^2)``: ``sigma^2`` integrated out under ``Scaled-Inv-chi^2(k, s^2)``
-    (the population's noise model, :func:`core.population.noise_precisions`) instead of profiled
-    on the task's own rows: the exact log marginal likelihood of the rows,
-    ``log G((k + n') / 2) - log G(k / 2) - n'/2 log(pi k s^2) - 1/2 log n - 1/2 log det(I + K G)
-    - (k + n')/2 log(1 + Q / (k s^2))`` with ``n' = n - 1`` (a multivariate t in the rows'
-    centred coordinates; the flat intercept's integral gives ``n^-1/2``). The profile (no
-    ``noise_prior``, the limit ``k -> 0`` up to a constant) rewards a task of two or three rows
-    whose difference a family happens to fit exactly without bound: ``-n'/2 log Q``.
     """
     d = gram.shape[0] - 1
     xbar = gram[-1, :-1] / n
@@ -229,11 +219,6 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
     RU = R @ U
     shrink = 1.0 / (1.0 / omegas[None, :] + lam[:, None])  # (d, n_omega)
     logdet = np.sum(np.log1p(omegas[None, :] * lam[:, None]), axis=0)
-    if noise_prior is not None:
-        nu, s2 = (float(v) for v in noise_prior)
-        rows = n - 1.0
-        t_constant = (gammaln(0.5 * (nu + rows)) - gammaln(0.5 * nu) - 0.5 * rows * np.log(np.pi * nu * s2)
-                      - 0.5 * np.log(n))
     k = centres.shape[0]
     E = np.empty((k, omegas.size))
     TH = np.empty((k, omegas.size, d + 1)) if posterior_means else None
@@ -244,11 +229,8 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
         if any_null:
             c = np.where(null, 0.0, c)
         quad = Ss - (c * c) @ shrink
-        if noise_prior is None:
-            quad = np.maximum(quad, EXACT_FIT * max(abs(Ss), _TINY))  # an exact fit: Q is rounding
-            E[i] = -0.5 * dof * np.log(quad / dof) - 0.5 * logdet
-        else:
-            E[i] = t_constant - 0.5 * logdet - 0.5 * (nu + rows) * np.log1p(np.maximum(quad, 0.0) / (nu * s2))
+        quad = np.maximum(quad, EXACT_FIT * max(abs(Ss), _TINY))  # an exact fit: Q is rounding
+        E[i] = -0.5 * dof * np.log(quad / dof) - 0.5 * logdet
         if TH is None:
             continue
         slopes = m[:, None] + RU @ (c[:, None] * shrink)  # (d, n_omega)
@@ -359,8 +341,7 @@ def mixed_curve(E: np.ndarray, TH: np.ndarray | None, log_weights: np.ndarray | 
 
 def family_curves(kind: str, data, library: Library | None, families: tuple[Family, ...],
                   prior_population: Population | None = None, skip_zero_columns: bool = False,
-                  posterior_means: bool = True, design=None,
-                  noise_prior: tuple[float, float] | None = None) -> dict[str, Curve]:
+                  posterior_means: bool = True, design=None) -> dict[str, Curve]:
     """Every family's :class:`Curve` for one task. ``data`` is the task's sufficient statistics
     ``(n, gram, moment, yy)`` (squared loss) or its rows ``(X, y)`` (logistic loss). A family
     the library cannot define (no basis for ``rho > 0``, no representatives for a mixture)
@@ -382,7 +363,7 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
     of a task's earlier rows under the priors of all its rows, for the predictive density of
     its latest batch (:meth:`core.LifelongLearner._prequential_scores`). The scales read
     ``X`` alone, never ``y``, so a prior set by the whole task's design is a prior for each of
-    its batches. ``noise_prior``: :func:`gaussian_fits`'s (squared loss)."""
+    its batches."""
     design = data if design is None else design
     intercept = None
     if prior_population is not None and kind != "regression":
@@ -409,7 +390,7 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
         if has_centres and not library.shared_slopes:
             centres = np.vstack([centres, library.centres])
         return gaussian_fits(n, gram, moment, yy, centres, None, 0.0, np.linalg.cholesky(pop.cov / pop.noise),
-                             posterior_means=posterior_means, noise_prior=noise_prior)
+                             posterior_means=posterior_means)
     for fam in families:
         if fam.own_scale:
             if kind == "regression":
@@ -418,7 +399,7 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
                 xbar = gram_d[-1, :-1] / n_d
                 factor = own_scale_factor(gram_d[:-1, :-1] - n_d * np.outer(xbar, xbar), n_d, xbar)
                 E, TH = gaussian_fits(n, gram, moment, yy, np.zeros((1, d)), None, 0.0, factor,
-                                      posterior_means=posterior_means, noise_prior=noise_prior)
+                                      posterior_means=posterior_means)
                 curves[fam.name] = mixed_curve(E, TH)
             else:
                 Xd = design[0][:, :-1]
@@ -463,8 +444,7 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
         if kind == "regression":
             n, gram, moment, yy = data
             E, TH = gaussian_fits(n, gram, moment, yy, np.vstack([np.zeros((1, d)), centres]), basis, rho,
-                                  slopes=slopes, posterior_means=posterior_means, unit=unit,
-                                  noise_prior=noise_prior)
+                                  slopes=slopes, posterior_means=posterior_means, unit=unit)
         else:
             E, TH = logistic_fits(data[0], data[1], centres, basis, rho, None, intercept, slopes, unit)
         for fam in fams:
@@ -670,23 +650,28 @@ def prequential_family(scores: dict[str, float] | None, families: tuple[Family, 
                        references: tuple[str, ...] = (RIDGE.name,),
                        products: dict[str, dict[str, float]] | None = None, batches: int = 0,
                        z: float = PREQUENTIAL_Z) -> str:
-    """The family whose predictions of the stream's batches, each made before the batch was
-    learned, had the largest summed log density (``scores``: family -> sum of
-    :meth:`core.LifelongLearner._prequential_scores`; ``products``: the sums of their products,
-    over ``batches`` batches) among those whose sum beats the first of ``references`` (the
-    stream's population once fitted, else ``ridge``) by at least ``z`` standard errors
-    (:func:`prequential_margins`); the reference when none does, or when there are no scores.
+    """The family the stream's batches say predicts best, each batch predicted before it was
+    learned (``scores``: family -> sum of :meth:`core.LifelongLearner._prequential_scores`;
+    ``products``: the sums of their products, over ``batches`` batches).
 
     The sum is the stream's prequential log likelihood under the family (Dawid 1984): a
     batch's rows count only through how well the family predicted them from what came before,
     so a family that fits the rows it has learned more closely gains nothing unless it predicts
-    new rows better, and no penalty for what a family fits is needed. Families whose sums differ
-    by less than their noise predict alike as far as the stream can tell, and then the
-    reference, the model a statistician fits to grouped data, is kept."""
+    new rows better, and no penalty for what a family fits is needed. ``references`` are the
+    models a user compares against (the mixed model, the stream's population once fitted, and
+    each task alone, ``ridge``): of those the one with the larger sum is the default (ties to
+    the first). Any other family replaces it only when its sum is ahead by at least ``z``
+    standard errors of the paired difference (:func:`prequential_margins`), and then the one
+    furthest ahead: families whose sums differ by less than their noise predict alike as far
+    as the stream can tell. The default with no scores, or one batch, is the first
+    reference."""
     names = [f.name for f in families]
-    order = [r for r in references if r in names] + [n for n in names if n not in references]
+    refs = [r for r in references if r in names] or [names[0]]
     if not scores or not products or batches < 2:
-        return order[0]
-    margins = prequential_margins(scores, products, batches, families, order[0])
-    winners = [f for f in order[1:] if margins[f][0] > z * margins[f][1] and margins[f][0] > 0.0]
-    return max(winners, key=lambda f: margins[f][0]) if winners else order[0]
+        return refs[0]
+    def total(f):
+        return scores.get(f, scores.get(RIDGE.name, -np.inf))
+    default = max(refs, key=lambda f: (total(f), -refs.index(f)))
+    margins = prequential_margins(scores, products, batches, families, default)
+    winners = [f for f in names if f not in refs and margins[f][0] > max(z * margins[f][1], 0.0)]
+    return max(winners, key=lambda f: margins[f][0]) if winners else default

@@ -178,8 +178,7 @@ def test_a_task_model_is_its_posterior_mean_under_the_streams_prior_over_omega(c
         record = model.tasks_[tid]
         library = None if name == "ridge" else model._safe_library(tid, record)
         d = record.data
-        curve = ev.family_curves("regression", (d.n, d.gram, d.moment, d.yy), library, (family,),
-                                 noise_prior=model._noise_prior())[name]
+        curve = ev.family_curves("regression", (d.n, d.gram, d.moment, d.yy), library, (family,))[name]
         w = np.exp(curve.log_evidence + log_pi - np.max(curve.log_evidence + log_pi))
         want = (w[:, None] * curve.theta).sum(0) / w.sum()
         pop = model._population()
@@ -271,29 +270,31 @@ def test_the_population_object_lasts_as_long_as_its_arrays():
     assert second.mean_cov is model.population_mean_cov_
 
 
-def _t_log_density(X, y, centre, K, noise_prior):
+def _profiled_log_density(X, y, centre, K):
     """``log p(y)`` of rows ``X`` (slopes' columns) with a flat intercept, slopes ``~ N(centre,
-    sigma^2 K)`` and ``sigma^2 ~ Scaled-Inv-chi^2(k, s^2)``: scipy's multivariate t in the rows'
-    centred coordinates, times ``n^-1/2`` (0 for one row: the intercept's alone)."""
+    sigma^2 K)`` and ``sigma^2`` profiled, less ``(n - 1)/2 (log 2 pi + 1)`` (the constant
+    :func:`core.evidence.gaussian_fits` leaves out): scipy's normal density in the rows'
+    centred coordinates at the profiled ``sigma^2``."""
     import scipy.linalg
     import scipy.stats
 
     n = len(y)
-    if n == 1:
-        return 0.0
-    k, s2 = noise_prior
     H = scipy.linalg.null_space(np.ones((1, n)))
-    Z = H.T @ X
-    shape = s2 * (np.eye(n - 1) + Z @ K @ Z.T)
-    return float(scipy.stats.multivariate_t(Z @ centre, shape, df=k).logpdf(H.T @ y)) - 0.5 * np.log(n)
+    Z, z = H.T @ X, H.T @ y
+    C = np.eye(n - 1) + Z @ K @ Z.T
+    r = z - Z @ centre
+    sigma2 = r @ np.linalg.solve(C, r) / (n - 1)
+    return float(scipy.stats.multivariate_normal(Z @ centre, sigma2 * C).logpdf(z)) + 0.5 * (n - 1) * (
+        np.log(2 * np.pi) + 1)
 
 
 def test_a_batchs_prequential_score_is_its_predictive_density_given_the_tasks_earlier_rows():
-    """A known task's batch adds to each family's score ``log p(y_B | y_P)``: the log density of
-    all the task's rows less that of its earlier rows, each mixed over ``omega`` with the
-    stream's prior of before the batch, under the family's prior of before the batch (the
-    population without the task; the noise prior), every per-task scale set by all its rows'
-    design. Here computed from scipy's multivariate t for ``ridge`` and ``population``."""
+    """A known task's batch adds to each family's score ``log p(y_B | y_P)`` (up to a constant
+    of the rows' number, the same for every family): the evidence of all the task's rows less
+    that of its earlier rows, each mixed over ``omega`` with the stream's prior of before the
+    batch, under the family's prior of before the batch (the population without the task),
+    every per-task scale set by all its rows' design. Here computed from scipy's normal density
+    for ``ridge`` and ``population``."""
     from scipy.special import logsumexp
 
     from core import evidence as ev
@@ -305,11 +306,10 @@ def test_a_batchs_prequential_score_is_its_predictive_density_given_the_tasks_ea
     tid, X, y = tasks[0][:3]
     previous = model.tasks_[tid]
     population = model._population_without(previous)
-    noise = model._noise_prior(population)
     log_pi = {name: np.asarray(v) for name, v in model.stream_choice_["priors"].items()}
     before = dict(model.stream_choice_["scores"])
     model.learn(tid, X[6:], y[6:])
-    assert noise is not None and model.population_tasks_
+    assert model.population_tasks_
     Xc = X - X.mean(axis=0)
     unit = np.trace(Xc.T @ Xc) / X.shape[1]
     slopes = population.predictive().slopes()
@@ -317,7 +317,7 @@ def test_a_batchs_prequential_score_is_its_predictive_density_given_the_tasks_ea
     for name, (centre, K) in priors.items():
         parts = []
         for rows in (slice(None), slice(0, 6)):
-            lp = [_t_log_density(X[rows], y[rows], centre, om * K, noise) for om in ev.GAUSSIAN_OMEGAS]
+            lp = [_profiled_log_density(X[rows], y[rows], centre, om * K) for om in ev.GAUSSIAN_OMEGAS]
             parts.append(logsumexp(log_pi[name] + np.array(lp)))
         got = model.stream_choice_["scores"][name] - before[name]
         assert got == pytest.approx(parts[0] - parts[1], rel=1e-8, abs=1e-8), name
