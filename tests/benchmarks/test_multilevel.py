@@ -42,12 +42,30 @@ def _hierarchical(kind, n_groups, n_rows, beta, sd_intercept, sd_slope=0.0, nois
 
 # ============================================================================ specs and loading
 def test_specs_name_only_the_issues_data_sets():
-    assert set(md.SPECS) == {"ScotsSec", "bdf", "Gcsemv", "egsingle", "star", "InstEval", "VerbAgg", "ohio",
-                             "bacteria", "respiratory"}
+    assert set(md.SPECS) == {"ScotsSec", "bdf", "Gcsemv", "egsingle", "egsingle_child", "star", "star_pupil",
+                             "InstEval", "InstEval_student", "VerbAgg", "ohio", "bacteria", "respiratory"}
     for spec in md.SPECS.values():
         assert spec.why and spec.kind in ("regression", "classification")
-        assert (spec.slope is not None) == (spec.kind == "regression")
+        # a random slope for regression, but where each task has two training rows
+        assert (spec.slope is not None) == (spec.kind == "regression" and spec.name != "star_pupil")
         assert spec.min_rows >= 4
+
+
+@pytest.mark.parametrize("name", ["egsingle_child", "star_pupil", "InstEval_student"])
+def test_the_many_small_tasks_regime_has_thousands_of_tasks_of_at_most_ten_training_rows(name):
+    ds = md.load(name)
+    assert len(ds.task_ids) >= 1000
+    assert max(len(y) for y in ds.y) // 2 <= 10  # the protocol trains on floor(n / 2) rows
+
+
+def test_max_rows_keeps_a_seeded_subset_of_each_groups_rows_the_same_for_every_load():
+    df = pd.DataFrame({"g": ["a"] * 9 + ["b"] * 3, "x": np.arange(12.0), "y": np.arange(12.0) * 2})
+    spec = md.Spec("t", "p", "i", "regression", ("g",), "y", numeric=("x",), slope="x", min_rows=3, max_rows=5)
+    ds, again = md.build(spec, df), md.build(spec, df)
+    assert [len(y) for y in ds.y] == [5, 3]
+    np.testing.assert_array_equal(ds.X[0], again.X[0])
+    assert np.all(np.diff(ds.X[0][:, 0]) > 0) and set(ds.X[0][:, 0]) <= set(range(9))
+    np.testing.assert_array_equal(ds.y[0], 2 * ds.X[0][:, 0])
 
 
 @pytest.mark.parametrize("name", list(md.SPECS))

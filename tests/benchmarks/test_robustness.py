@@ -293,3 +293,20 @@ def test_calibrated_families_give_each_task_its_own_feature_scales():
     assert np.all(ratio > 10.0)
     plain = rb.FAMILIES["reg_unrelated_few"](0)
     assert np.all(np.array([t.X_train.std(axis=0) for t in plain.tasks]).max(axis=0) < 5.0)
+
+
+def test_the_intercepts_families_give_tasks_wide_intercepts_and_shift_and_scale_targets_or_features():
+    """intercept_sd, target, features: a regression task's mean target sits around 300 and its
+    tasks' means spread by about 50 * 5 (the intercepts' spread, 10 times the noise of 0.5),
+    far more than a task's rows spread about their own mean; classification features sit
+    around 300 with a spread of about 50."""
+    stream = rb.FAMILIES["reg_clustered_intercepts"](0)
+    y = [np.concatenate([t.y_train, t.y_test]) for t in stream.tasks]
+    means = np.array([v.mean() for v in y])
+    assert abs(np.median(means) - 300.0) < 150.0
+    assert 100.0 < means.std() < 600.0 and np.median([v.std() for v in y]) < 0.5 * means.std()
+    clf = rb.FAMILIES["clf_clustered_intercepts"](0)
+    X = np.vstack([t.X_train for t in clf.tasks])
+    assert np.all(np.abs(X.mean(axis=0) - 300.0) < 20.0) and np.all(np.abs(X.std(axis=0) - 50.0) < 10.0)
+    rates = np.array([t.y_train.mean() for t in clf.tasks])
+    assert rates.std() > 0.15  # the logit intercepts spread the tasks' positive rates

@@ -48,6 +48,45 @@ def test_em_reaches_statsmodels_mixed_model_estimates():
     np.testing.assert_allclose(pop.cov, np.asarray(fit.cov_re)[np.ix_(order, order)], atol=5e-3)
 
 
+@pytest.mark.parametrize("rows", [(5, 15), (2, 4)])
+def test_em_with_the_noise_reaches_statsmodels_mixed_model_estimates_noise_included(rows):
+    """With one noise shared by every task (``pseudo_dof`` infinite), the variational EM of
+    :func:`fit_gaussian_population` is the mixed model's EM: its fixed point is statsmodels'
+    maximum likelihood of the mean, the covariance and the noise, on tasks of 5-15 rows and on
+    tasks of 2-4 rows and three parameters, whose own fits have no residual to tell noise by."""
+    rows_, tasks = _grouped(0 if rows == (5, 15) else 3, T=200, n=rows)
+    y = np.concatenate([r[1] for r in rows_])
+    exog = np.vstack([np.hstack([np.ones((len(r[1]), 1)), r[0]]) for r in rows_])
+    groups = np.concatenate([[i] * len(r[1]) for i, r in enumerate(rows_)])
+    fit = sm.MixedLM(y, exog, groups=groups, exog_re=exog).fit(reml=False, method="lbfgs")
+    pop, w = population.fit_gaussian_population(tasks, pseudo_dof=np.inf, prior_weight=0.0, tol=1e-10,
+                                                max_iter=30000, objective_tol=0.0)
+    order = [1, 2, 0]
+    assert pop.noise == pytest.approx(fit.scale, rel=1e-4)
+    np.testing.assert_allclose(w, 1.0 / pop.noise)
+    np.testing.assert_allclose(pop.mean, np.asarray(fit.fe_params)[order], atol=2e-4)
+    np.testing.assert_allclose(pop.cov, np.asarray(fit.cov_re)[np.ix_(order, order)], atol=5e-4)
+
+
+def test_each_tasks_noise_precision_is_its_variational_fixed_point():
+    """:func:`noise_precisions` under a given population: each ``w_t`` equals ``(k + n_t) / (k
+    s^2 + r_t)`` with ``r_t`` the expected residual under the task's Gaussian posterior at that
+    precision, computed here directly (inverse, mean, trace), and ``s^2 = T / sum_t w_t`` with
+    ``estimate_typical``."""
+    _, tasks = _grouped(5, T=30, n=(2, 9))
+    n, G, q, yy = (np.array(c, dtype=float) for c in zip(*tasks))
+    pop = Population(np.array([1.0, -0.5, 2.0]), np.diag([0.3, 0.1, 0.9]), 0.4)
+    for estimate in (False, True):
+        w, s2 = population.noise_precisions(n, G, q, yy, pop, 10.0, estimate_typical=estimate, tol=1e-12)
+        P = np.linalg.inv(pop.cov)
+        for t in range(len(n)):
+            C = np.linalg.inv(w[t] * G[t] + P)
+            mu = C @ (w[t] * q[t] + P @ pop.mean)
+            r = yy[t] - 2 * mu @ q[t] + mu @ G[t] @ mu + np.trace(G[t] @ C)
+            assert w[t] == pytest.approx((10.0 + n[t]) / (10.0 * s2 + r), rel=1e-9)
+        assert s2 == (pytest.approx(len(n) / w.sum(), rel=1e-9) if estimate else 0.4)
+
+
 def test_acceleration_keeps_the_fixed_point():
     """SQUAREM's fit equals plain EM's (many plain steps) to the tolerance."""
     _, tasks = _grouped(1)
