@@ -7,13 +7,15 @@ import time
 
 import pytest
 
-STEPS = pytest.StashKey[list]()
+STEPS = pytest.StashKey[list]()  # (name, seconds)
 FAILED = pytest.StashKey[list]()
+NOTES = pytest.StashKey[list]()  # lines printed above the steps
 
 
 def pytest_configure(config):
     config.stash[STEPS] = []
     config.stash[FAILED] = []
+    config.stash[NOTES] = []
 
 
 @pytest.hookimpl(wrapper=True)
@@ -49,6 +51,8 @@ def pytest_terminal_summary(terminalreporter, config):
     steps = config.stash.get(STEPS, [])
     if steps:
         terminalreporter.section("deployment test: steps and their times")
+        for line in config.stash.get(NOTES, []):
+            terminalreporter.write_line(line)
         for name, seconds in steps:
             terminalreporter.write_line(f"{seconds:7.1f} s  {name}")
         terminalreporter.write_line(f"{sum(s for _, s in steps):7.1f} s  in all")

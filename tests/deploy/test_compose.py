@@ -42,7 +42,7 @@ from fcl3 import Client
 from fcl3.hosts import Spread
 
 from . import engine as eng
-from .conftest import timer
+from .conftest import NOTES, STEPS, timer
 
 pytestmark = pytest.mark.slow
 
@@ -128,6 +128,10 @@ def read_back(db_url: str, model: str) -> dict:
     return {**store, "tasks": sorted(store["tasks"])}
 
 
+def compose_version() -> str:
+    return eng.run(["docker-compose", "version", "--short"], check=False).stdout.strip()
+
+
 def client(urls: list[str], key: str = WRITE_KEY, **kwargs) -> Client:
     if len(urls) == 1:
         return Client(urls[0], api_key=key, timeout=30, trust_env=False, **kwargs)
@@ -173,6 +177,8 @@ def deployment(request):
     if missing:
         unavailable("missing " + ", ".join(missing))
     timed = timer(request.config)
+    for stale in eng.remove_stale_engines():
+        request.config.stash[NOTES].append(f"removed the engine of a run that did not clean up: {stale}")
     d = Deployment()
     server = None
     try:
@@ -185,12 +191,16 @@ def deployment(request):
                 eng.prune_cache(keep=(api_tar, services_tar, wheels))
             except (eng.Unavailable, AssertionError, subprocess.TimeoutExpired) as exc:
                 unavailable(f"cannot make the base images or the wheelhouse: {exc}")
-        with timed("engine: dockerd started, base images imported"):
-            d.engine = eng.Engine()
+        d.engine = eng.Engine()
+        with timed("engine: dockerd started"):
             try:
                 d.engine.start()
             except eng.Unavailable as exc:
                 unavailable(str(exc))
+        request.config.stash[NOTES].append(f"dockerd {d.engine.version}, storage driver {d.engine.storage_driver}"
+                                           f"{' (data root on a tmpfs)' if d.engine.tmpfs else ''}, "
+                                           f"docker-compose {compose_version()}")
+        with timed("engine: base images imported (docker import)"):
             d.engine.import_rootfs(api_tar, "fcl3-deploy-base:python")
             d.engine.import_rootfs(services_tar, "fcl3-deploy-base:services")
         server = eng.WheelServer(wheels).__enter__()
@@ -210,12 +220,14 @@ def deployment(request):
         if server is not None:
             server.__exit__(None, None, None)
         if d.engine is not None:
-            with timed("cleanup: engine stopped, its directory removed"):
-                if d.compose is not None:
+            if d.compose is not None:
+                with timed("cleanup: down -v --remove-orphans (nothing left, unless a step failed)"):
                     d.compose("down", "-v", "--remove-orphans", check=False, timeout=300)
-                d.engine.close()
+            d.engine.close()
+            for part, seconds in d.engine.times.items():
+                request.config.stash[STEPS].append((f"cleanup: {part}", seconds))
             assert not d.engine.dir.exists()
-            assert d.engine._own_processes() == []
+            assert d.engine.own_processes() == []
 
 
 # ----------------------------------------------------------------------------- the steps
