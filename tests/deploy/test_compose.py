@@ -9,7 +9,8 @@ on 127.0.0.1: no index), builds stand-ins for postgres and redis from Debian's p
 1. ``up -d --scale api=2``: the one-shot migration exits 0, both replicas become healthy;
 2. a stream learned through both replicas (the shipped client spreading over them); one replica's
    main process killed with SIGKILL while it holds a batch, the engine restarting it by its
-   restart policy; every acknowledged batch stored exactly once, nothing else stored;
+   restart policy; every acknowledged batch stored exactly once, nothing else stored; then
+   ``docker kill`` of the other, which Docker takes for a manual stop (no restart) until ``up -d``;
 3. ``down`` then ``up``: the model, its version, tasks and stored batches intact (the volume);
 4. the image on its embedded default (no DATABASE_URL): its SQLite file in SQLITE_PATH, owned by
    the non-root user, kept in a volume across containers;
@@ -19,7 +20,7 @@ on 127.0.0.1: no index), builds stand-ins for postgres and redis from Debian's p
 Traffic goes to 127.0.0.1 only (published ports) and between the test's own containers. Needs
 root, ``dockerd`` and ``docker-compose`` (Debian's docker.io and docker-compose) and
 ``debootstrap``: skipped with the reason elsewhere; failed instead with ``FCL3_REQUIRE_DOCKER=1``
-(CI). The slow parts are cached (engine.py: ``FCL3_DEPLOY_CACHE``).
+(CI). The slow parts are cached (bases.py: ``FCL3_DEPLOY_CACHE``).
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ from benchmarks.replicas import PARAMS, Writers, batches_per_host, problems
 from fcl3 import Client
 from fcl3.hosts import Spread
 
+from . import bases
 from . import engine as eng
 from .conftest import NOTES, STEPS, timer
 
@@ -58,11 +60,11 @@ class Compose:
     def __init__(self, engine: eng.Engine, project: str, env: dict[str, str]):
         self.engine, self.project = engine, project
         self.env = {**engine.env, **env}
-        self.base = ["docker-compose", "-p", project, "-f", eng.ROOT / "docker-compose.yml",
-                     "-f", eng.HERE / "docker-compose.test.yml"]
+        self.base = ["docker-compose", "-p", project, "-f", bases.ROOT / "docker-compose.yml",
+                     "-f", bases.HERE / "docker-compose.test.yml"]
 
     def __call__(self, *args, timeout: float = 600, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
-        return eng.run([*self.base, *args], timeout=timeout, check=check, env=self.env, cwd=eng.ROOT, **kwargs)
+        return eng.run([*self.base, *args], timeout=timeout, check=check, env=self.env, cwd=bases.ROOT, **kwargs)
 
     def containers(self, service: str, all: bool = False) -> list[str]:
         """Ids of ``service``'s containers (by compose's labels: the same in v1 and v2)."""
@@ -185,10 +187,10 @@ def deployment(request):
         with timed("cache: base rootfs (debootstrap) and wheelhouse"):
             try:
                 with ThreadPoolExecutor(2) as pool:  # the two debootstraps side by side
-                    api, services = pool.map(eng.rootfs, (eng.API_PACKAGES, eng.SERVICE_PACKAGES))
+                    api, services = pool.map(bases.rootfs, (bases.API_PACKAGES, bases.SERVICE_PACKAGES))
                 (api_tar, py_env), (services_tar, _) = api, services
-                wheels = eng.wheelhouse(py_env)
-                eng.prune_cache(keep=(api_tar, services_tar, wheels))
+                wheels = bases.wheelhouse(py_env)
+                bases.prune_cache(keep=(api_tar, services_tar, wheels))
             except (eng.Unavailable, AssertionError, subprocess.TimeoutExpired) as exc:
                 unavailable(f"cannot make the base images or the wheelhouse: {exc}")
         d.engine = eng.Engine()
@@ -203,7 +205,7 @@ def deployment(request):
         with timed("engine: base images imported (docker import)"):
             d.engine.import_rootfs(api_tar, "fcl3-deploy-base:python")
             d.engine.import_rootfs(services_tar, "fcl3-deploy-base:services")
-        server = eng.WheelServer(wheels).__enter__()
+        server = bases.WheelServer(wheels).__enter__()
         d.compose = Compose(d.engine, f"fcl3deploy{d.engine.dir.name[6:].lower()}", {
             "DEPLOY_API_BASE": "fcl3-deploy-base:python", "DEPLOY_SERVICES_BASE": "fcl3-deploy-base:services",
             "DEPLOY_WHEELS": server.url,
@@ -241,9 +243,9 @@ def test_up_runs_the_migration_once_then_the_api_replicas_are_healthy(deployment
     urls = compose.api_urls()
     assert len(set(urls)) == 2
     for url in urls:
-        ready = httpx.get(f"{url}/readyz", timeout=10).json()
+        ready = httpx.get(f"{url}/readyz", timeout=10, trust_env=False).json()
         assert ready == {"status": "ready", "database": "ok", "schema": "ok", "lock": "ok"}, ready
-        assert httpx.get(f"{url}/model", timeout=10).status_code == 401  # the keys are on
+        assert httpx.get(f"{url}/model", timeout=10, trust_env=False).status_code == 401  # the keys are on
     with client(urls[:1], READ_KEY) as c:
         m = c.get_model(MODEL)
     assert (m.version, m.estimator, m.hyperparameters["n_components"]) == (0, "FCL3", PARAMS["n_components"])
@@ -302,6 +304,14 @@ def test_a_stream_through_two_replicas_survives_one_killed_and_restarted_by_its_
     p = predictions(urls, deployment.version)
     assert p[0] == p[1]  # both replicas serve the same model
     deployment.predictions = p[0]
+
+    with step("2. docker kill: a manual stop, the replica stays down until up -d"):
+        compose.engine.docker("kill", api[0])
+        time.sleep(3)  # the policy restarted the SIGKILLed one within a second (backoff 100 ms)
+        state = compose.inspect(api[0])
+        assert state["State"]["Status"] == "exited" and state["RestartCount"] == 0, state["State"]
+        compose.up_and_healthy(2)
+    assert sorted(compose.containers("api")) == sorted(api)  # started again, not replaced
 
 
 def test_down_then_up_keeps_the_model_its_version_and_tasks(deployment, step):
