@@ -186,10 +186,11 @@ def deployment(request):
     try:
         with timed("cache: base rootfs (debootstrap) and wheelhouse"):
             try:
-                with ThreadPoolExecutor(2) as pool:  # the two debootstraps side by side
-                    api, services = pool.map(bases.rootfs, (bases.API_PACKAGES, bases.SERVICE_PACKAGES))
-                (api_tar, py_env), (services_tar, _) = api, services
-                wheels = bases.wheelhouse(py_env)
+                with ThreadPoolExecutor(1) as pool:  # the services' debootstrap beside the API's and the wheels
+                    services = pool.submit(bases.rootfs, bases.SERVICE_PACKAGES)
+                    api_tar, py_env = bases.rootfs(bases.API_PACKAGES)
+                    wheels = bases.wheelhouse(py_env)
+                    services_tar, _ = services.result()
                 bases.prune_cache(keep=(api_tar, services_tar, wheels))
             except (eng.Unavailable, AssertionError, subprocess.TimeoutExpired) as exc:
                 unavailable(f"cannot make the base images or the wheelhouse: {exc}")
