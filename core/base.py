@@ -371,7 +371,8 @@ class LifelongLearner:
         row seen, this batch's included, re-express every task's data exactly in it and learn
         the tasks again from a fresh start, each as one batch, in their order. The model is
         then what the same rows would give had they arrived with the scaling known, however
-        the stream began (a one-row first batch no longer sets the scaling)."""
+        the stream began (a one-row first batch no longer sets the scaling); the stream's
+        prequential sums start again too, each task scored as the one batch it is learned as."""
         known = task_id in self.tasks_
         tasks = dict(self.tasks_)
         labels_of = {tid: r.labels for tid, r in tasks.items()}
@@ -617,9 +618,9 @@ class LifelongLearner:
 
     @property
     def _reference_families(self) -> tuple[str, ...]:
-        """The families, in order, that win ties and a stream with no scores
-        (:func:`core.evidence.prequential_family`): the stream's population (the mixed model)
-        once one is fitted, then ``ridge`` (each task alone)."""
+        """The two defaults of :func:`core.evidence.prequential_family`, the first of which a
+        stream with no scores uses: the stream's population (the mixed model) once one is
+        fitted, then ``ridge`` (each task alone)."""
         fitted = self._keeps_population and int(getattr(self, "population_tasks_", 0))
         return (POPULATION.name, RIDGE.name) if fitted else (RIDGE.name,)
 
