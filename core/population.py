@@ -54,7 +54,7 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import brentq, minimize_scalar
+from scipy.optimize import minimize_scalar
 
 from .losses import sigmoid
 
@@ -71,11 +71,9 @@ LOGISTIC_SPREAD_SCALE = 100.0
 #: Degrees of freedom of the stream's typical noise added to a task's own (:func:`task_noises`).
 NOISE_PSEUDO_DOF = 10.0
 #: :func:`noise_precisions` stops when no precision moves by more than ``NOISE_TOL`` (relative)
-#: or after ``NOISE_MAX_ITER`` iterations; :func:`fit_gaussian_population` alternates the
-#: population and the precisions at most ``NOISE_ROUNDS`` times.
+#: or after ``NOISE_MAX_ITER`` Newton steps.
 NOISE_TOL = 1e-6
 NOISE_MAX_ITER = 500
-NOISE_ROUNDS = 200
 #: The population and the stream's family are computed again when the tasks have grown by this
 #: factor, or this factor minus one times the tasks have been updated, since the last time.
 REFIT_GROWTH = 1.25
@@ -753,10 +751,9 @@ def task_noises(rss: np.ndarray, dof: np.ndarray, typical: float | None = None,
 
 def noise_precisions(n: np.ndarray, gram: np.ndarray, moment: np.ndarray, yy: np.ndarray, pop: Population,
                      pseudo_dof: float = NOISE_PSEUDO_DOF, weights: np.ndarray | None = None,
-                     estimate_typical: bool = False, tol: float = NOISE_TOL,
-                     max_iter: int = NOISE_MAX_ITER) -> tuple[np.ndarray, float]:
-    """Every squared-loss task's noise precision ``E[1 / sigma_t^2]`` under ``pop``, and the
-    stream's typical noise variance (``pop.noise``, or estimated with ``estimate_typical``).
+                     tol: float = NOISE_TOL, max_iter: int = NOISE_MAX_ITER) -> tuple[np.ndarray, float]:
+    """Every squared-loss task's noise precision ``E[1 / sigma_t^2]`` under ``pop``, whose
+    ``noise`` is the stream's typical noise variance ``s^2`` (returned with them).
 
     The model: ``y_t = X_t theta_t + e``, ``e ~ N(0, sigma_t^2 I)``, ``theta_t ~ N(m, Sigma)``
     and ``sigma_t^2 ~ Scaled-Inv-chi^2(k, s^2)`` with ``k = pseudo_dof`` and ``s^2`` the
@@ -768,14 +765,16 @@ def noise_precisions(n: np.ndarray, gram: np.ndarray, moment: np.ndarray, yy: np
     ``w_t = (k + n_t) / (k s^2 + r_t)``, with ``r_t = E||y_t - X_t theta_t||^2 = ||y_t - X_t mu_t||^2
     + tr(X_t'X_t C_t)``, the expected residual under the posterior, not the residual of the
     task's own fit: a task of two rows and three parameters fits its rows exactly and says
-    nothing of its noise alone, but under the population its rows do. ``estimate_typical``
-    also sets ``s^2`` to its maximum, ``T / sum_t w_t``; with ``pseudo_dof = inf`` every task
-    shares one noise, ``sum_t r_t / sum_t n_t``: the mixed model's maximum-likelihood step.
+    nothing of its noise alone, but under the population its rows do. With ``pseudo_dof = inf``
+    every task has the typical noise. :func:`fit_gaussian_population` estimates ``s^2`` with the
+    population.
 
-    Each iteration is ``O(T d)``: the tasks' ``X'X`` are diagonalised once in the
-    population's whitened coordinates (``theta = m + L u``, ``Sigma = L L'``). ``weights``:
-    where the iteration starts (``1 / s^2`` when ``None``); it stops when no precision moves by
-    more than ``tol`` (relative) or after ``max_iter`` iterations."""
+    Each task's fixed point is found by Newton's method in ``log w_t``, each iteration ``O(T d)``:
+    the tasks' ``X'X`` are diagonalised once in the population's whitened coordinates
+    (``theta = m + L u``, ``Sigma = L L'``), where the posterior's mean and variances are
+    explicit in ``w_t``. ``weights``: where the iteration starts (``1 / s^2`` when ``None``); it
+    stops when no precision moves by more than ``tol`` (relative) or after ``max_iter``
+    iterations."""
     n, yy = np.asarray(n, dtype=float), np.asarray(yy, dtype=float)
     gram, moment = np.asarray(gram, dtype=float), np.asarray(moment, dtype=float)
     L = np.linalg.cholesky(pop.cov)
@@ -792,55 +791,20 @@ def noise_precisions(n: np.ndarray, gram: np.ndarray, moment: np.ndarray, yy: np
         r = S - np.sum(c * c * w[:, None] * (w[:, None] * lam + 2.0) / (g * g), axis=1) + np.sum(lam / g, axis=1)
         return np.maximum(r, 0.0), -np.sum(2.0 * c * c / (g * g * g) + lam * lam / (g * g), axis=1)
 
-    if not np.isfinite(pseudo_dof):  # one noise for every task: the mixed model's EM step
-        for _ in range(max_iter):
-            r, _ = residuals(w)
-            if estimate_typical:
-                typical = max(float(r.sum() / n.sum()), _TINY)
-            moved = abs(1.0 / typical - w[0]) * typical
-            w = np.full(n.size, 1.0 / typical)
-            if moved <= tol or not estimate_typical:
-                break
-        return w, typical
+    if not np.isfinite(pseudo_dof):  # one noise for every task: the typical one
+        return np.full(n.size, 1.0 / typical), typical
     k = float(pseudo_dof)
-
-    def solve(typical, w):  # each task's w = (k + n) / (k s^2 + r(w)) given s^2: Newton in log w
-        for _ in range(max_iter):
-            r, dr = residuals(w)
-            target = (k + n) / (k * typical + r)
-            # log w - log target(w) = 0; its derivative in log w, 1 - w target' / target, is
-            # positive at a stable root; where it is not, the plain step w = target
-            slope = 1.0 + w * dr / (k * typical + r)
-            gap = np.log(w / target)
-            step = np.where(slope > 1e-3, gap / np.where(slope > 1e-3, slope, 1.0), gap)
-            w = w * np.exp(-step)
-            if float(np.max(np.abs(step))) <= tol:
-                break
-        return w
-
-    if not estimate_typical:
-        return solve(typical, w), typical
-    # s^2 = T / sum_t w_t(s^2): the root in log s^2 of log(s^2 sum_t w_t / T), which rises with
-    # s^2 (each w_t s^2 = (k + n_t) s^2 / (k s^2 + r_t) does, r_t moving less), by Brent's method
-    # from a bracket grown around the last s^2; every solve starts from the same w, so that the
-    # function Brent's method reads is one function
-    def excess(log_s2):
-        return float(np.log(np.exp(log_s2) * np.sum(solve(float(np.exp(log_s2)), w)) / n.size))
-
-    lo, hi = np.log(typical) - 0.05, np.log(typical) + 0.05
-    f_lo, f_hi = excess(lo), excess(hi)
-    for _ in range(200):
-        if f_lo <= 0.0 <= f_hi:
+    for _ in range(max_iter):  # each task's w = (k + n) / (k s^2 + r(w)): Newton in log w
+        r, dr = residuals(w)
+        target = (k + n) / (k * typical + r)
+        # log w - log target(w) = 0; its derivative in log w, 1 - w target' / target, is
+        # positive at a stable root; where it is not, the plain step w = target
+        slope = 1.0 + w * dr / (k * typical + r)
+        gap = np.log(w / target)
+        step = np.where(slope > 1e-3, gap / np.where(slope > 1e-3, slope, 1.0), gap)
+        w = w * np.exp(-step)
+        if float(np.max(np.abs(step))) <= tol:
             break
-        if f_lo > 0.0:
-            lo, hi, f_hi = lo - 2.0 * (hi - lo), lo, f_lo
-            f_lo = excess(lo)
-        else:
-            lo, hi, f_lo = hi, hi + 2.0 * (hi - lo), f_hi
-            f_hi = excess(hi)
-    log_s2 = brentq(excess, lo, hi, xtol=tol) if f_lo < 0.0 < f_hi else (lo if f_lo == 0.0 else hi)
-    typical = float(np.exp(log_s2))
-    w = solve(typical, w)
     return w, typical
 
 

@@ -71,20 +71,20 @@ def test_em_with_the_noise_reaches_statsmodels_mixed_model_estimates_noise_inclu
 def test_each_tasks_noise_precision_is_its_variational_fixed_point():
     """:func:`noise_precisions` under a given population: each ``w_t`` equals ``(k + n_t) / (k
     s^2 + r_t)`` with ``r_t`` the expected residual under the task's Gaussian posterior at that
-    precision, computed here directly (inverse, mean, trace), and ``s^2 = T / sum_t w_t`` with
-    ``estimate_typical``."""
+    precision, computed here directly (inverse, mean, trace); with ``pseudo_dof`` infinite,
+    ``1 / s^2``."""
     _, tasks = _grouped(5, T=30, n=(2, 9))
     n, G, q, yy = (np.array(c, dtype=float) for c in zip(*tasks))
     pop = Population(np.array([1.0, -0.5, 2.0]), np.diag([0.3, 0.1, 0.9]), 0.4)
-    for estimate in (False, True):
-        w, s2 = population.noise_precisions(n, G, q, yy, pop, 10.0, estimate_typical=estimate, tol=1e-12)
-        P = np.linalg.inv(pop.cov)
-        for t in range(len(n)):
-            C = np.linalg.inv(w[t] * G[t] + P)
-            mu = C @ (w[t] * q[t] + P @ pop.mean)
-            r = yy[t] - 2 * mu @ q[t] + mu @ G[t] @ mu + np.trace(G[t] @ C)
-            assert w[t] == pytest.approx((10.0 + n[t]) / (10.0 * s2 + r), rel=1e-9)
-        assert s2 == (pytest.approx(len(n) / w.sum(), rel=1e-9) if estimate else 0.4)
+    w, s2 = population.noise_precisions(n, G, q, yy, pop, 10.0, tol=1e-12)
+    assert s2 == 0.4
+    P = np.linalg.inv(pop.cov)
+    for t in range(len(n)):
+        C = np.linalg.inv(w[t] * G[t] + P)
+        mu = C @ (w[t] * q[t] + P @ pop.mean)
+        r = yy[t] - 2 * mu @ q[t] + mu @ G[t] @ mu + np.trace(G[t] @ C)
+        assert w[t] == pytest.approx((10.0 + n[t]) / (10.0 * s2 + r), rel=1e-9)
+    np.testing.assert_array_equal(population.noise_precisions(n, G, q, yy, pop, np.inf)[0], 1.0 / 0.4)
 
 
 def test_acceleration_keeps_the_fixed_point():
