@@ -74,6 +74,15 @@ NOISE_PSEUDO_DOF = 10.0
 #: or after ``NOISE_MAX_ITER`` Newton steps.
 NOISE_TOL = 1e-6
 NOISE_MAX_ITER = 500
+#: The typical noise's prior in :func:`fit_gaussian_population`: as many pseudo-tasks as this,
+#: each of noise variance 1, the scaled target's variance (all of it noise). Tasks with no more
+#: rows than coefficients, few of them, cannot tell their noise from the population's spread:
+#: without a prior every typical noise is then a fixed point, and EM ends wherever its path
+#: does (~1e-8 after one such task, heading for 0; a score of the next task off by 12 nats on
+#: a row's rounding). With it, such a population's noise is of the order of the target's
+#: variance from any start; once the tasks tell their noise, the prior weighs as one task
+#: among ``T``.
+NOISE_PRIOR_TASKS = 1.0
 #: The population and the stream's family are computed again when the tasks have grown by this
 #: factor, or this factor minus one times the tasks have been updated, since the last time.
 REFIT_GROWTH = 1.25
@@ -86,6 +95,11 @@ REFIT_GROWTH = 1.25
 EM_TOL = 1e-6
 EM_OBJECTIVE_TOL = 1e-5
 EM_MAX_ITER = 300
+#: SQUAREM's longest extrapolation starts at one EM step's length and grows by this factor each
+#: time a round reaches it (Varadhan & Roland 2008; the SQUAREM package's ``mstep``): an
+#: uncapped first extrapolation can leap to where a task's noise is ~0, a point far outside the
+#: fixed point's basin that EM then leaves over hundreds of steps.
+SQUAREM_STEP_GROWTH = 4.0
 #: Laplace EM for logistic tasks (:func:`fit_logistic_population`): at most this many rounds of
 #: re-expansion, stopping when the population moves less than ``LAPLACE_TOL`` (relative).
 LAPLACE_ROUNDS = 20
@@ -212,9 +226,13 @@ def _squarem(x: np.ndarray, step, d: int, T: int, tol: float, max_iter: int, obj
     """EM's fixed point from ``x`` (a mean of ``d`` and a covariance, flattened, then any
     unconstrained entries: logarithms, whose moves count as relative ones) by SQUAREM rounds
     of ``step(x, value=False)`` (``step(x, True)`` also returns the log posterior at ``x``):
-    :func:`fit_population`'s stopping rules over ``T`` tasks."""
+    :func:`fit_population`'s stopping rules over ``T`` tasks. A round's step length ``|r| / |v|``
+    is at least 1 (the plain double EM step) and at most a cap that starts at 1 and grows by
+    :data:`SQUAREM_STEP_GROWTH` whenever a round reaches it; an extrapolation that is not a
+    valid population, or whose EM step cannot be taken, gives way to the double EM step."""
     size = d + d * d
     before = None
+    longest = 1.0  # the extrapolation's largest step length for now (SQUAREM's step.max)
     for _ in range(max_iter // 3):
         if objective_tol > 0:
             x1, value = step(x, True)  # value: the log posterior at x
@@ -228,10 +246,16 @@ def _squarem(x: np.ndarray, step, d: int, T: int, tol: float, max_iter: int, obj
         nv = float(np.linalg.norm(v))
         new = x2
         if nv > 0:
-            alpha = -max(float(np.linalg.norm(r)) / nv, 1.0)
+            length = max(float(np.linalg.norm(r)) / nv, 1.0)
+            if length >= longest:  # capped, and the cap widened for the next round
+                length, longest = longest, longest * SQUAREM_STEP_GROWTH
+            alpha = -length
             trial = x - 2.0 * alpha * r + alpha * alpha * v
             if _valid(trial[:size], d) and np.all(np.isfinite(trial)):
-                new = step(trial)
+                try:  # an extrapolation to the edge of definiteness can leave a singular system
+                    new = step(trial)
+                except np.linalg.LinAlgError:
+                    new = x2
                 if not (_valid(new[:size], d) and np.all(np.isfinite(new))):
                     new = x2
         moved = _moved(x[:size], new[:size], d)
@@ -811,18 +835,26 @@ def noise_precisions(n: np.ndarray, gram: np.ndarray, moment: np.ndarray, yy: np
 def fit_gaussian_population(tasks: list, start: Population | None = None, noises: np.ndarray | None = None,
                             pseudo_dof: float = NOISE_PSEUDO_DOF, prior_weight: float = PRIOR_WEIGHT,
                             tol: float = EM_TOL, max_iter: int = EM_MAX_ITER, with_mean_cov: bool = True,
-                            objective_tol: float = EM_OBJECTIVE_TOL) -> tuple[Population, np.ndarray]:
+                            objective_tol: float = EM_OBJECTIVE_TOL,
+                            noise_prior_tasks: float = NOISE_PRIOR_TASKS) -> tuple[Population, np.ndarray]:
     """The population of squared-loss tasks ``[(n, X'X, X'y, y'y), ...]`` with every task's
     noise and the typical one estimated with it (:func:`noise_precisions`'s model), by
     variational EM (:func:`noise_precisions`'s coordinate ascent in one step with EM's: each
     task's posterior given its precision ``w_t``, then the precisions given the posteriors' expected
-    residuals and ``s^2 = T / sum_t w_t``, then the population), accelerated by SQUAREM over the
+    residuals and ``s^2``, then the population), accelerated by SQUAREM over the
     population, ``log w_t`` and ``log s^2`` together: the fixed point is the joint one, where each
     task's posterior, its noise and the population agree (the mixed model's ML estimates, noise
     included, for ``pseudo_dof = inf``). A first fit (``start`` ``None``) starts the
     precisions from ``1 / noises`` (each task's own estimate, :func:`task_noises`; the scaled
     target's variance 1 when ``None``), a refit from ``start`` and its noise. Returns the
-    population (``noise``: ``s^2``) and the precisions."""
+    population (``noise``: ``s^2``) and the precisions.
+
+    ``s^2`` has the prior of ``A = noise_prior_tasks`` pseudo-tasks of precision 1 (each task's
+    ``sigma_t^2 ~ Scaled-Inv-chi^2(k, s^2)`` contributes ``k/2 log s^2 - k s^2 w_t / 2`` to the
+    bound; the prior ``k A / 2 (log s^2 - s^2)``): its step is the maximiser
+    ``s^2 = (T + A) / (sum_t w_t + A)``, plain maximum likelihood ``T / sum_t w_t`` for ``A = 0``
+    (:data:`NOISE_PRIOR_TASKS` says why the default is 1). For ``pseudo_dof = inf`` every task
+    has the shared noise ``s^2``, estimated from the expected residuals as the mixed model does."""
     n, gram, moment, yy = (np.array(c, dtype=float) for c in zip(*tasks))
     T, d = moment.shape
     if start is None:
@@ -845,7 +877,7 @@ def fit_gaussian_population(tasks: list, start: Population | None = None, noises
             w = np.full(T, 1.0 / noise)
         else:
             w = (pseudo_dof + n) / (pseudo_dof * float(np.exp(v[-1])) + r)
-            noise = T / float(np.sum(w))
+            noise = (T + noise_prior_tasks) / (float(np.sum(w)) + noise_prior_tasks)
         out = _em_step(v[:size], J, h, prior_weight, value=value, posteriors=post)
         x = out[0] if value else out
         new = np.concatenate([x, np.log(w), [np.log(noise)]])
