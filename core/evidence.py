@@ -83,8 +83,9 @@ _NEWTON_TOL = 1e-8
 #: noise) leaves as all there is; half the digits are kept, so the evidence of an exact fit
 #: is the same number however its rows were summed.
 EXACT_FIT = 1e-8
-#: Eigenvalues of a squared-loss task's ``R' G R`` below this fraction of the largest are
-#: rounding's (:func:`gaussian_fits`): an exact zero where ``G`` has fewer rows than slopes.
+#: Eigenvalues of a squared-loss task's centred ``X'X`` (``G``) below this fraction of the
+#: largest are rounding's (:func:`_informed_directions`): an exact zero where ``G`` has fewer
+#: rows than slopes.
 NULL_EIGENVALUE = 1e-12
 _TINY = 1e-300
 
