@@ -191,10 +191,9 @@ def _informed_directions(G: np.ndarray, R: np.ndarray) -> tuple[np.ndarray, np.n
     times its largest: a task of fewer rows than slopes, a column constant inside the task);
     the directions come from the SVD of ``Lambda^1/2 V' R`` (``G = V Lambda V'``), so a prior
     factor ``R`` of condition ``1e6`` and beyond, as a population's mean uncertain along
-    directions no task informs gives, leaves informed directions informed. (Read off ``R' G
-    R``'s own eigenvalues, rounding's directions and informed ones of a small prior variance
-    mixed below its threshold: a task's evidence 79 nats apart on two streams whose states
-    agreed to ``1e-11``.)"""
+    directions no task informs gives, leaves informed directions informed: ``R' G R``'s own
+    eigenvalues put rounding's directions and informed ones of a small prior variance below
+    one threshold, and a task's evidence then turns on its rows' rounding."""
     gv, V = np.linalg.eigh(G)
     keep = gv > NULL_EIGENVALUE * max(float(gv[-1]), _TINY)
     B = np.sqrt(gv[keep])[:, None] * V[:, keep].T @ R  # (r, d): R' G R = B' B
