@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy.special import logsumexp
 
 from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, POPULATION, RIDGE, Family, Library, family_curves,
-                       family_priors, posterior_fit, prequential_family)
+                       family_priors, log_sum_exp, posterior_fit, prequential_family)
 from .exceptions import InputError, UnknownTaskError
 from .losses import KINDS, curvature_scale, fit_single_task, fit_squared_from_moments, sigmoid
 from .population import (LOGISTIC_SPREAD_SCALE, Population, choose_logistic_population,
@@ -590,9 +589,9 @@ class LifelongLearner:
         for family in self._families:
             name = family.name if family.name in curves and (previous is None or family.name in before) else RIDGE.name
             log_pi = np.asarray(priors.get(name, uniform))
-            score = float(logsumexp(log_pi + curves[name]))
+            score = log_sum_exp(log_pi + curves[name])
             if previous is not None:
-                score -= float(logsumexp(log_pi + before[name]))
+                score -= log_sum_exp(log_pi + before[name])
             scores[family.name] = score
         return scores
 

@@ -183,7 +183,31 @@ def logistic_unit(X: np.ndarray, slopes: int | None = None) -> float:
     return curvature if curvature > 1e-10 * n else 0.25 * n
 
 
-def _informed_directions(G: np.ndarray, R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def log_sum_exp(a: np.ndarray) -> float:
+    """``log sum exp(a)`` of a 1-d array, with its largest entry factored out (scipy's
+    ``logsumexp`` checks and converts its input at a cost of about 30 times this one's on the
+    grid's 27 entries, and the stream takes it several times per family and update)."""
+    top = float(np.max(a))
+    if not np.isfinite(top):
+        return top
+    return top + float(np.log(np.sum(np.exp(a - top))))
+
+
+def centred_gram(n: int, gram: np.ndarray) -> np.ndarray:
+    """A squared-loss task's centred ``X'X`` from its ``X'X`` (bias column last): the slopes'
+    information once the intercept is integrated out."""
+    xbar = gram[-1, :-1] / n
+    return gram[:-1, :-1] - n * np.outer(xbar, xbar)
+
+
+def centred_eigh(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The eigendecomposition of a squared-loss task's centred ``X'X`` ``G``, which every
+    family's :func:`_informed_directions` reads (computed once per task's curves)."""
+    return np.linalg.eigh(G)
+
+
+def _informed_directions(G: np.ndarray, R: np.ndarray, eig: tuple[np.ndarray, np.ndarray] | None = None
+                         ) -> tuple[np.ndarray, np.ndarray]:
     """The eigenvalues ``lam`` of ``R' G R`` that the data inform and ``R U`` for their
     eigenvectors ``U``: ``(r,)`` and ``(d, r)``, ``r`` the rank of ``G``. Every other direction
     has eigenvalue exactly 0 and the data's projection on it is 0: it adds nothing to a task's
@@ -193,8 +217,9 @@ def _informed_directions(G: np.ndarray, R: np.ndarray) -> tuple[np.ndarray, np.n
     factor ``R`` of condition ``1e6`` and beyond, as a population's mean uncertain along
     directions no task informs gives, leaves informed directions informed: ``R' G R``'s own
     eigenvalues put rounding's directions and informed ones of a small prior variance below
-    one threshold, and a task's evidence then turns on its rows' rounding."""
-    gv, V = np.linalg.eigh(G)
+    one threshold, and a task's evidence then turns on its rows' rounding. ``eig``: ``G``'s
+    :func:`centred_eigh`, when already computed."""
+    gv, V = centred_eigh(G) if eig is None else eig
     keep = gv > NULL_EIGENVALUE * max(float(gv[-1]), _TINY)
     B = np.sqrt(gv[keep])[:, None] * V[:, keep].T @ R  # (r, d): R' G R = B' B
     _, sv, Qt = np.linalg.svd(B, full_matrices=False)
@@ -204,7 +229,8 @@ def _informed_directions(G: np.ndarray, R: np.ndarray) -> tuple[np.ndarray, np.n
 def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centres: np.ndarray,
                   basis: np.ndarray | None, rho: float, factor: np.ndarray | None = None,
                   slopes: int | None = None, posterior_means: bool = True,
-                  unit: float | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+                  unit: float | None = None, eig: tuple[np.ndarray, np.ndarray] | None = None
+                  ) -> tuple[np.ndarray, np.ndarray | None]:
     """Log evidence and posterior mean of a squared-loss task for every centre and every
     ``omega`` of :data:`GAUSSIAN_OMEGAS`: arrays ``(k, n_omega)`` and ``(k, n_omega, d + 1)``.
 
@@ -215,11 +241,13 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
     ``posterior_means=False``: the evidence alone (the same numbers), ``None`` for the means.
     ``unit``: the per-slope scale the ``omega`` grid is relative to (default the task's own,
     ``tr(G) / d`` of its centred ``X'X``; :func:`family_curves` passes another design's).
+    ``eig``: the centred ``X'X``'s :func:`centred_eigh`, when already computed (the same for
+    every family of a task).
     """
     d = gram.shape[0] - 1
     xbar = gram[-1, :-1] / n
     ybar = moment[-1] / n
-    G = gram[:-1, :-1] - n * np.outer(xbar, xbar)  # centred X'X: the intercept integrated out
+    G = centred_gram(n, gram)
     q = moment[:-1] - n * xbar * ybar
     S = yy - n * ybar * ybar
     dof = max(n - 1, 1)
@@ -228,7 +256,7 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
         R = _prior_factor(d, basis, rho, slopes)
     else:
         omegas, R = GAUSSIAN_OMEGAS, factor
-    lam, RU = _informed_directions(G, R)
+    lam, RU = _informed_directions(G, R, eig)
     shrink = 1.0 / (1.0 / omegas[None, :] + lam[:, None])  # (d, n_omega)
     logdet = np.sum(np.log1p(omegas[None, :] * lam[:, None]), axis=0)
     k = centres.shape[0]
@@ -389,6 +417,7 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
     has_centres = library is not None and len(library.centres) > 0
     curves: dict[str, Curve] = {}
     pop = library.population if library is not None else None
+    eig = centred_eigh(centred_gram(data[0], data[1])) if kind == "regression" else None
 
     @functools.cache
     def gaussian_population_fits():
@@ -400,7 +429,7 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
         if has_centres and not library.shared_slopes:
             centres = np.vstack([centres, library.centres])
         return gaussian_fits(n, gram, moment, yy, centres, None, 0.0, np.linalg.cholesky(pop.cov / pop.noise),
-                             posterior_means=posterior_means)
+                             posterior_means=posterior_means, eig=eig)
     for fam in families:
         if fam.own_scale:
             if kind == "regression":
@@ -409,7 +438,7 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
                 xbar = gram_d[-1, :-1] / n_d
                 factor = own_scale_factor(gram_d[:-1, :-1] - n_d * np.outer(xbar, xbar), n_d, xbar)
                 E, TH = gaussian_fits(n, gram, moment, yy, np.zeros((1, d)), None, 0.0, factor,
-                                      posterior_means=posterior_means)
+                                      posterior_means=posterior_means, eig=eig)
                 curves[fam.name] = mixed_curve(E, TH)
             else:
                 Xd = design[0][:, :-1]
@@ -454,7 +483,7 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
         if kind == "regression":
             n, gram, moment, yy = data
             E, TH = gaussian_fits(n, gram, moment, yy, np.vstack([np.zeros((1, d)), centres]), basis, rho,
-                                  slopes=slopes, posterior_means=posterior_means, unit=unit)
+                                  slopes=slopes, posterior_means=posterior_means, unit=unit, eig=eig)
         else:
             E, TH = logistic_fits(data[0], data[1], centres, basis, rho, None, intercept, slopes, unit)
         for fam in fams:
@@ -595,7 +624,7 @@ def posterior_fit(curve: Curve, log_prior: np.ndarray | None = None) -> Fit:
     ``sum_j P(omega_j | data) theta_j`` (``omega`` integrated out, not maximised)."""
     E = curve.log_evidence
     W = E + (np.full(E.size, -np.log(E.size)) if log_prior is None else log_prior)
-    total = float(logsumexp(W))
+    total = log_sum_exp(W)
     post = np.exp(W - total)
     return Fit(total, np.tensordot(post, curve.theta, axes=1))
 

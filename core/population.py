@@ -405,7 +405,7 @@ def fit_shared_slopes(sites: list, spread_scale: float = LOGISTIC_SPREAD_SCALE,
         JA = 0.5 * (JA + JA.transpose(0, 2, 1))
         Ath = np.einsum("tji,tj->ti", A, h)
         m = np.linalg.solve(JA.sum(axis=0) + eye / mean_scale ** 2, Ath.sum(axis=0))
-        value = (0.5 * np.einsum("ti,tij,jk,tk->", h, A, cov, h) + float(Ath.sum(axis=0) @ m)
+        value = (0.5 * float(np.einsum("ti,ti->", h, (A @ (h @ cov)[:, :, None])[:, :, 0])) + float(Ath.sum(axis=0) @ m)
                  - 0.5 * float(m @ JA.sum(axis=0) @ m) - 0.5 * float(np.sum(np.linalg.slogdet(M)[1])))
         prior = (0.5 * float(np.linalg.slogdet(cov)[1]) - 0.5 * float(np.trace(cov)) / spread_scale
                  - 0.5 * float(m @ m) / mean_scale ** 2)
@@ -609,7 +609,7 @@ def moment_sites(means: np.ndarray, covs: np.ndarray, pop: Population,
     post = np.linalg.inv(covs)
     J = 0.5 * (post + post.transpose(0, 2, 1)) - prec
     vals, vecs = np.linalg.eigh(J)
-    J = np.einsum("tij,tj,tkj->tik", vecs, np.maximum(vals, 0.0), vecs)
+    J = (vecs * np.maximum(vals, 0.0)[:, None, :]) @ vecs.transpose(0, 2, 1)
     h = np.einsum("tij,tj->ti", post, means) - prec @ pop.mean
     return J, h
 
@@ -802,7 +802,7 @@ def noise_precisions(n: np.ndarray, gram: np.ndarray, moment: np.ndarray, yy: np
     n, yy = np.asarray(n, dtype=float), np.asarray(yy, dtype=float)
     gram, moment = np.asarray(gram, dtype=float), np.asarray(moment, dtype=float)
     L = np.linalg.cholesky(pop.cov)
-    lam, U = np.linalg.eigh(np.einsum("ji,tjk,kl->til", L, gram, L))
+    lam, U = np.linalg.eigh(L.T @ gram @ L)
     lam = np.maximum(lam, 0.0)
     centred = moment - gram @ pop.mean
     c = np.einsum("tji,tj->ti", U, centred @ L)  # the data's projections, in each task's eigenbasis
