@@ -877,3 +877,54 @@ def test_the_mean_information_is_the_inverse_of_the_means_covariance():
     np.testing.assert_allclose(F, scipy.linalg.inv(pop.mean_cov), rtol=1e-10, atol=1e-12)
     assert top == pytest.approx(scipy.linalg.eigvalsh(scipy.linalg.inv(pop.mean_cov))[-1], rel=1e-10)
     assert pop.mean_information[0] is F
+
+
+def _wide_tasks(seed, T=12, D=21, rows=(2, 8)):
+    """Tasks of fewer rows than parameters (bias last): ``(n, X'X, X'y, y'y)`` each."""
+    rng = np.random.default_rng(seed)
+    theta = rng.standard_normal(D)
+    out = []
+    for _ in range(T):
+        k = int(rng.integers(*rows))
+        Xd = _design(rng.standard_normal((k, D - 1)))
+        y = Xd @ (theta + 0.3 * rng.standard_normal(D)) + 0.5 * rng.standard_normal(k)
+        out.append((k, Xd.T @ Xd, Xd.T @ y, float(y @ y)))
+    return out
+
+
+def test_the_factored_e_step_is_the_inverted_one():
+    """Woodbury's form of every task's posterior (tasks of fewer rows than parameters, of
+    different ranks) against the posterior covariances inverted one by one: their sum, the
+    means, ``tr(J C)`` and ``sum log det(J + P)``."""
+    tasks = _wide_tasks(0)
+    n, gram, moment, yy = (np.array(c, dtype=float) for c in zip(*tasks))
+    T, D = moment.shape
+    F = population.gram_factors(gram)
+    assert F is not None and F.shape[1] == int(n.max()) < D
+    np.testing.assert_allclose(F.transpose(0, 2, 1) @ F, gram, atol=1e-10)
+    rng = np.random.default_rng(1)
+    Z = rng.standard_normal((D, D))
+    cov, mean, w = Z @ Z.T / D + 0.1 * np.eye(D), rng.standard_normal(D), rng.uniform(0.5, 3.0, T)
+    J, h = gram * w[:, None, None], moment * w[:, None]
+    C = np.array([np.linalg.inv(Jt + np.linalg.inv(cov)) for Jt in J])
+    mu = np.array([Ct @ (ht + np.linalg.solve(cov, mean)) for Ct, ht in zip(C, h)])
+    logdet = sum(np.linalg.slogdet(Jt + np.linalg.inv(cov))[1] for Jt in J)
+    post = population._factor_posteriors(mean, cov, F, w, h, logdet=True)
+    np.testing.assert_allclose(post.cov_sum, C.sum(axis=0), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(post.means, mu, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(post.information_trace, np.einsum("tij,tji->t", J, C), rtol=1e-8)
+    assert post.logdet_precision == pytest.approx(logdet, rel=1e-10)
+
+
+def test_a_population_of_tasks_of_few_rows_is_the_same_fitted_either_way(monkeypatch):
+    """The population over tasks of fewer rows than parameters, fitted with the factored
+    E-step, is the one fitted with every posterior inverted (the same fixed point, to the
+    fit's tolerance)."""
+    tasks = _wide_tasks(2, T=15)
+    factored, w_factored = population.fit_gaussian_population(tasks)
+    monkeypatch.setattr(population, "gram_factors", lambda gram: None)
+    inverted, w_inverted = population.fit_gaussian_population(tasks)
+    np.testing.assert_allclose(factored.mean, inverted.mean, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(factored.cov, inverted.cov, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(w_factored, w_inverted, rtol=1e-6)
+    assert factored.noise == pytest.approx(inverted.noise, rel=1e-6)
