@@ -408,7 +408,8 @@ def fit_shared_slopes(sites: list, spread_scale: float = LOGISTIC_SPREAD_SCALE,
         JA = 0.5 * (JA + JA.transpose(0, 2, 1))
         Ath = np.einsum("tji,tj->ti", A, h)
         m = np.linalg.solve(JA.sum(axis=0) + eye / mean_scale ** 2, Ath.sum(axis=0))
-        value = (0.5 * float(np.einsum("ti,ti->", h, (A @ (h @ cov)[:, :, None])[:, :, 0])) + float(Ath.sum(axis=0) @ m)
+        hAh = float(np.einsum("ti,ti->", h, (A @ (h @ cov)[:, :, None])[:, :, 0]))  # sum_t h' A Sigma h
+        value = (0.5 * hAh + float(Ath.sum(axis=0) @ m)
                  - 0.5 * float(m @ JA.sum(axis=0) @ m) - 0.5 * float(np.sum(np.linalg.slogdet(M)[1])))
         prior = (0.5 * float(np.linalg.slogdet(cov)[1]) - 0.5 * float(np.trace(cov)) / spread_scale
                  - 0.5 * float(m @ m) / mean_scale ** 2)
