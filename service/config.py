@@ -153,6 +153,14 @@ class Settings(BaseSettings):
     )
     MAX_ROWS_PER_BATCH: int = Field(10_000, gt=0, description="More rows in one request get 413.")
     MAX_FEATURES: int = Field(1_000, gt=0, description="More features per row get 413.")
+    MAX_COLUMNS: int = Field(
+        128,
+        gt=0,
+        description="The most encoded columns a model with a feature schema may have (its base "
+        "columns and one per category level): a schema, an import or a batch that would pass it "
+        "gets 422, nothing changed. FCL3's update time grows with the cube of the columns "
+        "(docs/operations.md, 'Columns of a model'); a model's engine may take fewer.",
+    )
     LOG_LEVEL: str = Field("INFO", description="Level of the service's JSON log lines.")
 
     # --- the model (used when the model is created, then stored with it) --------------
