@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import core
-from fcl3.records import Column, RecordError, base_columns, parse_schema
+from fcl3.records import Column, RecordError, base_columns, level_of, parse_schema
 from service import metrics
 from service.models import state_files
 from service.models.history import ranges, read_history, replay
@@ -207,18 +207,26 @@ def import_model(model: HostedModel, data: state_files.Source, max_columns: int)
 
 
 def _imported_settings(learner: core.LifelongLearner, estimator: str, stored: Any) -> dict[str, Any]:
-    """The settings of an imported model: the engine's estimator, kind and parameters (what the
-    file's own settings say of them is not read: the engine is the model), and from the file's
-    settings ``d`` and the feature schema, checked (a schema needs an engine that grows its
-    columns, ``grow_features``)."""
+    """The settings of an imported model: the file's when they make the engine's learner again
+    (its estimator, kind and every parameter), else the engine's own (estimator, kind,
+    parameters); a ``d`` of 1-10^6 and a feature schema kept from the file (a schema needs an
+    engine that grows its columns, ``grow_features``; it is checked with the vocabulary)."""
     params = learner.get_params()
+    stored = stored if isinstance(stored, dict) else {}
+    try:
+        same = (
+            stored.get("estimator") == estimator
+            and stored.get("kind") == learner.kind
+            and make_learner(stored).get_params() == params
+        )
+    except (ModelConfigError, KeyError, TypeError, ValueError, core.InputError):
+        same = False
     settings: dict[str, Any] = {
         "estimator": estimator,
         "kind": learner.kind,
-        "params": {k: v for k, v in params.items() if k != "kind"},
+        "params": dict(stored.get("params") or {}) if same else {k: v for k, v in params.items() if k != "kind"},
         "d": None,
     }
-    stored = stored if isinstance(stored, dict) else {}
     d = stored.get("d")
     if isinstance(d, int) and not isinstance(d, bool) and 0 < d <= 10**6:
         settings["d"] = d
@@ -229,8 +237,7 @@ def _imported_settings(learner: core.LifelongLearner, estimator: str, stored: An
                 "bad model file: it has a feature schema but its engine does not grow its columns "
                 "(grow_features false): a model with features needs grow_features true"
             )
-        settings["features"] = features
-        settings["d"] = None
+        settings["features"], settings["d"] = features, None
     return settings
 
 
@@ -250,6 +257,7 @@ def _imported_vocabulary(settings: dict[str, Any], vocabulary: Any, learner: cor
         columns[: len(base)] != base
         or len(set(columns)) != len(columns)
         or any(c.feature not in names or c.role not in ("value", "missing", "level") for c in columns)
+        or any(level_of(c.level) != c.level if c.role == "level" else c.level != "" for c in columns)
     ):
         raise core.InputError("bad model file: its vocabulary does not fit its feature schema")
     if learner.is_fitted and len(columns) < int(learner.n_features_in_):
