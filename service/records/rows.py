@@ -36,6 +36,7 @@ from fcl3.records import (
 )
 from service.models.learners import ModelConfigError, make_learner
 from service.store.reads import ModelMissing
+from service.store.results import UNLEARNED
 
 if TYPE_CHECKING:
     from service.hosting import HostedModel
@@ -233,7 +234,11 @@ def prediction_records(
     ):
         columns = model.vocabulary.refresh()  # another process may have added them
     # a model that has learned nothing yet (evaluation rows sent first): every column it has
-    X, unseen = encode(schema, columns[:engine] if engine else columns, records)
+    columns = columns[:engine] if engine else columns
+    unlearned = set((snap.info.get("summary") or {}).get(UNLEARNED) or ())
+    if unlearned:  # levels only a batch taken back brought: encoded and reported as unseen
+        columns = tuple(Column(c.feature, "unlearned", c.level) if j in unlearned else c for j, c in enumerate(columns))
+    X, unseen = encode(schema, columns, records)
     return X, unseen, records
 
 
