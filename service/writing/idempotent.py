@@ -22,10 +22,9 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-
-import core
 from sqlalchemy import select
 
+import core
 from service import metrics
 from service.refusals import Refused
 from service.store.tables import batches_t
