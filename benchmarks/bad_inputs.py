@@ -192,6 +192,7 @@ def cases(ctx: dict[str, Any]) -> list[Case]:
         Case("import: a vocabulary past MAX_COLUMNS", 422, _import(ctx, _vocabulary(1200))),
         Case("import: a schema on an engine without grow_features", 422, _import(ctx, _schema_without_growth)),
         Case("import: NUL in a level of the vocabulary", 422, _import(ctx, _nul_vocabulary)),
+        Case("import: settings of kind banana and n_components 10**6", 422, _import(ctx, _kind_banana)),
         Case("import: not a model file", 422,
              lambda c, _: c.post(f"/models/imp-{uuid.uuid4().hex[:8]}/state", content=_zip("{}"),
                                  headers={"content-type": "application/octet-stream"})),

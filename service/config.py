@@ -138,7 +138,8 @@ class Settings(BaseSettings):
         gt=0,
         description="Remembered predictions waiting for their "
         "label, per model; beyond it the oldest are dropped (their ids then "
-        "answer 410). A request remembering more rows than this gets 413.",
+        "answer 410), and as many labelled or dropped rows are kept, the oldest "
+        "deleted beyond it. A request remembering more rows than this gets 413.",
     )
 
     # --- access control, limits, logs ------------------------------------------------
@@ -191,6 +192,12 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_redis(cls, v: str | None) -> str | None:
         return v or None
+
+    @property
+    def max_columns(self) -> int:
+        """The column cap of a model with a feature schema: ``MAX_COLUMNS``, and never a row
+        wider than ``MAX_FEATURES``."""
+        return min(self.MAX_COLUMNS, self.MAX_FEATURES)
 
     @property
     def database_url(self) -> str:

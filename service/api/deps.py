@@ -117,7 +117,7 @@ def learning_input(model: HostedModel, settings: Settings, batch: Batch) -> list
     if batch.records is None:
         return rows_of(model, settings, batch)
     check_size(settings, batch.n_rows, [])
-    return rows.learning_records(model, batch.records, settings.MAX_COLUMNS, batch.text_cells)
+    return rows.learning_records(model, batch.records, settings.max_columns, batch.text_cells)
 
 
 def rows_of(model: HostedModel, settings: Settings, batch: Batch) -> list[list[float]]:

@@ -5,6 +5,7 @@ after every check: a refused or failed create leaves no model."""
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -207,26 +208,37 @@ def import_model(model: HostedModel, data: state_files.Source, max_columns: int)
 
 
 def _imported_settings(learner: core.LifelongLearner, estimator: str, stored: Any) -> dict[str, Any]:
-    """The settings of an imported model: the file's when they make the engine's learner again
-    (its estimator, kind and every parameter), else the engine's own (estimator, kind,
-    parameters); a ``d`` of 1-10^6 and a feature schema kept from the file (a schema needs an
-    engine that grows its columns, ``grow_features``; it is checked with the vocabulary)."""
+    """The settings of an imported model: the file's, which must make the engine's learner again
+    (its estimator, kind and every parameter: :class:`core.InputError` otherwise), or for a file
+    without them (a learner exported offline) the engine's own; a ``d`` of 1-10^6 and a feature
+    schema kept from the file (a schema needs an engine that grows its columns,
+    ``grow_features``; it is checked with the vocabulary)."""
     params = learner.get_params()
-    stored = stored if isinstance(stored, dict) else {}
-    try:
-        same = (
-            stored.get("estimator") == estimator
-            and stored.get("kind") == learner.kind
-            and make_learner(stored).get_params() == params
-        )
-    except (ModelConfigError, KeyError, TypeError, ValueError, core.InputError):
-        same = False
     settings: dict[str, Any] = {
         "estimator": estimator,
         "kind": learner.kind,
-        "params": dict(stored.get("params") or {}) if same else {k: v for k, v in params.items() if k != "kind"},
+        "params": {k: v for k, v in params.items() if k != "kind"},
         "d": None,
     }
+    if stored is None or stored == {}:
+        return settings
+    try:
+        same = (
+            isinstance(stored, dict)
+            and stored.get("estimator") == estimator
+            and stored.get("kind") == learner.kind
+            and make_learner(stored).get_params() == params
+        )
+    except (ModelConfigError, KeyError, TypeError, ValueError, AttributeError, core.InputError):
+        same = False
+    if not same:
+        shown = json.dumps(stored, default=str)
+        raise core.InputError(
+            f"bad model file: its service settings {shown[:200]} do not make its engine's learner "
+            f"({estimator}, {learner.kind}, {json.dumps(params, default=str)[:200]}): drop them to import "
+            "the engine as it is"
+        )
+    settings["params"] = dict(stored.get("params") or {})
     d = stored.get("d")
     if isinstance(d, int) and not isinstance(d, bool) and 0 < d <= 10**6:
         settings["d"] = d

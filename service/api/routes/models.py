@@ -76,7 +76,7 @@ def create_model(registry: RegistryDep, settings: SettingsDep, body: ModelCreate
     if body.fork is not None:
         lifecycle.fork_model(model, registry.get(body.fork.model), body.fork.version)
     else:
-        lifecycle.create_model(model, body.model_settings(), settings.MAX_COLUMNS)
+        lifecycle.create_model(model, body.model_settings(), settings.max_columns)
     return described_model(model)
 
 
@@ -164,7 +164,7 @@ async def import_model(request: Request, name: ModelName) -> JSONResponse:
     with tempfile.NamedTemporaryFile(prefix="fcl3-import-", suffix=".npz") as file:
         await _spool(request, file)
         await run_in_threadpool(_check_inflated_size, file, max_inflated)
-        await run_in_threadpool(lifecycle.import_model, model, file, settings.MAX_COLUMNS)
+        await run_in_threadpool(lifecycle.import_model, model, file, settings.max_columns)
     out = await run_in_threadpool(model.reader.model_info)
     return JSONResponse(model_out(out).model_dump(mode="json"), status_code=201)
 

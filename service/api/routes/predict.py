@@ -362,10 +362,11 @@ def _documented(router: APIRouter, path: str, named: bool) -> None:
         name="predict",
         summary="Predict (a batch of rows)",
         description='Predictions for a batch of feature rows (for many rows). With `"remember": '
-        "true` the rows, the outputs served and the version serving them are stored, and the "
+        "true` (a write: the write key) the rows (their records, on a model with a feature schema), the "
+        "outputs served and the version serving them are stored, and the "
         "answer holds one `prediction_ids` entry per row, in row order: `POST .../labels` learns "
         "them later with their labels (within PREDICTION_TTL; at most MAX_REMEMBERED_PER_MODEL "
-        "rows of a model wait, the oldest dropped beyond it).",
+        "rows of a model wait, the oldest dropped beyond it, and as many labelled or dropped are kept).",
         response_model=PredictOut,
         responses=responses,
         openapi_extra={**key, "parameters": head + _parameters(VersionQuery), "requestBody": _BODY},
