@@ -2,7 +2,8 @@
 (``POST .../predict`` with ``"remember": true``), ``POST .../labels`` (the remembered rows
 learned with their labels as one batch of their task, through the ordinary write path:
 :func:`service.learning.updates.learn_batch`) and ``GET .../labels`` (the rows still waiting).
-What is stored and refused is :mod:`service.labels.remembered`'s.
+What is stored and refused is :mod:`service.labels.remembered`'s; a label request in the write
+path, :mod:`service.labels.batch`'s.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from service import metrics
-from service.labels.remembered import LabelBatch, RememberedPredictions, labels_hash, remember_rows
+from service.labels.batch import LabelBatch, remember_rows
+from service.labels.remembered import RememberedPredictions, labels_hash
 from service.learning.predictions import predict
 from service.learning.updates import learn_batch
 from service.records.rows import records_batch, settings_of

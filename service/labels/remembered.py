@@ -25,14 +25,11 @@ its label encodes that record under the update lock, over the vocabulary as it t
 (:class:`service.records.rows.RecordsBatch`), so the batch learns the levels the record held,
 those unseen when it was served included (their columns stored by the batch's commit).
 
-**Bound**: at most ``MAX_REMEMBERED_PER_MODEL`` rows of a model wait for their label; a
-prediction that remembers more drops the oldest waiting rows (those that expire first): their
-ids answer 410. The rows labelled or dropped are bounded too: at most as many again are kept
-(without their arrays, to answer 409 or 410), the oldest deleted beyond it, and the latest
-expiry deleted so is kept on the model's row (``remembered_forgotten_ms``): an id no longer
-stored that expires by then is answered 410, not 404. A model thus stores at most twice the
-bound of rows until they expire. Remembering is serialised per model (PostgreSQL: an advisory
-transaction lock on the model's name; SQLite: its one writer), so the bound is exact.
+**Bound**: at most ``MAX_REMEMBERED_PER_MODEL`` rows of a model wait for their label (beyond,
+the oldest are dropped: their ids answer 410), and as many labelled or dropped rows are kept
+(no arrays; the oldest deleted beyond, the latest expiry deleted kept as the model's
+``remembered_forgotten_ms``: an unstored id expiring by then is 410, not 404). Remembering is
+serialised per model (PostgreSQL: an advisory transaction lock; SQLite: its one writer).
 """
 
 from __future__ import annotations
@@ -40,8 +37,8 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -60,20 +57,20 @@ from sqlalchemy import (
     update,
 )
 
-import core
-from core.preprocessing import as_matrix
 from fcl3.schemas import PREDICTION_ID_PATTERN
-from service.evaluation.scores import served_outputs
-from service.records.rows import RecordsBatch
-from service.refusals import Refused
-from service.store.commit import Commit, CommitParticipant
-from service.store.prepared import Prepared
+from service.labels.refusals import (
+    AlreadyLabelled,
+    ExpiredPredictions,
+    LabelsChanged,
+    MixedTasks,
+    TooManyRemembered,
+    UnknownPredictions,
+    listed,
+)
 from service.store.tables import batches_t, models_t, remembered_t
-from service.store.writes import StaleWrite
 
 if TYPE_CHECKING:
-    from service.hosting import HostedModel
-    from service.store.reads import Snapshot
+    pass
 
 #: A prediction id: its expiry (ms since the epoch, hex), a dash, 16 random hex digits.
 _ID = re.compile(PREDICTION_ID_PATTERN)
@@ -111,48 +108,6 @@ def labels_hash(ids: Sequence[str], y: Sequence[float]) -> str:
         h.update(i.encode("ascii", "replace") + b"\0")
     h.update(np.ascontiguousarray(np.asarray(y, dtype=np.float64)).tobytes())
     return h.hexdigest()
-
-
-# ----------------------------------------------------------------------------- refusals
-class LabelRefused(Refused):
-    """A label request refused with nothing changed: ``status`` and the body's extra fields."""
-
-
-class UnknownPredictions(LabelRefused):
-    """Ids never remembered by this model (404)."""
-
-    status = 404
-
-
-class ExpiredPredictions(LabelRefused):
-    """Ids past ``PREDICTION_TTL``, or dropped beyond ``MAX_REMEMBERED_PER_MODEL`` (410)."""
-
-    status = 410
-
-
-class AlreadyLabelled(LabelRefused):
-    """Ids learned already, by the batch of ``version`` (409)."""
-
-    status = 409
-
-
-class MixedTasks(LabelRefused, core.InputError):
-    """Ids of several tasks in one request (422, answered as any bad input)."""
-
-
-class TooManyRemembered(LabelRefused):
-    """More rows remembered by one request than ``MAX_REMEMBERED_PER_MODEL`` (413)."""
-
-    status = 413
-
-
-class LabelsChanged(StaleWrite):
-    """At commit, a row was no longer waiting (labelled, dropped or expired meanwhile): rolled back."""
-
-
-def _listed(ids: Sequence[str], limit: int = 5) -> str:
-    shown = ", ".join(repr(i) for i in ids[:limit])
-    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
 
 
 # ----------------------------------------------------------------------------- storage
@@ -332,14 +287,14 @@ class RememberedPredictions:
                 gone.append(i)
         if unknown:
             raise UnknownPredictions(
-                f"unknown prediction ids on model {self.name!r}: {_listed(unknown)} (never "
+                f"unknown prediction ids on model {self.name!r}: {listed(unknown)} (never "
                 "remembered by a prediction of this model); nothing was learned",
                 prediction_ids=unknown,
             )
         if gone:
             raise ExpiredPredictions(
                 f"prediction ids past PREDICTION_TTL, or dropped beyond "
-                f"MAX_REMEMBERED_PER_MODEL, on model {self.name!r}: {_listed(gone)}; nothing "
+                f"MAX_REMEMBERED_PER_MODEL, on model {self.name!r}: {listed(gone)}; nothing "
                 "was learned",
                 prediction_ids=gone,
             )
@@ -347,7 +302,7 @@ class RememberedPredictions:
         if done:
             version = int(rows[done[0]].label_version)
             raise AlreadyLabelled(
-                f"prediction ids labelled already on model {self.name!r}: {_listed(done)} (the "
+                f"prediction ids labelled already on model {self.name!r}: {listed(done)} (the "
                 f"first learned by the batch of version {version}); each id is labelled once; "
                 "nothing was learned",
                 version=version,
@@ -358,7 +313,7 @@ class RememberedPredictions:
             by = {tk: [i for i in ids if rows[i].task_id == tk] for tk in tasks}
             raise MixedTasks(
                 f"the prediction ids belong to {len(tasks)} tasks ("
-                + "; ".join(f"{tk!r}: {_listed(v, 3)}" for tk, v in list(by.items())[:5])
+                + "; ".join(f"{tk!r}: {listed(v, 3)}" for tk, v in list(by.items())[:5])
                 + "): a label request learns one batch of one task; send one request per task",
                 tasks=tasks,
             )
@@ -443,74 +398,3 @@ class RememberedPredictions:
             "labelled_rows": sum(r for _, r in received.values()),
             "tasks": tasks,
         }
-
-
-# ----------------------------------------------------------------------------- in the write path
-@dataclass
-class LabelBatch(CommitParticipant[Prepared]):
-    """One label request on its way through :func:`service.learning.updates.learn_batch`: loaded under
-    the update lock (:meth:`load`), marked labelled by the batch's commit (:meth:`in_commit`)."""
-
-    store: RememberedPredictions
-    ids: list[str]
-    y: list[float]
-    #: The model's schema and column cap (a model with a feature schema), to encode the records.
-    records_of: Callable[[list[dict[str, Any]]], RecordsBatch] | None = None
-    rows: Remembered | None = field(default=None, init=False)
-
-    def load(
-        self,
-    ) -> tuple[str, np.ndarray | None, list[float], tuple[np.ndarray, np.ndarray], RecordsBatch | None]:
-        """``(task_id, X, y, served outputs, records)`` of the batch (the refusals of
-        :meth:`RememberedPredictions.load`): ``records`` of the rows that kept theirs, to be
-        encoded under the lock (then :meth:`with_rows`), else ``X``."""
-        rows = self.rows = self.store.load(self.ids)
-        served = (rows.output, rows.baseline)
-        kept = [r for r in rows.records if r is not None]
-        if kept and self.records_of is not None:
-            return rows.task_id, None, self.y, served, self.records_of(kept)
-        return rows.task_id, _padded(rows.X), self.y, served, None
-
-    def with_rows(self, encoded: list[list[float]]) -> np.ndarray:
-        """The batch's rows: the encoded records in the places of the rows that kept theirs,
-        the stored rows elsewhere (every row as wide as the widest, zeros after its end)."""
-        assert self.rows is not None  # loaded
-        it = iter(encoded)
-        return _padded(
-            [
-                np.asarray(next(it), dtype=float) if rec is not None else x
-                for x, rec in zip(self.rows.X, self.rows.records, strict=True)
-            ]
-        )
-
-    def in_commit(self, conn: Connection, commit: Commit[Prepared]) -> None:
-        self.store.mark_labelled(conn, self.ids, commit.version)
-
-
-def _padded(rows: Sequence[np.ndarray]) -> np.ndarray:
-    """``rows`` as one matrix, each as wide as the widest (zeros after its end: the engine's
-    reading of a narrower row, ``grow_features``)."""
-    width = max(r.shape[0] for r in rows)
-    out = np.zeros((len(rows), width))
-    for i, r in enumerate(rows):
-        out[i, : r.shape[0]] = r
-    return out
-
-
-def remember_rows(
-    model: HostedModel,
-    task_id: str,
-    X: Any,
-    snap: Snapshot,
-    ttl: float,
-    cap: int,
-    records: Sequence[dict[str, Any]] | None = None,
-) -> tuple[list[str], RememberedCounts]:
-    """Remember rows ``X`` of ``task_id`` just predicted from ``snap`` (and their ``records``):
-    their ids, and the model's remembered rows then."""
-    learner = snap.learner
-    Xm = as_matrix(X, learner.n_features_in_)
-    out, base = served_outputs(learner, task_id, Xm)
-    return RememberedPredictions(model.reader.engine, model.name).remember(
-        task_id, snap.version, Xm, out, base, ttl, cap, records
-    )

@@ -30,7 +30,7 @@ from service.writing.outcomes import observed
 
 if TYPE_CHECKING:
     from service.hosting import HostedModel
-    from service.labels.remembered import LabelBatch
+    from service.labels.batch import LabelBatch
     from service.records.rows import RecordsBatch
 
 # "service.store": the logger name is part of each of its log lines (their "logger" field).

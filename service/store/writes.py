@@ -83,8 +83,7 @@ class NewModel:
 
 
 def insert_columns(conn: Connection, name: str, start: int, columns: Sequence[Column]) -> None:
-    """Append ``columns`` to the vocabulary of model ``name`` at ``start, start + 1, ...`` in the
-    transaction of ``conn`` (a column taken meanwhile: :class:`IntegrityError`, rolling it back)."""
+    """Append ``columns`` to model ``name``'s vocabulary at ``start, start + 1, ...`` in ``conn``'s transaction."""
     if columns:
         conn.execute(
             insert(columns_t),
