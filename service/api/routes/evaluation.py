@@ -23,7 +23,7 @@ read_router = APIRouter(tags=["tasks"])
     response_model=EvaluationRowsOut,
     openapi_extra=CSV_BODY,
     responses={
-        **{k: v for k, v in ERRORS.items() if k != 409},
+        **{k: v for k, v in ERRORS.items() if k not in (409, 410)},
         422: {
             "description": "Bad rows (the checks of a batch: width, NaN/inf, empty, lengths, labels, unknown fields)."
         },
