@@ -35,8 +35,8 @@ log = logging.getLogger("service.store")
 #: one (2^63 - 1 was stored on SQLite, then every update failed) is refused.
 MAX_IMPORTED_VERSION = 2**30
 #: The largest magnitude an imported array may hold: far above what the engine learns from data
-#: (its sums of squares of standardised rows), far below where its products overflow.
-MAX_IMPORTED_MAGNITUDE = 1e50
+#: (sums of squares of rows of any sane scale), below where a product of two overflows (1e300).
+MAX_IMPORTED_MAGNITUDE = 1e150
 
 
 def check_settings(model_settings: dict[str, Any]) -> core.LifelongLearner:
