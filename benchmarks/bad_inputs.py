@@ -105,7 +105,10 @@ def cases(ctx: dict[str, Any]) -> list[Case]:
     """The cases against the records model ``ctx['model']`` (``ctx``: see :func:`prepare`)."""
     m = ctx["model"]
     many = [{"x": 1.0, "cat": f"L{i}"} for i in range(1200)]
-    label = lambda body, **kw: (lambda c, x: c.post(f"/models/{m}/labels", json=body(x), **kw))  # noqa: E731
+
+    def label(body: Callable[[dict[str, Any]], Any], **kw: Any) -> Callable[[Any, dict[str, Any]], Any]:
+        return lambda c, x: c.post(f"/models/{m}/labels", json=body(x), **kw)
+
     return [
         # 1. refused batches with new levels register nothing
         Case("data: y longer than records, new level", 422, _data(ctx, {"records": _records(1), "y": [0, 1]})),
