@@ -174,8 +174,8 @@ def _unstorable(text: str) -> str:
     bad = UNSTORABLE.search(text)
     assert bad is not None
     return (
-        f"holds the control character U+{ord(bad.group()):04X} at position {bad.start()}: names and "
-        "levels may not hold control characters (U+0000-U+001F, U+007F-U+009F) or lone surrogates"
+        f"holds the character U+{ord(bad.group()):04X} at position {bad.start()}: names and levels "
+        "may not hold control characters (U+0000-U+001F, U+007F-U+009F) or lone surrogates"
     )
 
 
