@@ -62,6 +62,15 @@ The faults (``--faults``, default all):
   (libfaketime cannot stand in: see :func:`build_clock_shim`). ``IDEMPOTENCY_PURGE_EVERY=1``
   so that expired keys are purged during the step (default: at most every 300 s per process);
   the batches are sent again with their keys while the clock is ahead.
+* ``bad-input-sqlite`` / ``bad-input-postgres``: issue 55's inputs (:mod:`benchmarks.bad_inputs`:
+  refused batches with new levels, 400-digit integers, NUL, lone surrogates and ESC in levels,
+  CSV bodies with unknown or duplicated columns, ``1_000``, another charset, remembering with
+  a read key, labels refused, a retry of a batch taken back since, schemas past the column cap,
+  mangled imports), sent by a client of their own to a records model beside the writers; the
+  row counts them (``bad_inputs``), those answered 5xx (``bad_input_5xx``) and those not
+  answered their 4xx or that changed something (``bad_input_wrong``: the model's version,
+  vocabulary, remembered rows or the list of models). The servers keep at most 50 remembered
+  rows per model (``MAX_REMEMBERED_PER_MODEL``), so that one case passes it.
 
 Figures per fault: ``acknowledged`` (batches answered 200), ``stored`` (rows of ``batches``),
 ``lost`` (acknowledged, not stored), ``unacked_stored`` (stored although never acknowledged:
@@ -794,6 +803,42 @@ def build_clock_shim(directory: Path) -> Path:
     return lib
 
 
+class BadInput(Fault):
+    how = ("issue 55's inputs (benchmarks.bad_inputs: records, CSV bodies, remembered predictions and labels, "
+           "creates, forks, imports), sent by one more client beside the writers to a model of its own: each must "
+           "get its 4xx, never a 5xx, and change nothing (the model's version and vocabulary, its remembered "
+           "rows, the list of models)")
+    hold = 0.0
+
+    def __init__(self, backend: str):
+        self.backend = backend
+        self.name = f"bad-input-{backend}"
+
+    def setup(self, run: Run) -> None:
+        run.env["MAX_REMEMBERED_PER_MODEL"] = "50"
+        if self.backend == "sqlite":
+            use_sqlite(run)
+        else:
+            use_postgres(run, run.args.pg_admin_url, run.args.redis_url)
+
+    def inject(self, run: Run) -> None:
+        from benchmarks.bad_inputs import run_cases
+
+        assert run.server is not None
+        url = run.server.url
+        with httpx.Client(base_url=url, timeout=60, headers={"Authorization": f"Bearer {WRITE_KEY}"}) as writer, \
+                httpx.Client(base_url=url, timeout=60, headers={"Authorization": f"Bearer {READ_KEY}"}) as reader:
+            rows = run_cases(writer, reader, remember_cap=50)
+        run.notes["bad_inputs"] = len(rows)
+        run.notes["bad_input_5xx"] = sum(1 for r in rows if r["status"] >= 500)
+        wrong = [r for r in rows if r["status"] != r["expect"] or r["changed"]]
+        run.notes["bad_input_wrong"] = len(wrong)
+        run.notes["bad_input_detail"] = rows
+
+    def undo(self, run: Run) -> None:
+        pass
+
+
 FAULTS: dict[str, Callable[[], Fault]] = {
     "kill9-sqlite": lambda: Kill9("sqlite"),
     "kill9-postgres": lambda: Kill9("postgres"),
@@ -803,6 +848,8 @@ FAULTS: dict[str, Callable[[], Fault]] = {
     "sqlite-removed": SqliteRemoved,
     "clock-sqlite": lambda: ClockStep("sqlite"),
     "clock-postgres": lambda: ClockStep("postgres"),
+    "bad-input-sqlite": lambda: BadInput("sqlite"),
+    "bad-input-postgres": lambda: BadInput("postgres"),
 }
 
 
@@ -943,7 +990,8 @@ COLUMNS = [("fault", "fault", 16), ("acked", "acknowledged", 6), ("stored", "sto
            ("unacked stored", "unacked_stored", 14), ("gave up", "gave_up", 7), ("5xx", "5xx", 4),
            ("5xx not 503", "5xx_not_503", 11), ("resent applied", "resent_applied", 14),
            ("5xx after recovery", "5xx_after_recovery", 18), ("recovery s", "recovery_s", 10),
-           ("client recovery s", "client_recovery_s", 17), ("s", "seconds", 5)]
+           ("client recovery s", "client_recovery_s", 17), ("bad inputs", "bad_inputs", 10),
+           ("bad 5xx", "bad_input_5xx", 7), ("bad wrong", "bad_input_wrong", 9), ("s", "seconds", 5)]
 
 
 def table(rows: list[dict]) -> str:
@@ -974,6 +1022,9 @@ def table(rows: list[dict]) -> str:
         if applied:
             lines.append(f"    sent again with its key and applied again: version {applied[0]['acked_version']} "
                          f"-> {applied[0]['version']} ({len(applied)} of {row['resent']})")
+        for bad in [r for r in row.get("bad_input_detail", []) if r["status"] != r["expect"] or r["changed"]][:5]:
+            lines.append(f"    bad input {bad['case']!r}: {bad['status']} (want {bad['expect']}), "
+                         f"changed {bad['changed'] or 'nothing'}")
         if row.get("version_at_removal"):
             lines.append(f"    version in the file just before / after each unlink: {row['version_at_removal']}; "
                          f"{row.get('removed_with_file')} acknowledged batches went with it, "
@@ -986,7 +1037,7 @@ def healthy(row: dict) -> bool:
     if not row.get("injected"):
         return "error" not in row
     return (row.get("lost") == 0 and row.get("duplicates") == 0 and row.get("resent_applied") == 0
-            and row.get("recovery_s") is not None)
+            and row.get("recovery_s") is not None and not row.get("bad_input_wrong"))
 
 
 def checkout(tree: Path) -> dict[str, Any]:

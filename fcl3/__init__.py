@@ -17,7 +17,7 @@ from ._version import __version__
 _CLIENT_NAMES = (
     *("Client", "AsyncClient", "BatchResult", "Event", "Retries", "FCL3Error", "APIError", "BadRequest"),
     *("Unauthorized", "Forbidden", "NotFound", "Conflict", "PayloadTooLarge", "InvalidInput", "ServerError"),
-    *("Unavailable", "ConnectionFailed", "TimedOut"),
+    *("Unavailable", "ConnectionFailed", "TimedOut", "Gone", "UnsupportedMediaType"),
 )
 __all__ = ["__version__", *_CLIENT_NAMES]
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
         Event,
         FCL3Error,
         Forbidden,
+        Gone,
         InvalidInput,
         NotFound,
         PayloadTooLarge,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
         TimedOut,
         Unauthorized,
         Unavailable,
+        UnsupportedMediaType,
     )
 
 

@@ -46,6 +46,7 @@ from .errors import (
     ConnectionFailed,
     FCL3Error,
     Forbidden,
+    Gone,
     InvalidInput,
     NotFound,
     PayloadTooLarge,
@@ -53,6 +54,7 @@ from .errors import (
     TimedOut,
     Unauthorized,
     Unavailable,
+    UnsupportedMediaType,
 )
 from .events import Event
 from .retries import Retries
@@ -85,7 +87,9 @@ __all__ = [
     "Forbidden",
     "NotFound",
     "Conflict",
+    "Gone",
     "PayloadTooLarge",
+    "UnsupportedMediaType",
     "InvalidInput",
     "ServerError",
     "Unavailable",

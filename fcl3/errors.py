@@ -18,7 +18,9 @@ __all__ = [
     "Forbidden",
     "NotFound",
     "Conflict",
+    "Gone",
     "PayloadTooLarge",
+    "UnsupportedMediaType",
     "InvalidInput",
     "ServerError",
     "Unavailable",
@@ -70,8 +72,17 @@ class Conflict(APIError):
     version; for a batch, an ``Idempotency-Key`` still in flight after the retries."""
 
 
+class Gone(APIError):
+    """410: prediction ids past ``PREDICTION_TTL`` or dropped; a batch taken back already; a retry
+    with the ``Idempotency-Key`` of a batch taken back since (``taken_back_by`` in the body)."""
+
+
 class PayloadTooLarge(APIError):
     """413: body, rows or features over the service's limits."""
+
+
+class UnsupportedMediaType(APIError):
+    """415: a ``text/csv`` body in another charset than UTF-8."""
 
 
 class InvalidInput(APIError, ValueError):
@@ -111,7 +122,9 @@ _BY_STATUS = {
     403: Forbidden,
     404: NotFound,
     409: Conflict,
+    410: Gone,
     413: PayloadTooLarge,
+    415: UnsupportedMediaType,
     422: InvalidInput,
     503: Unavailable,
 }

@@ -24,6 +24,7 @@ The rules (docs/records.md):
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,13 @@ FEATURE_TYPES = ("number", "category", "boolean")
 MAX_FEATURES = 1000
 #: The longest feature name and category level.
 MAX_NAME = 200
+#: Characters an id, a feature name or a level may not hold: control characters (U+0000-U+001F,
+#: U+007F-U+009F) and lone surrogates. PostgreSQL cannot store NUL or a lone surrogate in text
+#: and SQLite can, so a model holding one could not move between them; the other control
+#: characters are refused with them (one rule, the same on every backend).
+UNSTORABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+#: A number as JSON writes it (RFC 8259), the grammar of a number cell of a ``text/csv`` body.
+JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 
 
 class RecordError(ValueError):
@@ -108,6 +116,8 @@ def parse_schema(features: Any) -> Schema:
         name, kind = f.get("name"), f.get("type")
         if not isinstance(name, str) or not name or len(name) > MAX_NAME:
             raise RecordError(f"features[{i}].name must be a string of 1-{MAX_NAME} characters", f"features[{i}]")
+        if UNSTORABLE.search(name):
+            raise RecordError(f"features[{i}].name {_unstorable(name)}", f"features[{i}]")
         if name in seen:
             raise RecordError(f"feature {name!r} is declared twice", name)
         if kind not in FEATURE_TYPES:
@@ -123,8 +133,11 @@ def parse_schema(features: Any) -> Schema:
         levels = f.get("levels") or ()
         if levels and kind != "category":
             raise RecordError(f"feature {name!r}: only a category has levels", name)
-        if not isinstance(levels, (list, tuple)) or any(level_of(v) is None for v in levels):
+        if not isinstance(levels, (list, tuple)):
             raise RecordError(f"feature {name!r}: levels must be a list of strings", name)
+        for v in levels:
+            if level_of(v) is None:
+                raise RecordError(f"feature {name!r}: a declared level {level_refusal(v)}", name)
         levels = tuple(dict.fromkeys(level_of(v) for v in levels))
         seen.add(name)
         out.append(Feature(name, kind, nullable, float(fill), levels))
@@ -148,16 +161,41 @@ def base_columns(schema: Schema) -> list[Column]:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite number a float holds (an integer past the float range is not one)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer past 1.8e308
+        return False
+
+
+def _unstorable(text: str) -> str:
+    bad = UNSTORABLE.search(text)
+    assert bad is not None
+    return (
+        f"holds the character U+{ord(bad.group()):04X} at position {bad.start()}: names and levels "
+        "may not hold control characters (U+0000-U+001F, U+007F-U+009F) or lone surrogates"
+    )
 
 
 def level_of(value: Any) -> str | None:
-    """A category value's level (its string; an integer's decimal form), ``None`` if refused."""
-    if isinstance(value, str):
-        return value if len(value) <= MAX_NAME else None
+    """A category value's level (its string; an integer's decimal form), ``None`` if refused:
+    more than :data:`MAX_NAME` characters, or a character of :data:`UNSTORABLE`."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
+        if abs(value) >= 10**MAX_NAME:  # its decimal form would be longer than MAX_NAME
+            return None
+        value = str(value)
+    if isinstance(value, str):
+        return value if len(value) <= MAX_NAME and not UNSTORABLE.search(value) else None
     return None
+
+
+def level_refusal(value: Any) -> str:
+    """Why :func:`level_of` refuses ``value`` (the end of a sentence)."""
+    if isinstance(value, str) and len(value) <= MAX_NAME and UNSTORABLE.search(value):
+        return _unstorable(value)
+    return f"must be a string (or an integer) of at most {MAX_NAME} characters, got {_shown(value)}"
 
 
 def check_records(schema: Schema, records: Sequence[Any]) -> dict[str, list[str]]:
@@ -173,8 +211,11 @@ def check_records(schema: Schema, records: Sequence[Any]) -> dict[str, list[str]
             raise RecordError(f"records[{i}] must be an object of feature values", "records", i)
         for key in rec:
             if key not in by_name:
+                shown = _shown(key)
                 raise RecordError(
-                    f"records[{i}] has an unknown field {key!r}: the features are {', '.join(by_name)}", str(key), i
+                    f"records[{i}] has an unknown field {shown}: the features are {', '.join(by_name)}",
+                    shown if UNSTORABLE.search(str(key)) else str(key),
+                    i,
                 )
         for f in schema:
             value = rec.get(f.name)
@@ -187,21 +228,24 @@ def check_records(schema: Schema, records: Sequence[Any]) -> dict[str, list[str]
                 continue
             if f.type == "number":
                 if not _number(value):
-                    raise RecordError(f"records[{i}].{f.name} must be a finite number, got {value!r}", f.name, i)
+                    raise RecordError(f"records[{i}].{f.name} must be a finite number, got {_shown(value)}", f.name, i)
             elif f.type == "boolean":
                 if not isinstance(value, bool):
                     raise RecordError(f"records[{i}].{f.name} must be true or false, got {value!r}", f.name, i)
             else:
                 level = level_of(value)
                 if level is None:
-                    raise RecordError(
-                        f"records[{i}].{f.name} must be a string (or an integer) of at most "
-                        f"{MAX_NAME} characters, got {value!r}",
-                        f.name,
-                        i,
-                    )
+                    raise RecordError(f"records[{i}].{f.name} {level_refusal(value)}", f.name, i)
                 levels[f.name].setdefault(level, None)
     return {name: list(found) for name, found in levels.items()}
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)``, cut to 60 characters (a 400-digit integer is not echoed whole)."""
+    if isinstance(value, int) and abs(value) >= 10**50:
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def needed_columns(schema: Schema, levels: Mapping[str, Iterable[str]]) -> list[Column]:
@@ -331,10 +375,36 @@ def _as_number(v: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def json_cells(schema: Schema, rows: Sequence[Mapping[str, str]]) -> list[dict[str, Any]]:
+    """The cells of a ``text/csv`` body as the records of its JSON twin: an empty cell is
+    ``null``, a number cell is a number as JSON writes it (``1_000``, ``nan``, `` 1`` stay
+    text), a boolean cell ``true`` or ``false``, a category cell its level unchanged (``NA``
+    included: send an empty cell for a missing value); a cell that is not of its feature's
+    type, and a column the schema does not have, are kept as they are, for
+    :func:`check_records` to refuse naming the field."""
+    types = {f.name: f.type for f in schema}
+    out = []
+    for row in rows:
+        rec: dict[str, Any] = {}
+        for name, v in row.items():
+            kind = types.get(name)
+            if v == "":
+                rec[name] = None
+            elif kind == "number" and JSON_NUMBER.fullmatch(v):
+                rec[name] = float(v)
+            elif kind == "boolean" and v in ("true", "false"):
+                rec[name] = v == "true"
+            else:
+                rec[name] = v
+        out.append(rec)
+    return out
+
+
 def typed_records(schema: Schema, rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Rows of strings (a CSV's) as records of ``schema``: numbers parsed, ``true``/``false``
-    read as booleans, empty cells and ``NA`` as ``None``; a cell that does not parse is kept
-    as it is (the service then refuses it, naming the field)."""
+    """Rows of strings (the client's reading of a local CSV file, ``fcl3 replay``) as records
+    of ``schema``: numbers parsed, ``true``/``false`` read as booleans, empty cells and ``NA``
+    as ``None``; a cell that does not parse is kept as it is (then refused, naming the field).
+    The service reads a ``text/csv`` body by the JSON rules instead (:func:`json_cells`)."""
     out = []
     for row in rows:
         rec: dict[str, Any] = {}

@@ -3,7 +3,6 @@ non-numbers (strict floats: no strings, no booleans)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -23,7 +22,8 @@ from pydantic import (
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-from .records import RecordError, parse_schema
+from . import records
+from .records import JSON_NUMBER, RecordError, parse_schema
 
 Number = Annotated[float, Strict()]
 
@@ -35,11 +35,9 @@ def _utc(value: datetime) -> datetime:
 
 UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
 
-#: Characters an id may not hold: control characters (U+0000-U+001F, U+007F-U+009F) and lone
-#: surrogates. PostgreSQL cannot store NUL or a lone surrogate in text and SQLite can, so a model
-#: holding one could not move between them; the other control characters are refused with them
-#: (one rule, the same on every backend; ids appear in paths, logs and the CLI's tables).
-UNSTORABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+#: Characters an id may not hold (:data:`fcl3.records.UNSTORABLE`, the rule of feature names and
+#: levels too; ids appear in paths, logs and the CLI's tables).
+UNSTORABLE = records.UNSTORABLE
 
 
 def storable_id(value: str) -> str:
@@ -112,10 +110,10 @@ def _x_or_records_schema(schema: dict[str, Any]) -> None:
 
 
 def csv_batch(data: bytes | str, target: bool = True) -> dict[str, Any]:
-    """A ``text/csv`` body as a batch of records: a header naming the columns, ``y`` (or
-    ``target``) the target (``target``: required; else there is none) and every other column a
-    feature; cells as text (the service types them with the model's schema:
-    :func:`fcl3.records.typed_records`)."""
+    """A ``text/csv`` body (UTF-8) as a batch of records: a header naming the columns, each once,
+    ``y`` (or ``target``) the target (``target``: required; else there is none; a number as JSON
+    writes it) and every other column a feature; cells as text, unstripped (the service reads
+    them by the JSON rules with the model's schema: :func:`fcl3.records.json_cells`)."""
     import csv
     import io
 
@@ -127,7 +125,12 @@ def csv_batch(data: bytes | str, target: bool = True) -> dict[str, Any]:
 
 
 def _csv_rows(reader: Iterator[list[str]], with_target: bool) -> dict[str, Any]:
-    header = [h.strip() for h in next(reader, [])]
+    header = next(reader, [])
+    twice = sorted({h for h in header if header.count(h) > 1})
+    if twice:
+        raise ValueError(
+            f"the CSV header names the column {twice[0]!r} twice: each column once, as a JSON object's keys"
+        )
     target = next((n for n in ("y", "target") if n in header), None) if with_target else None
     if with_target and target is None:
         raise ValueError(f"a CSV batch needs a header with a 'y' (or 'target') column; got {header}")
@@ -139,10 +142,9 @@ def _csv_rows(reader: Iterator[list[str]], with_target: bool) -> dict[str, Any]:
         if len(row) != len(header):
             raise ValueError(f"CSV row {i + 1}: {len(row)} values for {len(header)} columns")
         if target is not None:
-            try:
-                y.append(float(row[t]))
-            except ValueError:
-                raise ValueError(f"CSV row {i + 1}: {target} {row[t]!r} is not a number") from None
+            if not JSON_NUMBER.fullmatch(row[t]):
+                raise ValueError(f"CSV row {i + 1}: {target} {row[t][:60]!r} is not a number as JSON writes it")
+            y.append(float(row[t]))
         records.append({h: v for j, (h, v) in enumerate(zip(header, row, strict=False)) if j != t})
     return {"records": records, "y": y} if with_target else {"records": records}
 

@@ -138,7 +138,8 @@ class Settings(BaseSettings):
         gt=0,
         description="Remembered predictions waiting for their "
         "label, per model; beyond it the oldest are dropped (their ids then "
-        "answer 410). A request remembering more rows than this gets 413.",
+        "answer 410), and as many labelled or dropped rows are kept, the oldest "
+        "deleted beyond it. A request remembering more rows than this gets 413.",
     )
 
     # --- access control, limits, logs ------------------------------------------------
@@ -153,6 +154,14 @@ class Settings(BaseSettings):
     )
     MAX_ROWS_PER_BATCH: int = Field(10_000, gt=0, description="More rows in one request get 413.")
     MAX_FEATURES: int = Field(1_000, gt=0, description="More features per row get 413.")
+    MAX_COLUMNS: int = Field(
+        128,
+        gt=0,
+        description="The most encoded columns a model with a feature schema may have (its base "
+        "columns and one per category level): a schema, an import or a batch that would pass it "
+        "gets 422, nothing changed. FCL3's update time grows with the cube of the columns "
+        "(docs/operations.md, 'Columns of a model'); a model's engine may take fewer.",
+    )
     LOG_LEVEL: str = Field("INFO", description="Level of the service's JSON log lines.")
 
     # --- the model (used when the model is created, then stored with it) --------------
@@ -183,6 +192,12 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_redis(cls, v: str | None) -> str | None:
         return v or None
+
+    @property
+    def max_columns(self) -> int:
+        """The column cap of a model with a feature schema: ``MAX_COLUMNS``, and never a row
+        wider than ``MAX_FEATURES``."""
+        return min(self.MAX_COLUMNS, self.MAX_FEATURES)
 
     @property
     def database_url(self) -> str:

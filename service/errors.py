@@ -27,7 +27,6 @@ import core
 from fcl3.records import RecordError
 from service.models.learners import ModelConfigError
 from service.models.lifecycle import ForkRefused
-from service.records.vocabulary import VocabularyConflict
 from service.refusals import Refused
 from service.store.reads import ModelMissing, VersionBehind
 from service.store.writes import ModelExists, StaleWrite
@@ -85,10 +84,6 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _record(_request: Request, exc: RecordError) -> JSONResponse:
         # records refused: the field and row at fault
         return JSONResponse({"detail": redact(str(exc)), "field": exc.field, "row": exc.row}, status_code=422)
-
-    @app.exception_handler(VocabularyConflict)
-    async def _vocabulary(_request: Request, exc: VocabularyConflict) -> JSONResponse:
-        return detail(503, str(exc), {"Retry-After": "1"})
 
     @app.exception_handler(core.UnknownTaskError)
     async def _unknown(_request: Request, exc: core.UnknownTaskError) -> JSONResponse:

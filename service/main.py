@@ -19,7 +19,7 @@ from fastapi_offline import FastAPIOffline
 from sqlalchemy import exc as sa_exc
 
 from fcl3 import __version__
-from service import logs
+from service import logs, metrics
 from service.api.deps import model_name
 from service.api.routes import batches, data, evaluation, events, health, labels, models, predict, prometheus, tasks, ui
 from service.config import Settings, get_settings
@@ -66,6 +66,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.watch = watch
         app.state.events = events
         app.state.settings = settings
+        metrics.REMEMBERED_BOUND.set(settings.MAX_REMEMBERED_PER_MODEL)
         app.state.engine = engine
         app.state.locks = locks
         idem = IdempotencyKeys(engine, settings.IDEMPOTENCY_TTL, settings.LOCK_TTL, settings.IDEMPOTENCY_PURGE_EVERY)

@@ -83,7 +83,22 @@ BACKWARD_TRANSFER = Gauge(
     multiprocess_mode="mostrecent",
 )
 
-REFUSED_STATUSES = {401, 403, 404, 409, 413, 422, 503}
+# Remembered predictions (service.labels), per model: the rows kept after the last prediction
+# that remembered some ("pending": waiting for their label; "done": labelled or dropped, kept
+# without arrays until they expire), and each state's bound (MAX_REMEMBERED_PER_MODEL).
+REMEMBERED_ROWS = Gauge(
+    "fcl3_remembered_rows",
+    "Remembered prediction rows a model stores, by state (pending; done: labelled or dropped).",
+    ["model", "state"],
+    multiprocess_mode="mostrecent",
+)
+REMEMBERED_BOUND = Gauge(
+    "fcl3_remembered_rows_bound",
+    "The most remembered rows a model stores in each state (MAX_REMEMBERED_PER_MODEL).",
+    multiprocess_mode="max",
+)
+
+REFUSED_STATUSES = {401, 403, 404, 409, 413, 415, 422, 503}
 
 
 @functools.lru_cache(maxsize=256)
@@ -129,9 +144,16 @@ def set_prequential(model: str, kind: str, overall: dict[str, Any]) -> None:
     PREQUENTIAL_BASELINE_ERROR.labels(model, metric).set(overall["baseline_" + metric])
 
 
+def set_remembered(model: str, pending: int, done: int) -> None:
+    """The remembered-row gauges of ``model``."""
+    REMEMBERED_ROWS.labels(model, "pending").set(pending)
+    REMEMBERED_ROWS.labels(model, "done").set(done)
+
+
 def forget_model(model: str) -> None:
     """Drop the per-model gauges of a deleted model."""
     for gauge, labels in (
+        (REMEMBERED_ROWS, [(model, "pending"), (model, "done")]),
         (PREQUENTIAL_ERROR, [(model, "rmse"), (model, "log_loss")]),
         (PREQUENTIAL_BASELINE_ERROR, [(model, "rmse"), (model, "log_loss")]),
         (BACKWARD_TRANSFER, [(model,)]),

@@ -111,21 +111,56 @@ IdempotencyKey = Annotated[
 ]
 
 
-def rows_of(model: HostedModel, settings: Settings, batch: Batch, learn: bool = True) -> list[list[float]]:
-    """The batch's rows of numbers: its ``X``, or its ``records`` encoded (:mod:`service.records.rows`;
-    to learn: their new category levels registered first); sizes checked."""
+def learning_input(model: HostedModel, settings: Settings, batch: Batch) -> list[list[float]] | rows.RecordsBatch:
+    """What a batch to learn brings: its ``X`` (sizes checked), or its ``records`` checked, to be
+    encoded under the update lock (:class:`service.records.rows.RecordsBatch`)."""
+    if batch.records is None:
+        return rows_of(model, settings, batch)
+    check_size(settings, batch.n_rows, [])
+    return rows.learning_records(model, batch.records, settings.max_columns, batch.text_cells)
+
+
+def rows_of(model: HostedModel, settings: Settings, batch: Batch) -> list[list[float]]:
+    """The batch's rows of numbers, to score (evaluation rows): its ``X``, or its ``records``
+    encoded over the model's vocabulary (:mod:`service.records.rows`; nothing registered); sizes
+    checked."""
     check_size(settings, batch.n_rows, [])
     if batch.records is not None:
-        if learn:
-            X = rows.learning_rows(model, batch.records, batch.text_cells)
-        else:
-            X, _ = rows.prediction_rows(model, model.reader.snapshot(), batch.records, batch.text_cells)
+        X, _ = rows.prediction_rows(model, model.reader.snapshot(), batch.records, batch.text_cells)
     else:
         assert batch.X is not None  # a batch holds X or records
         X = batch.X
         rows.checked_x_width(model, rows.settings_of(model), map(len, X))
     check_size(settings, len(X), map(len, X))
     return X
+
+
+#: The charsets a ``text/csv`` body may declare (the body is read as UTF-8; ASCII is a subset).
+CSV_CHARSETS = ("utf-8", "utf8", "us-ascii", "ascii")
+
+
+def check_csv_charset(content_type: str | None) -> None:
+    """415 for a ``text/csv`` body that declares another charset than UTF-8 (it would be misread)."""
+    media, _, params = (content_type or "").partition(";")
+    if media.strip().lower() != "text/csv":
+        return
+    for param in params.split(";"):
+        key, _, value = param.partition("=")
+        charset = value.strip().strip('"').lower()
+        if key.strip().lower() == "charset" and charset not in CSV_CHARSETS:
+            raise HTTPException(
+                415,
+                f"a text/csv body is read as UTF-8, not {charset!r}: re-encode it as UTF-8 "
+                "(Content-Type: text/csv; charset=utf-8), or send the records as JSON",
+            )
+
+
+async def csv_charset(content_type: Annotated[str | None, Header(include_in_schema=False)] = None) -> None:
+    check_csv_charset(content_type)
+
+
+#: A route whose body may be ``text/csv``: 415 for a charset it would misread, before the body is read.
+CsvCharset = Annotated[None, Depends(csv_charset)]
 
 
 #: The ``text/csv`` form of a batch (OpenAPI), beside the JSON one FastAPI documents.

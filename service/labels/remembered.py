@@ -20,10 +20,16 @@ it was predicted. The id carries its expiry (``<expires_ms hex>-<16 random hex>`
 an id whose row is gone is still told expired (410) from unknown (404). Expired rows of a model
 are deleted by its next remembering prediction.
 
-**Bound**: at most ``MAX_REMEMBERED_PER_MODEL`` rows of a model wait for their label; a
-prediction that remembers more drops the oldest waiting rows (those that expire first): their
-ids answer 410 until they expire. Remembering is serialised per model (PostgreSQL: an advisory
-transaction lock on the model's name; SQLite: its one writer), so the bound is exact.
+**Records**: a row of a model with a feature schema keeps the record it was predicted from, and
+its label encodes that record under the update lock, over the vocabulary as it then stands
+(:class:`service.records.rows.RecordsBatch`), so the batch learns the levels the record held,
+those unseen when it was served included (their columns stored by the batch's commit).
+
+**Bound**: at most ``MAX_REMEMBERED_PER_MODEL`` rows of a model wait for their label (beyond,
+the oldest are dropped: their ids answer 410), and as many labelled or dropped rows are kept
+(no arrays; the oldest deleted beyond, the latest expiry deleted kept as the model's
+``remembered_forgotten_ms``: an unstored id expiring by then is 410, not 404). Remembering is
+serialised per model (PostgreSQL: an advisory transaction lock; SQLite: its one writer).
 """
 
 from __future__ import annotations
@@ -32,25 +38,39 @@ import hashlib
 import re
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from sqlalchemy import BigInteger, ColumnElement, Connection, Engine, cast, delete, func, insert, select, text, update
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Connection,
+    Engine,
+    case,
+    cast,
+    delete,
+    func,
+    insert,
+    select,
+    text,
+    update,
+)
 
-import core
-from core.preprocessing import as_matrix
 from fcl3.schemas import PREDICTION_ID_PATTERN
-from service.evaluation.scores import served_outputs
-from service.refusals import Refused
-from service.store.commit import Commit, CommitParticipant
-from service.store.prepared import Prepared
-from service.store.tables import batches_t, remembered_t
-from service.store.writes import StaleWrite
+from service.labels.refusals import (
+    AlreadyLabelled,
+    ExpiredPredictions,
+    LabelsChanged,
+    MixedTasks,
+    TooManyRemembered,
+    UnknownPredictions,
+    listed,
+)
+from service.store.tables import batches_t, models_t, remembered_t
 
 if TYPE_CHECKING:
-    from service.hosting import HostedModel
-    from service.store.reads import Snapshot
+    pass
 
 #: A prediction id: its expiry (ms since the epoch, hex), a dash, 16 random hex digits.
 _ID = re.compile(PREDICTION_ID_PATTERN)
@@ -90,57 +110,25 @@ def labels_hash(ids: Sequence[str], y: Sequence[float]) -> str:
     return h.hexdigest()
 
 
-# ----------------------------------------------------------------------------- refusals
-class LabelRefused(Refused):
-    """A label request refused with nothing changed: ``status`` and the body's extra fields."""
-
-
-class UnknownPredictions(LabelRefused):
-    """Ids never remembered by this model (404)."""
-
-    status = 404
-
-
-class ExpiredPredictions(LabelRefused):
-    """Ids past ``PREDICTION_TTL``, or dropped beyond ``MAX_REMEMBERED_PER_MODEL`` (410)."""
-
-    status = 410
-
-
-class AlreadyLabelled(LabelRefused):
-    """Ids learned already, by the batch of ``version`` (409)."""
-
-    status = 409
-
-
-class MixedTasks(LabelRefused, core.InputError):
-    """Ids of several tasks in one request (422, answered as any bad input)."""
-
-
-class TooManyRemembered(LabelRefused):
-    """More rows remembered by one request than ``MAX_REMEMBERED_PER_MODEL`` (413)."""
-
-    status = 413
-
-
-class LabelsChanged(StaleWrite):
-    """At commit, a row was no longer waiting (labelled, dropped or expired meanwhile): rolled back."""
-
-
-def _listed(ids: Sequence[str], limit: int = 5) -> str:
-    shown = ", ".join(repr(i) for i in ids[:limit])
-    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
-
-
 # ----------------------------------------------------------------------------- storage
 @dataclass
 class Remembered:
-    """The rows of one label request, as stored: each id's task, row and served outputs."""
+    """The rows of one label request, as stored: each id's task, row, served outputs and
+    record (None: a row sent as numbers, or stored before records were kept)."""
 
     task_id: str
-    X: np.ndarray
+    X: list[np.ndarray]
     output: np.ndarray
     baseline: np.ndarray
+    records: list[dict[str, Any] | None]
+
+
+@dataclass(frozen=True)
+class RememberedCounts:
+    """A model's remembered rows after a prediction remembered some: waiting, and labelled or dropped."""
+
+    pending: int
+    done: int
 
 
 _COLS = (
@@ -152,6 +140,7 @@ _COLS = (
     remembered_t.c.baseline,
     remembered_t.c.label_version,
     remembered_t.c.expires_ms,
+    remembered_t.c.record,
 )
 
 
@@ -164,10 +153,20 @@ class RememberedPredictions:
 
     # ------------------------------------------------------------------ remember
     def remember(
-        self, task_id: str, version: int, X: np.ndarray, output: np.ndarray, baseline: np.ndarray, ttl: float, cap: int
-    ) -> list[str]:
-        """Store the rows (one transaction) and return their ids, in row order; the model's
-        expired rows are deleted, and its oldest waiting rows dropped beyond ``cap``."""
+        self,
+        task_id: str,
+        version: int,
+        X: np.ndarray,
+        output: np.ndarray,
+        baseline: np.ndarray,
+        ttl: float,
+        cap: int,
+        records: Sequence[dict[str, Any]] | None = None,
+    ) -> tuple[list[str], RememberedCounts]:
+        """Store the rows (one transaction; ``records``: the record of each, for a model with a
+        feature schema) and return their ids, in row order, and the model's rows then; the
+        model's expired rows are deleted, its oldest waiting rows dropped beyond ``cap``, and
+        its oldest labelled or dropped rows deleted beyond ``cap``."""
         n = X.shape[0]
         if n > cap:
             raise TooManyRemembered(f"{n} rows to remember in one request; at most {cap} (MAX_REMEMBERED_PER_MODEL)")
@@ -195,6 +194,7 @@ class RememberedPredictions:
                         "output": float(output[i]),
                         "baseline": float(baseline[i]) if np.isfinite(baseline[i]) else None,
                         "label_version": None,
+                        "record": records[i] if records is not None else None,
                         "created_ms": now,
                         "expires_ms": expires,
                     }
@@ -218,9 +218,45 @@ class RememberedPredictions:
                     conn.execute(
                         update(t)
                         .where(t.c.model_name == self.name, t.c.prediction_id.in_(victims[k : k + CHUNK]))
-                        .values(state=DROPPED, x=None, output=None, baseline=None)
+                        .values(state=DROPPED, x=None, output=None, baseline=None, record=None)
                     )
-        return ids
+            done = self._forget_beyond(conn, cap)
+        return ids, RememberedCounts(min(int(waiting or 0), cap), done)
+
+    def _forget_beyond(self, conn: Connection, cap: int) -> int:
+        """Delete the oldest labelled or dropped rows beyond ``cap``, the latest expiry deleted
+        kept on the model's row; the rows labelled or dropped that stay."""
+        t = remembered_t
+        done = t.c.state != PENDING
+        count = int(
+            conn.execute(select(func.count()).select_from(t).where(t.c.model_name == self.name, done)).scalar() or 0
+        )
+        excess = count - cap
+        if excess <= 0:
+            return count
+        oldest = conn.execute(
+            select(t.c.prediction_id, t.c.expires_ms)
+            .where(t.c.model_name == self.name, done)
+            .order_by(t.c.expires_ms, t.c.created_ms, t.c.prediction_id)
+            .limit(excess)
+        ).all()
+        for k in range(0, len(oldest), CHUNK):
+            conn.execute(
+                delete(t).where(
+                    t.c.model_name == self.name, t.c.prediction_id.in_([r[0] for r in oldest[k : k + CHUNK]])
+                )
+            )
+        latest = max(int(r[1]) for r in oldest)
+        conn.execute(
+            update(models_t)
+            .where(models_t.c.name == self.name)
+            .values(
+                remembered_forgotten_ms=case(
+                    (models_t.c.remembered_forgotten_ms > latest, models_t.c.remembered_forgotten_ms), else_=latest
+                )
+            )
+        )
+        return cap
 
     # ------------------------------------------------------------------ label
     def load(self, ids: Sequence[str]) -> Remembered:
@@ -231,6 +267,10 @@ class RememberedPredictions:
         rows: dict[str, Any] = {}
         with self.engine.connect() as conn:
             now = int(conn.execute(select(db_ms(self.dialect))).scalar_one())
+            forgotten = conn.execute(
+                select(models_t.c.remembered_forgotten_ms).where(models_t.c.name == self.name)
+            ).scalar()
+            gone_by = max(now, int(forgotten or 0))  # an id expiring by then is gone, not unknown
             for k in range(0, len(ids), CHUNK):
                 for r in conn.execute(
                     select(*_COLS).where(t.c.model_name == self.name, t.c.prediction_id.in_(list(ids[k : k + CHUNK])))
@@ -242,19 +282,19 @@ class RememberedPredictions:
             found = rows.get(i)
             if found is None:
                 expiry = expiry_of(i)
-                (gone if expiry is not None and expiry <= now else unknown).append(i)
+                (gone if expiry is not None and expiry <= gone_by else unknown).append(i)
             elif found.state == DROPPED or found.expires_ms <= now:
                 gone.append(i)
         if unknown:
             raise UnknownPredictions(
-                f"unknown prediction ids on model {self.name!r}: {_listed(unknown)} (never "
+                f"unknown prediction ids on model {self.name!r}: {listed(unknown)} (never "
                 "remembered by a prediction of this model); nothing was learned",
                 prediction_ids=unknown,
             )
         if gone:
             raise ExpiredPredictions(
                 f"prediction ids past PREDICTION_TTL, or dropped beyond "
-                f"MAX_REMEMBERED_PER_MODEL, on model {self.name!r}: {_listed(gone)}; nothing "
+                f"MAX_REMEMBERED_PER_MODEL, on model {self.name!r}: {listed(gone)}; nothing "
                 "was learned",
                 prediction_ids=gone,
             )
@@ -262,7 +302,7 @@ class RememberedPredictions:
         if done:
             version = int(rows[done[0]].label_version)
             raise AlreadyLabelled(
-                f"prediction ids labelled already on model {self.name!r}: {_listed(done)} (the "
+                f"prediction ids labelled already on model {self.name!r}: {listed(done)} (the "
                 f"first learned by the batch of version {version}); each id is labelled once; "
                 "nothing was learned",
                 version=version,
@@ -273,16 +313,17 @@ class RememberedPredictions:
             by = {tk: [i for i in ids if rows[i].task_id == tk] for tk in tasks}
             raise MixedTasks(
                 f"the prediction ids belong to {len(tasks)} tasks ("
-                + "; ".join(f"{tk!r}: {_listed(v, 3)}" for tk, v in list(by.items())[:5])
+                + "; ".join(f"{tk!r}: {listed(v, 3)}" for tk, v in list(by.items())[:5])
                 + "): a label request learns one batch of one task; send one request per task",
                 tasks=tasks,
             )
         out = [rows[i] for i in ids]
         return Remembered(
             out[0].task_id,
-            np.stack([np.asarray(r.x, dtype=float) for r in out]),
+            [np.asarray(r.x, dtype=float) for r in out],
             np.array([r.output for r in out], dtype=float),
             np.array([np.nan if r.baseline is None else r.baseline for r in out], dtype=float),
+            [r.record for r in out],
         )
 
     def mark_labelled(self, conn: Connection, ids: Sequence[str], version: int) -> None:
@@ -300,7 +341,7 @@ class RememberedPredictions:
                     t.c.state == PENDING,
                     t.c.expires_ms > now,
                 )
-                .values(state=LABELLED, label_version=version, x=None, output=None, baseline=None)
+                .values(state=LABELLED, label_version=version, x=None, output=None, baseline=None, record=None)
             ).rowcount
         if changed != len(ids):
             raise LabelsChanged(
@@ -357,33 +398,3 @@ class RememberedPredictions:
             "labelled_rows": sum(r for _, r in received.values()),
             "tasks": tasks,
         }
-
-
-# ----------------------------------------------------------------------------- in the write path
-@dataclass
-class LabelBatch(CommitParticipant[Prepared]):
-    """One label request on its way through :func:`service.learning.updates.learn_batch`: loaded under
-    the update lock (:meth:`load`), marked labelled by the batch's commit (:meth:`in_commit`)."""
-
-    store: RememberedPredictions
-    ids: list[str]
-    y: list[float]
-    rows: Remembered | None = field(default=None, init=False)
-
-    def load(self) -> tuple[str, np.ndarray, list[float], tuple[np.ndarray, np.ndarray]]:
-        """``(task_id, X, y, served outputs)`` of the batch (the refusals of :meth:`RememberedPredictions.load`)."""
-        self.rows = self.store.load(self.ids)
-        return self.rows.task_id, self.rows.X, self.y, (self.rows.output, self.rows.baseline)
-
-    def in_commit(self, conn: Connection, commit: Commit[Prepared]) -> None:
-        self.store.mark_labelled(conn, self.ids, commit.version)
-
-
-def remember_rows(model: HostedModel, task_id: str, X: Any, snap: Snapshot, ttl: float, cap: int) -> list[str]:
-    """Remember rows ``X`` of ``task_id`` just predicted from ``snap``: their ids."""
-    learner = snap.learner
-    Xm = as_matrix(X, learner.n_features_in_)
-    out, base = served_outputs(learner, task_id, Xm)
-    return RememberedPredictions(model.reader.engine, model.name).remember(
-        task_id, snap.version, Xm, out, base, ttl, cap
-    )

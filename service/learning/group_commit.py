@@ -35,10 +35,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from fcl3.records import Column
 from service import metrics
 from service.learning.prepare import prepare
 from service.learning.queue import Queued, WriteQueue
 from service.models.lifecycle import current_for_write
+from service.records.vocabulary import NewColumns
 from service.store.reads import Snapshot
 from service.writing.idempotency import KeyTakenOver
 from service.writing.locks import LockBusy
@@ -126,6 +128,8 @@ def _learn_group(
     whole group (the database, a stale version) is raised."""
     snap = current_for_write(model)
     ready: list[tuple[Queued, Prepared, list[Any]]] = []
+    vocabulary: tuple[Column, ...] | None = None  # the columns under the lock, and the batches' new ones
+    grown = False
     i = 0
     while i < len(group):
         item = group[i]
@@ -141,11 +145,18 @@ def _learn_group(
         try:
             if item.claim is not None:
                 model.keys.verify(item.claim)  # Replayed / KeyInFlight: another request has the key
-            task_id, X, y, served = item.task_id, item.X, item.y, None
+            task_id, X, y, served, records = item.task_id, item.X, item.y, None, item.records
             parts: list[Any] = [model.evaluation]
             if item.labels is not None:
-                task_id, X, y, served = item.labels.load()  # LabelRefused: nothing happened
+                task_id, X, y, served, records = item.labels.load()  # LabelRefused: nothing happened
                 parts.append(item.labels)
+            new: list[Any] = []
+            if records is not None:  # encoded over the vocabulary as it stands (TooManyColumns: this batch only)
+                vocabulary = vocabulary if vocabulary is not None else model.vocabulary.refresh()
+                X, new = records.encode(vocabulary)
+                if item.labels is not None:
+                    X = item.labels.with_rows(X)
+                parts.append(NewColumns(model.name, len(vocabulary), new))
             if item.claim is not None:
                 parts.append(item.claim)
             prepared = prepare(snap, task_id, X, y, served, defer_refits=not last)  # InputError: this batch only
@@ -154,6 +165,8 @@ def _learn_group(
         except Exception as exc:  # noqa: BLE001 - refused: this batch only, nothing of it applied
             outcome[item] = (None, None, exc)
             continue
+        if new and vocabulary is not None:
+            vocabulary, grown = (*vocabulary, *new), True
         ready.append((item, prepared, parts))
         snap = Snapshot(
             snap.version + 1, prepared.learner, {**snap.info, "version": snap.version + 1, "summary": prepared.summary}
@@ -175,5 +188,7 @@ def _learn_group(
             except KeyTakenOver as exc:  # taken over again: that batch only
                 outcome[item] = (None, None, exc)
         return
+    if grown:  # the columns the group's commit stored
+        model.vocabulary.refresh()
     for (item, prepared, _), version in zip(ready, versions, strict=True):
         outcome[item] = (prepared, version, None)

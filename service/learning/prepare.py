@@ -15,7 +15,7 @@ from service.evaluation.scores import prequential as score_prequential
 from service.evaluation.scores import scores, served_sums
 from service.store.prepared import Prepared
 from service.store.reads import Snapshot
-from service.store.results import representatives, result_json
+from service.store.results import UNLEARNED, representatives, result_json
 
 
 def prepare(
@@ -50,6 +50,9 @@ def prepare(
         prequential = score_prequential(snap.learner, task_id, X, y)
     prequential_seconds = time.perf_counter() - t1
     summary = dict(snap.info.get("summary") or {})
+    if summary.get(UNLEARNED):  # a level brought back by this batch is learned again
+        rows = np.asarray(X, dtype=float)
+        summary[UNLEARNED] = [j for j in summary[UNLEARNED] if j >= rows.shape[1] or not np.any(rows[:, j] != 0)]
     summary["representatives"] = representatives(learner, summary.get("representatives", []), result)
     summary["n_representatives"] = int(result.n_representatives)
     last_update = result_json(result)

@@ -23,6 +23,7 @@ class Queued:
     y: Any
     claim: Any = None  # service.writing.idempotency.Claim of its Idempotency-Key, or None
     labels: Any = None  # service.labels.LabelBatch (the rows loaded under the lock), or None
+    records: Any = None  # service.records.rows.RecordsBatch (encoded under the lock; X is None), or None
     t0: float = field(default_factory=time.perf_counter)  # when it arrived
     deadline: float = 0.0  # perf_counter time past which it no longer waits for the update lock
     taken: bool = False  # in a group under way

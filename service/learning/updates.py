@@ -30,28 +30,41 @@ from service.writing.outcomes import observed
 
 if TYPE_CHECKING:
     from service.hosting import HostedModel
-    from service.labels.remembered import LabelBatch
+    from service.labels.batch import LabelBatch
+    from service.records.rows import RecordsBatch
 
 # "service.store": the logger name is part of each of its log lines (their "logger" field).
 log = logging.getLogger("service.store")
 
 
-def learn(model: HostedModel, task_id: str, X: Any, y: Any, key: str | None = None) -> tuple[dict[str, Any], bool]:
+def learn(
+    model: HostedModel, task_id: str, X: Any, y: Any, key: str | None = None, records: RecordsBatch | None = None
+) -> tuple[dict[str, Any], bool]:
     """Learn one batch and commit it, at most once per ``key`` (an ``Idempotency-Key``, see
     :mod:`service.writing.idempotent`): the answer (:class:`fcl3.schemas.UpdateOut`) and whether
-    it is a replay of the first request's answer."""
+    it is a replay of the first request's answer. ``records``: the batch as records (``X``
+    None), encoded under the update lock; a retry is recognised by its records."""
+    rows = records.canonical() if records is not None else X
     try:
-        with idempotent.claimed(model, key, lambda: request_hash(task_id, X, y)) as claim:
-            prepared, _ = learn_batch(model, task_id, X, y, claim)
+        with idempotent.claimed(model, key, lambda: request_hash(task_id, rows, y)) as claim:
+            prepared, _ = learn_batch(model, task_id, X, y, claim, records=records)
     except Replayed as replay:
         return idempotent.replayed(model, replay), True
     return prepared.answer, False
 
 
 def learn_batch(
-    model: HostedModel, task_id: str, X: Any, y: Any, claim: Claim | None = None, labels: LabelBatch | None = None
+    model: HostedModel,
+    task_id: str,
+    X: Any,
+    y: Any,
+    claim: Claim | None = None,
+    labels: LabelBatch | None = None,
+    records: RecordsBatch | None = None,
 ) -> tuple[Prepared, int]:
     """Learn one batch and commit it; returns the prepared update and the new model version.
+    With ``records`` (:class:`service.records.rows.RecordsBatch`), the batch is encoded under
+    the lock and its new levels' columns are stored by its commit.
     With ``labels`` (a label request, :mod:`service.labels`), the batch is its remembered rows,
     loaded under the lock (``task_id``, ``X``, ``y`` are ignored), scored by the outputs they
     were served, and marked labelled by the commit.
@@ -68,7 +81,7 @@ def learn_batch(
     The model's evaluation is updated in the commit's transaction; the evaluation sets it
     rescores are scored just after the commit, off the lock, before it answers, by the request
     of that batch."""
-    item = Queued(task_id, X, y, claim, labels)
+    item = Queued(task_id, X, y, claim, labels, records)
     item.deadline = item.t0 + float(getattr(model.locks, "wait", 5.0))
     with observed(model, "committed", item.t0):
         try:

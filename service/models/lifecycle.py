@@ -1,20 +1,23 @@
 """A model's lifecycle: create (``POST /models``, and the default model when it is missing),
-delete, export, import and fork (``/models``), with the log line of each. Every new model is
-written in one transaction (:meth:`service.store.writes.ModelWriter.create`)."""
+delete, export, import and fork (``/models``), with the log line of each. Every new model, its
+vocabulary included, is written in one transaction (:meth:`service.store.writes.ModelWriter.create`),
+after every check: a refused or failed create leaves no model."""
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import core
-from fcl3.records import Column, RecordError, base_columns, parse_schema
+from fcl3.records import Column, RecordError, base_columns, level_of, parse_schema
 from service import metrics
 from service.models import state_files
 from service.models.history import ranges, read_history, replay
 from service.models.learners import ModelConfigError, make_learner
+from service.records.rows import check_column_count, check_schema_columns, column_cap
 from service.store.reads import ModelMissing, Snapshot
 from service.store.results import learner_summary
 from service.store.writes import ModelExists, NewModel
@@ -31,6 +34,9 @@ log = logging.getLogger("service.store")
 #: version too), so a model imported at 2^30 still has 2^30 updates before their end; a larger
 #: one (2^63 - 1 was stored on SQLite, then every update failed) is refused.
 MAX_IMPORTED_VERSION = 2**30
+#: The largest magnitude an imported array may hold: far above what the engine learns from data
+#: (sums of squares of rows of any sane scale), below where a product of two overflows (1e300).
+MAX_IMPORTED_MAGNITUDE = 1e150
 
 
 def check_settings(model_settings: dict[str, Any]) -> core.LifelongLearner:
@@ -50,11 +56,12 @@ def check_settings(model_settings: dict[str, Any]) -> core.LifelongLearner:
     return learner
 
 
-def create_model(model: HostedModel, model_settings: dict[str, Any]) -> None:
-    """Create ``model`` (version 0) with ``model_settings``; :class:`ModelExists` if taken."""
+def create_model(model: HostedModel, model_settings: dict[str, Any], max_columns: int) -> None:
+    """Create ``model`` (version 0) with ``model_settings``; :class:`ModelExists` if taken, and
+    :class:`service.records.rows.TooManyColumns` for a schema past the column cap."""
     learner = check_settings(model_settings)
-    model.writer.create(NewModel(learner, model_settings))
-    register_base_columns(model, model_settings)
+    check_schema_columns(model.name, model_settings, max_columns)
+    model.writer.create(NewModel(learner, model_settings, columns=schema_columns(model_settings)))
     log.info(
         "created model %r (%s, %s)",
         model.name,
@@ -79,10 +86,9 @@ def ensure_created(model: HostedModel) -> None:
     s = model.writer.model_settings
     assert s is not None  # the default model's settings (only it is created by its first write)
     try:
-        model.writer.create(NewModel(make_learner(s), s))
+        model.writer.create(NewModel(make_learner(s), s, columns=schema_columns(s)))
     except ModelExists:
         return  # another process created it first
-    register_base_columns(model, s)
     log.info("created model %r (%s, %s)", model.name, s["estimator"], s["kind"])
 
 
@@ -98,11 +104,11 @@ def current_for_write(model: HostedModel) -> Snapshot:
         return model.reader.snapshot(check=True)
 
 
-def register_base_columns(model: HostedModel, model_settings: dict[str, Any]) -> None:
-    """A new model with a feature schema: its first columns (values, indicators, declared
-    levels) in its vocabulary at once, so that GET shows them before any batch."""
-    if model_settings.get("features"):
-        model.vocabulary.ensure(base_columns(parse_schema(model_settings["features"])))
+def schema_columns(model_settings: dict[str, Any]) -> list[Column]:
+    """A new model's first columns (values, indicators, declared levels), written with it, so
+    that GET shows them before any batch; none without a feature schema."""
+    features = model_settings.get("features")
+    return base_columns(parse_schema(features)) if features else []
 
 
 def delete_model(model: HostedModel, registry: ModelRegistry) -> None:
@@ -140,14 +146,16 @@ def export_model(model: HostedModel) -> tuple[bytes, int]:
     return state_files.to_npz(snap.learner.get_state(), service), snap.version
 
 
-def import_model(model: HostedModel, data: state_files.Source) -> None:
+def import_model(model: HostedModel, data: state_files.Source, max_columns: int) -> None:
     """Create ``model`` from the bytes of an exported ``.npz`` file. Everything is checked
-    before anything is stored: a bad file is :class:`core.InputError` (422) with the reason."""
+    before anything is stored: a bad file is :class:`core.InputError` (422) with the reason.
+    The settings stored are the engine's (estimator, kind, parameters), with the file's schema
+    and ``d`` when they fit it; its vocabulary is within the column cap (``max_columns``)."""
     try:
         state, service = state_files.read_npz(data)
     except state_files.StateFileError as exc:
         raise core.InputError(f"bad model file: {exc}") from None
-    _check_finite(state)
+    _check_arrays(state)
     try:
         learner = core.load_state(state)
         learner.check_params()
@@ -162,15 +170,7 @@ def import_model(model: HostedModel, data: state_files.Source) -> None:
         raise core.InputError(
             f"bad model file: the engine cannot load its state: {type(exc).__name__}: {exc}"
         ) from None
-    params = learner.get_params()
-    settings = service.get("settings") if isinstance(service.get("settings"), dict) else None
-    if not settings or settings.get("estimator") != state.estimator:
-        settings = {
-            "estimator": state.estimator,
-            "kind": learner.kind,
-            "params": {k: v for k, v in params.items() if k != "kind"},
-            "d": None,
-        }
+    settings = _imported_settings(learner, state.estimator, service.get("settings"))
     version = service.get("version")
     version = (
         version
@@ -186,6 +186,8 @@ def import_model(model: HostedModel, data: state_files.Source) -> None:
     tasks = {t: _task_counters(counted.get(t), version) for t in learner.task_ids}
     summary = service.get("summary") if isinstance(service.get("summary"), dict) else None
     columns = _imported_vocabulary(settings, service.get("vocabulary"), learner)
+    if columns:
+        check_column_count(model.name, len(columns), column_cap(settings, max_columns), "the file's vocabulary")
     model.writer.create(
         NewModel(
             learner,
@@ -194,15 +196,61 @@ def import_model(model: HostedModel, data: state_files.Source) -> None:
             summary=summary or learner_summary(learner),
             tasks=tasks,
             origin={"import": {"model": service.get("model"), "version": version}},
+            columns=columns,
         )
     )
-    model.vocabulary.replace_all(columns)
     log.info(
         "imported model %r at version %d",
         model.name,
         version,
         extra={"event": "model_imported", "model": model.name, "version": version},
     )
+
+
+def _imported_settings(learner: core.LifelongLearner, estimator: str, stored: Any) -> dict[str, Any]:
+    """The settings of an imported model: the file's, which must make the engine's learner again
+    (its estimator, kind and every parameter: :class:`core.InputError` otherwise), or for a file
+    without them (a learner exported offline) the engine's own; a ``d`` of 1-10^6 and a feature
+    schema kept from the file (a schema needs an engine that grows its columns,
+    ``grow_features``; it is checked with the vocabulary)."""
+    params = learner.get_params()
+    settings: dict[str, Any] = {
+        "estimator": estimator,
+        "kind": learner.kind,
+        "params": {k: v for k, v in params.items() if k != "kind"},
+        "d": None,
+    }
+    if stored is None or stored == {}:
+        return settings
+    try:
+        same = (
+            isinstance(stored, dict)
+            and stored.get("estimator") == estimator
+            and stored.get("kind") == learner.kind
+            and make_learner(stored).get_params() == params
+        )
+    except (ModelConfigError, KeyError, TypeError, ValueError, AttributeError, core.InputError):
+        same = False
+    if not same:
+        shown = json.dumps(stored, default=str)
+        raise core.InputError(
+            f"bad model file: its service settings {shown[:200]} do not make its engine's learner "
+            f"({estimator}, {learner.kind}, {json.dumps(params, default=str)[:200]}): drop them to import "
+            "the engine as it is"
+        )
+    settings["params"] = dict(stored.get("params") or {})
+    d = stored.get("d")
+    if isinstance(d, int) and not isinstance(d, bool) and 0 < d <= 10**6:
+        settings["d"] = d
+    features = stored.get("features")
+    if features:
+        if params.get("grow_features") is not True:
+            raise core.InputError(
+                "bad model file: it has a feature schema but its engine does not grow its columns "
+                "(grow_features false): a model with features needs grow_features true"
+            )
+        settings["features"], settings["d"] = features, None
+    return settings
 
 
 def _imported_vocabulary(settings: dict[str, Any], vocabulary: Any, learner: core.LifelongLearner) -> list[Column]:
@@ -221,6 +269,7 @@ def _imported_vocabulary(settings: dict[str, Any], vocabulary: Any, learner: cor
         columns[: len(base)] != base
         or len(set(columns)) != len(columns)
         or any(c.feature not in names or c.role not in ("value", "missing", "level") for c in columns)
+        or any(level_of(c.level) != c.level if c.role == "level" else c.level != "" for c in columns)
     ):
         raise core.InputError("bad model file: its vocabulary does not fit its feature schema")
     if learner.is_fitted and len(columns) < int(learner.n_features_in_):
@@ -230,14 +279,23 @@ def _imported_vocabulary(settings: dict[str, Any], vocabulary: Any, learner: cor
     return columns
 
 
-def _check_finite(state: core.ModelState) -> None:
-    """:class:`core.InputError` (422) when an array of an imported state holds NaN or infinity:
-    no model the engine learns has one, and such a model would refuse every batch."""
+def _check_arrays(state: core.ModelState) -> None:
+    """:class:`core.InputError` (422) when an array of an imported state is not of real numbers
+    (complex, text, bytes: the engine's are integers and floats) or holds NaN, infinity or a
+    magnitude past :data:`MAX_IMPORTED_MAGNITUDE`: no model the engine learns has one, and such a
+    model would refuse (or fail) every batch."""
     named = [(f"array {k!r}", a) for k, a in state.arrays.items()]
     named += [(f"array {k!r} of task {t!r}", a) for t, task in state.tasks.items() for k, a in task["arrays"].items()]
     for what, a in named:
-        if a.dtype.kind in "fc" and not np.isfinite(a).all():
+        if a.dtype.kind not in "biuf":
+            raise core.InputError(f"bad model file: {what} is of dtype {a.dtype.str}, not of real numbers")
+        if a.dtype.kind == "f" and not np.isfinite(a).all():
             raise core.InputError(f"bad model file: {what} holds NaN or infinity")
+        if a.size and a.dtype.kind in "iuf" and max(abs(float(a.max())), abs(float(a.min()))) > MAX_IMPORTED_MAGNITUDE:
+            raise core.InputError(
+                f"bad model file: {what} holds a value of magnitude over {MAX_IMPORTED_MAGNITUDE:g}, "
+                "which no learned model holds"
+            )
 
 
 def _task_counters(info: Any, version: int) -> dict[str, Any]:
@@ -292,10 +350,10 @@ def fork_model(model: HostedModel, parent: HostedModel, version: int | None) -> 
             batches=[b.row() for b in history.batches],
             take_backs=list(history.take_backs.values()),
             origin={"fork": {"model": parent.name, "version": version}},
+            # the parent's columns: a superset of what the fork learned
+            columns=parent.vocabulary.refresh() if settings.get("features") else (),
         )
     )
-    if settings.get("features"):  # the parent's columns: a superset of what the fork learned
-        model.vocabulary.replace_all(parent.vocabulary.refresh())
     log.info(
         "forked model %r from %r at version %d",
         model.name,

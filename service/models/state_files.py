@@ -253,6 +253,8 @@ def _load(npz: Any, key: str) -> np.ndarray:
         a = npz[key]
     except Exception as exc:  # noqa: BLE001 - truncated member, pickled/object array, bad header...
         raise StateFileError(f"entry {key!r} is unreadable: {type(exc).__name__}: {exc}") from None
+    if not isinstance(a, np.ndarray):  # numpy returns an entry that is not a .npy array as its bytes
+        raise StateFileError(f"entry {key!r} is not a .npy array")
     if a.dtype.hasobject:
         raise StateFileError(f"entry {key!r} holds Python objects: refused")
     return np.asarray(a)

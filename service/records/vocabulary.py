@@ -1,34 +1,33 @@
 """A model's vocabulary: the columns its records are encoded into, append-only, in SQL.
 
 One row per column of the encoded rows (:class:`fcl3.records.Column`): its index, the feature,
-its role (``value``, ``missing``, ``level``) and, for a category's level, the level. A level
-gets its column the first time a batch to learn holds it, in a short transaction of its own
-*before* the update that uses it (:func:`Vocabulary.ensure`): the vocabulary is therefore always
-a superset of what the engine has learned (a failed update leaves an unused column, which the
-engine reads as zeros until a batch holds the level). Columns are never renumbered or removed;
-the engine takes a wider batch by appending its columns (``grow_features``, docs/records.md).
-Two writers that add a column at once: the unique constraints on ``(model, column)`` and on
-``(model, feature, role, level)`` refuse the second insert, which reads the vocabulary again
-and retries. Rows go with their model (``ON DELETE CASCADE``).
+its role (``value``, ``missing``, ``level``) and, for a category's level, the level. A new model's
+columns (its base columns, or an import's or a fork's vocabulary) are written by the
+transaction that creates it (:class:`service.store.writes.NewModel`). A level gets its column
+when a batch that holds it is committed: the batch is encoded under the update lock over the
+vocabulary as it then stands, its new levels appended in memory, and :class:`NewColumns` writes
+them in the batch's own commit. A refused batch therefore leaves the vocabulary as it was, and
+the vocabulary is always exactly what the model's committed batches brought. Columns are never
+renumbered or removed; the engine takes a wider batch by appending its columns
+(``grow_features``, docs/records.md). Commits of one model are serialised by the update lock and
+guarded by the version compare-and-set; the unique constraints on ``(model, column)`` and on
+``(model, feature, role, level)`` are the last guard. Rows go with their model (``ON DELETE
+CASCADE``).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from sqlalchemy import Engine, insert, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, Engine, select
 
 from fcl3.records import Column
+from service.store.commit import Commit, CommitParticipant
+from service.store.prepared import Prepared
 from service.store.tables import columns_t
-
-#: Attempts of :meth:`Vocabulary.ensure` when other writers keep taking the next column.
-ATTEMPTS = 8
-
-
-class VocabularyConflict(Exception):
-    """Other writers kept adding columns: :meth:`Vocabulary.ensure` gave up (a 503)."""
+from service.store.writes import insert_columns
 
 
 class Vocabulary:
@@ -62,44 +61,14 @@ class Vocabulary:
         with self._guard:
             self._columns = None
 
-    def ensure(self, wanted: Sequence[Column]) -> tuple[Column, ...]:
-        """Every column of ``wanted`` present (the missing ones appended, in order, committed);
-        the whole vocabulary."""
-        cols = self.columns()
-        for _ in range(ATTEMPTS):
-            have = set(cols)
-            missing = [c for c in dict.fromkeys(wanted) if c not in have]
-            if not missing:
-                return cols
-            try:
-                with self.engine.begin() as conn:
-                    conn.execute(
-                        insert(columns_t),
-                        [
-                            {
-                                "model_name": self.name,
-                                "column": len(cols) + i,
-                                "feature": c.feature,
-                                "role": c.role,
-                                "level": c.level,
-                            }
-                            for i, c in enumerate(missing)
-                        ],
-                    )
-            except IntegrityError:
-                pass  # another writer took those places (or those columns): read again
-            cols = self.refresh()
-        raise VocabularyConflict(f"model {self.name!r}: the vocabulary kept moving under {ATTEMPTS} attempts")
 
-    def replace_all(self, columns: Sequence[Column]) -> None:
-        """Store ``columns`` as the vocabulary of a model that has none yet (an import, a fork)."""
-        if columns:
-            with self.engine.begin() as conn:
-                conn.execute(
-                    insert(columns_t),
-                    [
-                        {"model_name": self.name, "column": i, "feature": c.feature, "role": c.role, "level": c.level}
-                        for i, c in enumerate(columns)
-                    ],
-                )
-        self.refresh()
+@dataclass
+class NewColumns(CommitParticipant[Prepared]):
+    """The columns a batch brings (its new levels), appended at ``start`` by the batch's commit."""
+
+    name: str
+    start: int
+    columns: Sequence[Column]
+
+    def in_commit(self, conn: Connection, commit: Commit[Prepared]) -> None:
+        insert_columns(conn, self.name, self.start, self.columns)

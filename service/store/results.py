@@ -51,3 +51,9 @@ def representatives(learner: core.LifelongLearner, previous: list[str], result: 
     if result.new_representative and result.task_id not in reps:
         reps.append(result.task_id)
     return reps
+
+
+#: The key of a model row's summary listing the columns no learned batch holds anything in
+#: (a level that only a batch taken back brought, :mod:`service.take_back`): such a level is
+#: encoded and reported as unseen until a batch holds it again (:mod:`service.learning.prepare`).
+UNLEARNED = "unlearned_columns"

@@ -103,6 +103,8 @@ class ModelRow(Base):
     origin: Mapped[dict[str, Any] | None] = mapped_column(
         JSON, nullable=True
     )  # {"fork": {...}} / {"import": {...}}; null: created
+    #: The latest expiry of the remembered predictions deleted to keep within their bound (service.labels)
+    remembered_forgotten_ms: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
 
@@ -307,6 +309,8 @@ class RememberedPredictionRow(Base):
     output: Mapped[float | None] = mapped_column(Float, nullable=True)  # served value / decision score
     baseline: Mapped[float | None] = mapped_column(Float, nullable=True)  # the baseline's (null: overflowed)
     label_version: Mapped[int | None] = mapped_column(Integer, nullable=True)  # the batch that learned it
+    #: The record it was predicted from (a model with a feature schema), for its label to encode
+    record: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_ms: Mapped[int] = mapped_column(BigInteger, nullable=False)
     expires_ms: Mapped[int] = mapped_column(BigInteger, nullable=False)
 

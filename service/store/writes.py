@@ -40,12 +40,13 @@ from sqlalchemy import Connection, bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 import core
+from fcl3.records import Column
 from service.db import check_store
 from service.store.commit import Commit, CommitParticipant
 from service.store.prepared import Prepared, PreparedTakeBack
 from service.store.reads import ModelReader, Snapshot
 from service.store.results import learner_summary
-from service.store.tables import batches_t, models_t, take_backs_t, tasks_t
+from service.store.tables import batches_t, columns_t, models_t, take_backs_t, tasks_t
 from service.store.task_rows import group_task_rows, task_positions
 from service.store.watch import notify
 
@@ -77,6 +78,20 @@ class NewModel:
     batches: list[dict[str, Any]] | None = None
     take_backs: list[dict[str, Any]] | None = None  # rows of take_backs (service.models.history)
     origin: dict[str, Any] | None = None
+    #: The vocabulary of a model with a feature schema (:mod:`service.records.vocabulary`), in order.
+    columns: Sequence[Column] = ()
+
+
+def insert_columns(conn: Connection, name: str, start: int, columns: Sequence[Column]) -> None:
+    """Append ``columns`` to model ``name``'s vocabulary at ``start, start + 1, ...`` in ``conn``'s transaction."""
+    if columns:
+        conn.execute(
+            insert(columns_t),
+            [
+                {"model_name": name, "column": start + i, "feature": c.feature, "role": c.role, "level": c.level}
+                for i, c in enumerate(columns)
+            ],
+        )
 
 
 def _now() -> datetime:
@@ -120,8 +135,8 @@ class ModelWriter:
         self.model_settings = model_settings
 
     def create(self, new: NewModel) -> None:
-        """Write a new model (its row, every task row, its batches) in one transaction;
-        :class:`ModelExists` if the name is taken (nothing written)."""
+        """Write a new model (its row, every task row, its batches, its vocabulary) in one
+        transaction; :class:`ModelExists` if the name is taken (nothing written)."""
         learner = new.learner
         state = learner.get_state()
         now = _now()
@@ -183,6 +198,7 @@ class ModelWriter:
                     )
                 for tb in new.take_backs or ():
                     conn.execute(insert(take_backs_t).values(**{**tb, "model_name": self.name}))
+                insert_columns(conn, self.name, 0, new.columns)
                 notify(conn, self.name)
         except IntegrityError:
             raise ModelExists(self.name) from None  # created by someone else meanwhile

@@ -31,7 +31,7 @@ def take_back(model: HostedModel, batch_version: int, key: str | None = None) ->
         with idempotent.claimed(model, key, lambda: take_back_hash(batch_version)) as claim:
             prepared, _ = take_back_batch(model, batch_version, claim)
     except Replayed as replay:
-        return idempotent.replayed(model, replay), True
+        return idempotent.replayed(model, replay, batch=False), True
     assert prepared.answer is not None  # set by its commit
     return prepared.answer, False
 

@@ -26,15 +26,17 @@ import hashlib
 import time
 from typing import Any
 
+import numpy as np
 from sqlalchemy import Connection, select
 
 from service.evaluation import store
 from service.evaluation.scores import add_sums, stored, to_json
-from service.models.history import History, ranges, read_history, replay
+from service.models.history import History, StoredBatch, ranges, read_history, replay
 from service.refusals import Refused
 from service.store.commit import Commit, CommitParticipant
 from service.store.prepared import PreparedTakeBack
 from service.store.reads import ModelReader, Snapshot
+from service.store.results import UNLEARNED
 from service.store.tables import batches_t
 
 
@@ -129,6 +131,16 @@ def _why_missing(origin: Any) -> str:
     return "deleted from the database"
 
 
+def unlearned_columns(batches: list[StoredBatch], width: int) -> list[int]:
+    """The columns below ``width`` that no row of ``batches`` holds anything in: a level only
+    the batch taken back brought (its column stays; the engine learned nothing in it)."""
+    used = np.zeros(width, dtype=bool)
+    for b in batches:
+        w = min(width, b.X.shape[1]) if b.X.ndim == 2 else 0
+        used[:w] |= np.any(b.X[:, :w] != 0, axis=0)
+    return [int(j) for j in np.flatnonzero(~used)]
+
+
 def prepare(reader: ModelReader, snap: Snapshot, batch_version: int) -> PreparedTakeBack:
     """The model ``snap`` without the batch ``batch_version``, rebuilt by replay (nothing is
     stored). :class:`TakeBackRefused` or :class:`core.InputError` (422) when it cannot be."""
@@ -148,6 +160,8 @@ def prepare(reader: ModelReader, snap: Snapshot, batch_version: int) -> Prepared
     before = snap.info.get("summary") or {}
     # take_backs: how many the model has had; a reader whose cached model had fewer reads every task again
     summary = {**before, **rebuilt.summary, "take_backs": int(before.get("take_backs", 0)) + 1}
+    if (snap.info.get("settings") or {}).get("features"):
+        summary[UNLEARNED] = unlearned_columns(others, int(getattr(learner, "n_features_in_", 0) or 0))
     return PreparedTakeBack(
         base_version=snap.version,
         batch_version=batch_version,

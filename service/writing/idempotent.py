@@ -22,9 +22,12 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from sqlalchemy import select
 
 import core
 from service import metrics
+from service.refusals import Refused
+from service.store.tables import batches_t
 from service.writing.idempotency import Claim, IdempotencyKeys, KeyInFlight, KeyTakenOver, Replayed
 
 if TYPE_CHECKING:
@@ -100,11 +103,30 @@ def claimed(model: HostedModel, key: str | None, request_hash: Callable[[], str]
         raise
 
 
-def replayed(model: HostedModel, replay: Replayed) -> dict[str, Any]:
-    """The first request's answer, counted (unless the write's outcome counted it) and logged."""
+class BatchTakenBack(Refused):
+    """A retry with the key of a batch that was taken back since (410): nothing applied."""
+
+    status = 410
+    version_field = "taken_back_by"
+
+
+def replayed(model: HostedModel, replay: Replayed, batch: bool = True) -> dict[str, Any]:
+    """The first request's answer, counted (unless the write's outcome counted it) and logged;
+    with ``batch`` (the answer of a batch learned), :class:`BatchTakenBack` instead when that
+    batch was taken back since."""
+    response = replay.response
+    if batch and isinstance(response.get("version"), int):
+        by = taken_back_by(model, response["version"])
+        if by is not None:
+            raise BatchTakenBack(
+                f"this Idempotency-Key's batch (version {response['version']} of model {model.name!r}) was "
+                f"taken back by version {by}; nothing was applied: to learn the batch again, send it with "
+                "a new Idempotency-Key",
+                batch_version=response["version"],
+                taken_back_by=by,
+            )
     if not replay.counted:
         metrics.UPDATES.labels("replayed").inc()
-    response = replay.response
     log.info(
         "idempotent replay",
         extra={
@@ -115,6 +137,15 @@ def replayed(model: HostedModel, replay: Replayed) -> dict[str, Any]:
         },
     )
     return response
+
+
+def taken_back_by(model: HostedModel, version: int) -> int | None:
+    """The version of the take-back of the batch of ``version`` of ``model`` (None: not taken back)."""
+    with model.reader.engine.connect() as conn:
+        by = conn.execute(
+            select(batches_t.c.taken_back).where(batches_t.c.model_name == model.name, batches_t.c.version == version)
+        ).scalar()
+    return int(by) if by is not None else None
 
 
 def purge_expired(keys: IdempotencyKeys, every: bool = False) -> None:

@@ -34,6 +34,24 @@ def _three_batches(c, name, rng):
         c.learn(name, task, *batch(rng))
 
 
+def test_a_retry_of_a_batch_taken_back_since_raises_gone(service, model_name):
+    """Issue 55: the key's batch was taken back after its answer: the retry is refused (410,
+    ``Gone``, saying by which version), nothing learned again."""
+    from fcl3 import Gone
+
+    rng = np.random.default_rng(2)
+    with Client(service.url, api_key=WRITE_KEY) as c:
+        _three_batches(c, model_name, rng)
+        X, y = batch(rng)
+        first = c.learn(model_name, "c", X, y, idempotency_key="gone-1")
+        c.take_back(model_name, first.version)
+        with pytest.raises(Gone) as exc:
+            c.learn(model_name, "c", X, y, idempotency_key="gone-1")
+        assert exc.value.status == 410 and exc.value.headers["X-Model-Version"] == str(first.version + 1)
+        assert f"taken back by version {first.version + 1}" in exc.value.message
+        assert c.get_model(model_name).version == first.version + 1
+
+
 @pytest.mark.slow
 def test_the_client_takes_a_batch_back(service, model_name):
     rng = np.random.default_rng(1)

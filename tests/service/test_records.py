@@ -296,25 +296,23 @@ def test_a_csv_upload_is_the_same_batch_as_its_records(backend_client):
     assert {"application/json", "text/csv"} <= set(spec["content"])
 
 
-def test_two_writers_adding_columns_at_once_both_get_theirs_once(backend_client):
-    """Two processes' vocabularies with the same (stale) view: the second insert of the same
-    column number is refused by the unique constraint, and its writer reads again and appends
-    after the first; the same level asked twice is stored once."""
-    from fcl3.records import Column
-    from service.records.vocabulary import Vocabulary
-
-    c = backend_client
-    name, created = new_model(c)
-    engine = c.app.state.engine
-    one, two = Vocabulary(engine, name), Vocabulary(engine, name)
-    base = one.columns()
-    assert two.columns() == base and len(base) == len(created["columns"])
-    a, b = Column("urban", "level", "north"), Column("urban", "level", "south")
-    assert one.ensure([a])[-1] == a
-    got = two.ensure([b, a])  # its cache lacks a: it tries a's place, is refused, reads again
-    assert got[len(base):] == (a, b)
-    assert one.refresh() == got and two.ensure([a, b]) == got
-    assert c.get(f"/models/{name}").json()["columns"][len(base):] == ["urban=north", "urban=south"]
+def test_two_writers_adding_columns_at_once_both_get_theirs_once(backend_app):
+    """Two processes (two apps on one database) whose cached vocabularies are the same, stale
+    view: each batch's new levels are placed under the update lock after the columns stored by
+    then, so both get theirs, once; a level both bring is stored once."""
+    one = backend_app()
+    two = backend_app(MODEL_NAME=one.app.state.settings.MODEL_NAME)
+    name, created = new_model(one)
+    base = len(created["columns"])
+    assert len(two.get(f"/models/{name}").json()["columns"]) == base  # two has read the vocabulary too
+    rng = np.random.default_rng(3)
+    a = records(rng, 6, levels=("north", "yes"))
+    b = records(rng, 6, levels=("south", "north"))
+    assert one.post(f"/models/{name}/tasks/t/data", json={"records": a, "y": target(a)}).status_code == 200
+    assert two.post(f"/models/{name}/tasks/u/data", json={"records": b, "y": target(b)}).status_code == 200
+    cols = one.get(f"/models/{name}").json()["columns"]
+    assert cols[base:] == ["urban=north", "urban=yes", "urban=south"], cols
+    assert two.get(f"/models/{name}").json()["columns"] == cols
 
 
 def test_a_csv_prediction_is_the_prediction_of_its_records(backend_client):

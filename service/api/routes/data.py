@@ -8,7 +8,7 @@ from fastapi import APIRouter, Response
 from starlette.concurrency import run_in_threadpool
 
 from fcl3.schemas import Batch, UpdateOut
-from service.api.deps import CSV_BODY, IdempotencyKey, ModelDep, SettingsDep, TaskIdPath, rows_of
+from service.api.deps import CSV_BODY, CsvCharset, IdempotencyKey, ModelDep, SettingsDep, TaskIdPath, learning_input
 from service.api.json_body import JsonRoute
 from service.config import Settings
 from service.hosting import HostedModel
@@ -23,15 +23,22 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         "description": "The model moved under a writer whose lock had expired; nothing was applied. Retry. "
         "Or: the first request with this Idempotency-Key is still running (Retry-After)."
     },
+    410: {
+        "description": "A retry with the Idempotency-Key of a batch that was taken back since: `taken_back_by` "
+        "is the version of the take-back; nothing applied (send the batch again without the key, or with a "
+        "new one, to learn it again)."
+    },
     413: {
         "description": "Request body, rows or features over the limits (MAX_BODY_BYTES, MAX_ROWS_PER_BATCH, "
         "MAX_FEATURES)."
     },
+    415: {"description": "A `text/csv` body in another charset than UTF-8."},
     422: {
         "description": "Bad batch (wrong width, NaN/inf, empty, lengths differ, bad labels, unknown fields; "
         "records: an unknown feature, a value of the wrong type, a required field missing, named "
-        "in `field` with its `row`; records sent to a model without a feature schema); "
-        "a malformed Idempotency-Key, or one already used with another task or body."
+        "in `field` with its `row`; records sent to a model without a feature schema; new levels "
+        "past the model's column cap, MAX_COLUMNS); a malformed Idempotency-Key, or one already "
+        "used with another task or body. Nothing changed, the vocabulary included."
     },
     503: {"description": "Another update holds the lock (Retry-After), or the database/Redis is down."},
 }
@@ -44,6 +51,7 @@ async def post_batch(
     batch: Batch,
     response: Response,
     task_id: TaskIdPath,
+    _charset: CsvCharset,
     idempotency_key: IdempotencyKey = None,
 ) -> dict[str, Any]:
     """Learn a labelled batch for a new or known task; answers once the update is committed.
@@ -64,5 +72,7 @@ def learn_posted(
     database): the answer (:class:`fcl3.schemas.UpdateOut`'s fields) and whether it is a
     replay. The endpoint itself is ``async``, so that FastAPI validates the answer on the event
     loop rather than with a second trip to the thread pool, as it does for a plain ``def``."""
-    X = rows_of(model, settings, batch)
-    return updates.learn(model, task_id, X, batch.y, idempotency_key)
+    given = learning_input(model, settings, batch)
+    if isinstance(given, list):
+        return updates.learn(model, task_id, given, batch.y, idempotency_key)
+    return updates.learn(model, task_id, None, batch.y, idempotency_key, records=given)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Query
 
 from fcl3.schemas import EvaluationOut, EvaluationRows, EvaluationRowsOut
-from service.api.deps import CSV_BODY, ModelDep, SettingsDep, TaskIdPath, rows_of
+from service.api.deps import CSV_BODY, CsvCharset, ModelDep, SettingsDep, TaskIdPath, rows_of
 from service.api.json_body import JsonRoute
 from service.api.routes.data import ERRORS
 from service.evaluation import figures
@@ -23,14 +23,14 @@ read_router = APIRouter(tags=["tasks"])
     response_model=EvaluationRowsOut,
     openapi_extra=CSV_BODY,
     responses={
-        **{k: v for k, v in ERRORS.items() if k != 409},
+        **{k: v for k, v in ERRORS.items() if k not in (409, 410)},
         422: {
             "description": "Bad rows (the checks of a batch: width, NaN/inf, empty, lengths, labels, unknown fields)."
         },
     },
 )
 def post_evaluation_rows(
-    model: ModelDep, settings: SettingsDep, rows: EvaluationRows, task_id: TaskIdPath
+    model: ModelDep, settings: SettingsDep, rows: EvaluationRows, task_id: TaskIdPath, _charset: CsvCharset
 ) -> EvaluationRowsOut:
     """Store labelled rows as the task's evaluation set: never learned (the model's version and
     the task's samples do not move), kept up to EVALUATION_MAX_ROWS per task (then a uniform
@@ -39,7 +39,7 @@ def post_evaluation_rows(
     update of another task when the set is among the EVALUATION_RESCORE ones whose scores are
     oldest (each score carries the version it is of: ``scored_version``). An update that learns
     a new task also scores every learned set, in the background, for the accuracy matrix."""
-    out = add_evaluation_rows(model, task_id, rows_of(model, settings, rows, learn=False), rows.y)
+    out = add_evaluation_rows(model, task_id, rows_of(model, settings, rows), rows.y)
     return EvaluationRowsOut(**out)
 
 

@@ -94,7 +94,7 @@ async def post_labels(
     y = [lb.y for lb in body.labels]
     # the lock and the database: in the thread pool (the endpoint is async so that FastAPI
     # validates the answer on the event loop, not with a second trip to the pool)
-    out, replayed = await run_in_threadpool(flows.label, model, ids, y, idempotency_key)
+    out, replayed = await run_in_threadpool(flows.label, model, ids, y, settings.max_columns, idempotency_key)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return out

@@ -24,7 +24,7 @@ from starlette.requests import ClientDisconnect
 
 import core
 from fcl3.schemas import ModelCreate, ModelList, ModelOut
-from service.api.deps import MAX_OFFSET, ModelDep, ModelName, RegistryDep, hosted
+from service.api.deps import MAX_OFFSET, ModelDep, ModelName, RegistryDep, SettingsDep, hosted
 from service.api.json_body import JsonRoute
 from service.api.responses import described_model, model_out
 from service.evaluation import figures
@@ -62,18 +62,21 @@ class NpzResponse(Response):
             "description": "The name is taken, or the fork cannot be made (version past the last one, batches gone)."
         },
         413: {"description": "Request body over MAX_BODY_BYTES."},
-        422: {"description": "Bad name, unknown estimator or kind, parameters the estimator refuses, bad fork."},
+        422: {
+            "description": "Bad name, unknown estimator or kind, parameters the estimator refuses, bad fork; a "
+            "feature schema past the column cap (MAX_COLUMNS); nothing is created."
+        },
         **BUSY,
     },
 )
-def create_model(registry: RegistryDep, body: ModelCreate) -> ModelOut:
+def create_model(registry: RegistryDep, settings: SettingsDep, body: ModelCreate) -> ModelOut:
     """Create a model from its settings, or fork one (``{"name": .., "fork": {"model": .., "version": N}}``):
     the new model is the parent as it was at version N, rebuilt by replaying its batches 1..N."""
     model = registry.get(body.name)
     if body.fork is not None:
         lifecycle.fork_model(model, registry.get(body.fork.model), body.fork.version)
     else:
-        lifecycle.create_model(model, body.model_settings())
+        lifecycle.create_model(model, body.model_settings(), settings.max_columns)
     return described_model(model)
 
 
@@ -142,7 +145,10 @@ def export_model(request: Request, name: ModelName) -> NpzResponse:
         408: {"description": "The client sent nothing for BODY_TIMEOUT seconds before the whole file arrived."},
         409: {"description": "The name is taken."},
         413: {"description": "File over MAX_IMPORT_BYTES, or its arrays over MAX_IMPORT_INFLATED_BYTES once loaded."},
-        422: {"description": "Not a model file: malformed, truncated, pickled, wrong format (the reason is given)."},
+        422: {
+            "description": "Not a model file: malformed, truncated, pickled, wrong format, arrays not of finite "
+            "real numbers, a vocabulary past the column cap (MAX_COLUMNS); the reason is given, nothing is created."
+        },
         503: {"description": "The database is down."},
     },
     openapi_extra={
@@ -153,11 +159,12 @@ async def import_model(request: Request, name: ModelName) -> JSONResponse:
     """Create the model ``name`` from an exported ``.npz`` file sent as the body; its
     predictions equal the exported model's. Nothing is stored unless the whole file loads."""
     model = hosted(request, name)
-    max_inflated = request.app.state.settings.MAX_IMPORT_INFLATED_BYTES
+    settings = request.app.state.settings
+    max_inflated = settings.MAX_IMPORT_INFLATED_BYTES
     with tempfile.NamedTemporaryFile(prefix="fcl3-import-", suffix=".npz") as file:
         await _spool(request, file)
         await run_in_threadpool(_check_inflated_size, file, max_inflated)
-        await run_in_threadpool(lifecycle.import_model, model, file)
+        await run_in_threadpool(lifecycle.import_model, model, file, settings.max_columns)
     out = await run_in_threadpool(model.reader.model_info)
     return JSONResponse(model_out(out).model_dump(mode="json"), status_code=201)
 

@@ -36,7 +36,7 @@ from starlette.routing import Route
 
 from fcl3.schemas import MODEL_NAME_RULE, PredictOut, PredictRequest, TaskId, csv_batch
 from service import security
-from service.api.deps import ModelName, check_size, hosted
+from service.api.deps import ModelName, check_csv_charset, check_size, hosted
 from service.config import Settings
 from service.hosting import HostedModel
 from service.labels.flows import predict_remembered
@@ -54,12 +54,14 @@ INLINE_VALUES = 2048
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: security.UNAUTHORIZED,
+    403: {"description": 'A read key asked to `"remember": true` the rows (a write: the write key).'},
     404: {"description": "Unknown task (or unknown model, under /models/{name})."},
     409: {"description": "The stored model is below `min_version`."},
     413: {
         "description": "Request body, rows or features over the limits (or, with `remember`, more rows than "
         "MAX_REMEMBERED_PER_MODEL)."
     },
+    415: {"description": "A `text/csv` body in another charset than UTF-8."},
     422: {
         "description": "Bad rows (wrong width, NaN/inf, non-numbers, unknown fields) or a body that is not JSON; "
         "records: an unknown feature, a wrong type, a required field missing (named in `field`, "
@@ -171,6 +173,7 @@ def parse_body(body: bytes, content_type: str | None, task_id: str | None = None
     if not body:
         raise RequestValidationError([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
     if _is_csv(content_type):
+        check_csv_charset(content_type)
         try:
             rows = csv_batch(body, target=False)
         except ValueError as exc:
@@ -190,6 +193,7 @@ def _csv_task(query: VersionQuery) -> str | None:
 
 
 def _answer(
+    request: Request,
     model: HostedModel,
     settings: Settings,
     query: PredictQuery | VersionQuery,
@@ -209,10 +213,13 @@ def _answer(
     else:
         req = req if req is not None else parse_body(body, content_type, _csv_task(query))
         task_id = req.task_id
+        if req.remember:  # stored for a label that arrives later: a write, behind the write key
+            security.check_key(request, "write")
+        records = None
         if req.records is not None:
             check_size(settings, len(req.records), [])
             snap = snap if snap is not None else model.reader.snapshot(query.min_version, task=task_id)
-            X, unseen = rows.prediction_rows(model, snap, req.records, req.text_cells)
+            X, unseen, records = rows.prediction_records(model, snap, req.records, req.text_cells)
         else:
             assert req.X is not None  # a body holds X or records
             X = req.X
@@ -225,7 +232,14 @@ def _answer(
                     f"{settings.MAX_REMEMBERED_PER_MODEL} (MAX_REMEMBERED_PER_MODEL)",
                 )
             preds, probs, version, ids = predict_remembered(
-                model, task_id, X, query.min_version, snap, settings.PREDICTION_TTL, settings.MAX_REMEMBERED_PER_MODEL
+                model,
+                task_id,
+                X,
+                query.min_version,
+                snap,
+                settings.PREDICTION_TTL,
+                settings.MAX_REMEMBERED_PER_MODEL,
+                records,
             )
     if ids is None:
         preds, probs, version = predict_rows(model, task_id, X, query.min_version, snap)
@@ -267,9 +281,9 @@ async def predict(request: Request) -> Response:
         small = req is not None and not req.remember and req.records is None
     snap = model.reader.fresh(query.min_version) if small else None  # small: a POST's body is parsed
     if snap is not None and task is not None and snap.has_task(task):
-        return _answer(model, settings, query, body, content_type, snap, req)
+        return _answer(request, model, settings, query, body, content_type, snap, req)
     # not cached, large, or a task the cached version has not learned (reads.ModelReader.predict)
-    return await run_in_threadpool(_answer, model, settings, query, body, content_type, None, req)
+    return await run_in_threadpool(_answer, request, model, settings, query, body, content_type, None, req)
 
 
 # ----------------------------------------------------------------------------- the routes
@@ -348,10 +362,11 @@ def _documented(router: APIRouter, path: str, named: bool) -> None:
         name="predict",
         summary="Predict (a batch of rows)",
         description='Predictions for a batch of feature rows (for many rows). With `"remember": '
-        "true` the rows, the outputs served and the version serving them are stored, and the "
+        "true` (a write: the write key) the rows (their records, on a model with a feature schema), the "
+        "outputs served and the version serving them are stored, and the "
         "answer holds one `prediction_ids` entry per row, in row order: `POST .../labels` learns "
         "them later with their labels (within PREDICTION_TTL; at most MAX_REMEMBERED_PER_MODEL "
-        "rows of a model wait, the oldest dropped beyond it).",
+        "rows of a model wait, the oldest dropped beyond it, and as many labelled or dropped are kept).",
         response_model=PredictOut,
         responses=responses,
         openapi_extra={**key, "parameters": head + _parameters(VersionQuery), "requestBody": _BODY},
