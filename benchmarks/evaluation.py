@@ -103,7 +103,8 @@ def main(argv=None) -> dict:
     models = {}
     for name in ("evaluated", "control"):
         m = registry.get(name)
-        lifecycle.create_model(m, {"estimator": "FCL3", "kind": "regression", "params": {}, "d": None})
+        lifecycle.create_model(m, {"estimator": "FCL3", "kind": "regression", "params": {}, "d": None},
+                               settings.max_columns)
         models[name] = registry.get(name)
     matrix_ms = []
     ev = models["evaluated"].evaluation.matrix
