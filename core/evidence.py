@@ -170,8 +170,7 @@ def own_scale_factor(G: np.ndarray, n: int, xbar: np.ndarray, weight: float = 1.
 def gaussian_unit(n: int, gram: np.ndarray, slopes: int | None = None) -> float:
     """The per-slope scale of a squared-loss task's ``omega`` grid: ``tr(G) / d`` of its
     centred ``X'X`` (:func:`gaussian_fits`)."""
-    xbar = gram[-1, :-1] / n
-    G = gram[:-1, :-1] - n * np.outer(xbar, xbar)
+    G = centred_gram(n, gram)
     return max(float(np.trace(G)) / (slopes or G.shape[0]), _TINY)
 
 
@@ -200,12 +199,6 @@ def centred_gram(n: int, gram: np.ndarray) -> np.ndarray:
     return gram[:-1, :-1] - n * np.outer(xbar, xbar)
 
 
-def centred_eigh(G: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The eigendecomposition of a squared-loss task's centred ``X'X`` ``G``, which every
-    family's :func:`_informed_directions` reads (computed once per task's curves)."""
-    return np.linalg.eigh(G)
-
-
 def _informed_directions(G: np.ndarray, R: np.ndarray, eig: tuple[np.ndarray, np.ndarray] | None = None
                          ) -> tuple[np.ndarray, np.ndarray]:
     """The eigenvalues ``lam`` of ``R' G R`` that the data inform and ``R U`` for their
@@ -218,8 +211,8 @@ def _informed_directions(G: np.ndarray, R: np.ndarray, eig: tuple[np.ndarray, np
     directions no task informs gives, leaves informed directions informed: ``R' G R``'s own
     eigenvalues put rounding's directions and informed ones of a small prior variance below
     one threshold, and a task's evidence then turns on its rows' rounding. ``eig``: ``G``'s
-    :func:`centred_eigh`, when already computed."""
-    gv, V = centred_eigh(G) if eig is None else eig
+    ``eigh``, when already computed (every family of a task reads the same)."""
+    gv, V = np.linalg.eigh(G) if eig is None else eig
     keep = gv > NULL_EIGENVALUE * max(float(gv[-1]), _TINY)
     B = np.sqrt(gv[keep])[:, None] * V[:, keep].T @ R  # (r, d): R' G R = B' B
     _, sv, Qt = np.linalg.svd(B, full_matrices=False)
@@ -241,8 +234,8 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
     ``posterior_means=False``: the evidence alone (the same numbers), ``None`` for the means.
     ``unit``: the per-slope scale the ``omega`` grid is relative to (default the task's own,
     ``tr(G) / d`` of its centred ``X'X``; :func:`family_curves` passes another design's).
-    ``eig``: the centred ``X'X``'s :func:`centred_eigh`, when already computed (the same for
-    every family of a task).
+    ``eig``: the centred ``X'X``'s ``eigh``, when already computed (the same for every family
+    of a task).
     """
     d = gram.shape[0] - 1
     xbar = gram[-1, :-1] / n
@@ -417,7 +410,7 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
     has_centres = library is not None and len(library.centres) > 0
     curves: dict[str, Curve] = {}
     pop = library.population if library is not None else None
-    eig = centred_eigh(centred_gram(data[0], data[1])) if kind == "regression" else None
+    eig = np.linalg.eigh(centred_gram(data[0], data[1])) if kind == "regression" else None
 
     @functools.cache
     def gaussian_population_fits():
@@ -436,7 +429,7 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
                 n, gram, moment, yy = data
                 n_d, gram_d = design[0], design[1]
                 xbar = gram_d[-1, :-1] / n_d
-                factor = own_scale_factor(gram_d[:-1, :-1] - n_d * np.outer(xbar, xbar), n_d, xbar)
+                factor = own_scale_factor(centred_gram(n_d, gram_d), n_d, xbar)
                 E, TH = gaussian_fits(n, gram, moment, yy, np.zeros((1, d)), None, 0.0, factor,
                                       posterior_means=posterior_means, eig=eig)
                 curves[fam.name] = mixed_curve(E, TH)
