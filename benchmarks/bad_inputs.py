@@ -1,4 +1,4 @@
-"""The inputs of issue 55 (records, remembered predictions, imports), each sent to a running
+"""Bad inputs (records, remembered predictions, imports), each sent to a running
 service and checked: answered with its 4xx (never a 5xx) and nothing changed — the model's
 version, its vocabulary and its list of models as they were. One list of cases for the tests
 (``tests/service/test_refusals_change_nothing.py``, on SQLite and PostgreSQL) and for the fault

@@ -1,4 +1,4 @@
-"""Issue 55: every multi-statement create is one transaction. A failure injected at each
+"""Every multi-statement create is one transaction. A failure injected at each
 statement that ``POST /models`` (with a feature schema), a fork and an import write, on
 PostgreSQL, leaves no model behind: not its row, not a task, a batch or a column."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 55, property tests (hypothesis) on the embedded default and on PostgreSQL: any records,
+"""Property tests (hypothesis) on the embedded default and on PostgreSQL: any records,
 any ``text/csv`` body and any mangled model file is answered with a 2xx or a clear 4xx, never a
 5xx, and a refusal changes nothing (the model's version and vocabulary, the list of models).
 Examples are bounded so that the three properties take seconds per backend."""

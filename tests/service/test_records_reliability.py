@@ -1,4 +1,4 @@
-"""Issue 55: a remembered row keeps its record (its label learns the levels it held), remembered
+"""A remembered row keeps its record (its label learns the levels it held), remembered
 rows are bounded in storage and reported by /metrics, a model's columns are capped, CSV bodies
 follow the JSON rules, and a take-back of the batch that brought a level."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Issue 55: every input of the issue is refused with its 4xx, never a 5xx, and changes nothing
-(the model's version, its vocabulary, its remembered rows, the list of models), on the embedded
-default and on PostgreSQL; the cases are :mod:`benchmarks.bad_inputs`, which the fault suite
-sends to a real server too."""
+"""Every bad input of :mod:`benchmarks.bad_inputs` is refused with its 4xx, never a 5xx, and
+changes nothing (the model's version, its vocabulary, its remembered rows, the list of models),
+on the embedded default and on PostgreSQL; the fault suite sends the same cases to a real
+server."""
 from __future__ import annotations
 
 from benchmarks.bad_inputs import run_cases
