@@ -8,19 +8,19 @@ category plus a few numbers, the shape a records model has), then times ``--repe
 batches of known tasks, each on a fresh copy of the learner: the median and the slowest.
 
     python -m benchmarks.column_cap [--sizes 25,50,100,200,300,400] [--tasks 8] [--repeats 3]
+                                    [--json results.json] [--quiet]
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import time
 
 import numpy as np
 
 import core
+from benchmarks.common import machine, progress_bar, write_json
 
 
 def batch(rng: np.random.Generator, d: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -49,21 +49,26 @@ def update_seconds(d: int, tasks: int, rows: int, repeats: int, seed: int = 0) -
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="25,50,100,200,300,400")
-    ap.add_argument("--tasks", type=int, default=8)
-    ap.add_argument("--rows", type=int, default=20)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.column_cap", description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="25,50,100,200,300,400", help="comma-separated column counts")
+    ap.add_argument("--tasks", type=int, default=8, help="tasks the learner holds before the timed updates")
+    ap.add_argument("--rows", type=int, default=20, help="rows of each batch")
+    ap.add_argument("--repeats", type=int, default=3, help="timed updates per size")
+    ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
-    print(
-        f"# {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-        f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}"
-    )
+    where = machine()
+    print(f"# {where['cores']} CPUs, {where['platform']}, Python {where['python']}, {where['blas_threads'] or 'BLAS threads unset'}")
     print("| columns | median update s | slowest s |")
     print("|---|---|---|")
-    for d in (int(s) for s in args.sizes.split(",")):
+    rows = []
+    for d in progress_bar([int(s) for s in args.sizes.split(",")], desc="sizes", enabled=not args.quiet):
         times = update_seconds(d, args.tasks, args.rows, args.repeats)
-        print(f"| {d} | {statistics.median(times):.3f} | {max(times):.3f} |", flush=True)
+        rows.append({"columns": d, "median_s": statistics.median(times), "slowest_s": max(times)})
+        print(f"| {d} | {rows[-1]['median_s']:.3f} | {rows[-1]['slowest_s']:.3f} |", flush=True)
+    if args.json:
+        write_json(args.json, {"machine": where, "tasks": args.tasks, "rows": args.rows, "repeats": args.repeats,
+                               "sizes": rows})
 
 
 if __name__ == "__main__":
