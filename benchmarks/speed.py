@@ -358,11 +358,11 @@ def scaling_benchmark(n_tasks=(100, 1000, 10000), models=None, kind: str = "regr
         bar = progress_bar(total=n_tasks[-1], desc=f"speed {name}", enabled=progress, unit="task")
         for n in n_tasks:
             seg_start, seg_cpu, seg_tasks = time.perf_counter(), time.thread_time(), grown
-            slowest = 0.0
+            durations = []
             while grown < n and stopped_at is None:
                 began = time.perf_counter()
                 model.learn(f"t{grown}", *tasks.batch(grown))
-                slowest = max(slowest, time.perf_counter() - began)
+                durations.append(time.perf_counter() - began)
                 grown += 1
                 bar.update(1)
                 if max_seconds is not None and spent + time.perf_counter() - seg_start > max_seconds and grown < n:
@@ -373,7 +373,8 @@ def scaling_benchmark(n_tasks=(100, 1000, 10000), models=None, kind: str = "regr
                                      "growth_seconds": spent,
                                      "segment_seconds": seg,
                                      "growth_ms_per_task": 1000.0 * seg / max(grown - seg_tasks, 1),
-                                     "growth_slowest_ms": 1000.0 * slowest,
+                                     "growth_slowest_ms": 1000.0 * max(durations, default=0.0),
+                                     "growth_median_ms": 1000.0 * float(np.median(durations)) if durations else 0.0,
                                      "growth_cpu_ms_per_task": 1000.0 * seg_cpu / max(grown - seg_tasks, 1)}
             if point["reached"]:
                 bar.set_postfix_str(f"measuring at {n}")
@@ -390,6 +391,135 @@ def scaling_benchmark(n_tasks=(100, 1000, 10000), models=None, kind: str = "regr
                                   "stopped_at": stopped_at, "ratios": cost_ratios(checkpoints)}
     result["target"] = target_verdict(result)
     return result
+
+
+# ============================================================================ cost against the number of features
+#: The learners of the features run (``--features`` with several values): FCL3's defaults and
+#: its paper rule, ELLA as published and with its defaults, STL.
+FEATURES_MODELS = ("FCL3-Rand", "FCL3-Rand:paper", "ELLA-Rand:paper", "ELLA-Rand", "STL")
+#: The engine-cost targets: each of :data:`TARGET_COSTS` of FCL3's defaults at most
+#: ``FEATURES_TARGET_RATIO`` times its paper rule's in the same run, and the slowest single
+#: update of its stream at most ``SLOWEST_TARGET_RATIO`` times that stream's median update.
+FEATURES_REFERENCE, FEATURES_TARGET_RATIO, SLOWEST_TARGET_RATIO = "FCL3-Rand:paper", 2.0, 10.0
+
+
+def features_benchmark(features, models=None, kind: str = "regression", n_tasks: int = 40, n_rows: int = 20,
+                       n_environments: int = 4, repeats: int = 7, max_seconds: float | None = None, seed: int = 0,
+                       progress: bool = True) -> dict[str, Any]:
+    """One :func:`scaling_benchmark` per number of features in ``features``: every learner
+    grows through ``n_tasks`` tasks of one ``n_rows``-row batch each and is measured there, its
+    costs set beside :data:`FEATURES_REFERENCE`'s at the same ``d`` (the ratios of
+    :data:`TARGET_COSTS`), with the slowest update of its growth over the median one, its state's
+    bytes and the verdict of :data:`FEATURES_TARGET_RATIO` and :data:`SLOWEST_TARGET_RATIO`."""
+    features = sorted({int(d) for d in features})
+    if not features or features[0] < 1:
+        raise ValueError("--features needs positive numbers of features")
+    models = list(models or FEATURES_MODELS)
+    runs = []
+    for d in progress_bar(features, desc="features", enabled=progress, unit="d"):
+        run = scaling_benchmark([n_tasks], models=models, kind=kind, n_features=d, n_rows=n_rows,
+                                n_environments=n_environments, repeats=repeats, max_seconds=max_seconds,
+                                seed=seed, progress=False)
+        reference = run["models"].get(FEATURES_REFERENCE, {}).get("checkpoints", [{}])[0]
+        row: dict[str, Any] = {"n_features": d, "models": {}}
+        for name, entry in run["models"].items():
+            point = entry["checkpoints"][0]
+            out = {"reached": point["reached"], "stopped_at": entry["stopped_at"],
+                   **{k: point.get(k) for k in ("growth_slowest_ms", "growth_median_ms", "growth_ms_per_task")}}
+            if point["reached"]:
+                out.update({k: point[k] for k in COSTS + tuple(c + "_cpu" for c in COSTS)})
+                out.update({k: point[k] for k in ("state_bytes_global", "state_bytes_per_task")})
+                out["slowest_over_median"] = (point["growth_slowest_ms"] / point["growth_median_ms"]
+                                              if point["growth_median_ms"] > 0 else None)
+                if reference.get("reached"):
+                    out["over_reference"] = {k: point[k] / reference[k] if reference[k] > 0 else None
+                                             for k in TARGET_COSTS}
+            row["models"][name] = out
+        runs.append(row)
+    result = {"settings": {"kind": kind, "features": features, "n_tasks": n_tasks, "rows_per_batch": n_rows,
+                           "n_environments": n_environments, "repeats": repeats, "max_seconds": max_seconds,
+                           "seed": seed, "models": models, "reference": FEATURES_REFERENCE,
+                           "timing": "median of `repeats` operations at n_tasks tasks, each on its own copy(); "
+                                     "the slowest and median update over the growth to n_tasks (wall clock)"},
+              "machine": machine(), "engine": engine_version(),
+              "command": "python -m benchmarks.speed " + " ".join(sys.argv[1:]), "by_features": runs}
+    result["target"] = features_verdict(result)
+    return result
+
+
+def features_verdict(result: dict[str, Any], model: str = TARGET_MODEL) -> dict[str, Any]:
+    """At every ``d``: are ``model``'s :data:`TARGET_COSTS` each within
+    :data:`FEATURES_TARGET_RATIO` of the reference's, and its slowest update within
+    :data:`SLOWEST_TARGET_RATIO` of its median (``None`` where not measured)."""
+    out = {"model": model, "reference": FEATURES_REFERENCE, "max_ratio": FEATURES_TARGET_RATIO,
+           "max_slowest_over_median": SLOWEST_TARGET_RATIO, "by_features": {}}
+    for row in result["by_features"]:
+        entry = row["models"].get(model)
+        ratios = (entry or {}).get("over_reference")
+        cost = None if not ratios else all(r is not None and r <= FEATURES_TARGET_RATIO for r in ratios.values())
+        slow = (entry or {}).get("slowest_over_median")
+        out["by_features"][str(row["n_features"])] = {
+            "costs_met": cost, "slowest_met": None if slow is None else slow <= SLOWEST_TARGET_RATIO}
+    return out
+
+
+def format_features(result: dict[str, Any]) -> str:
+    s = result["settings"]
+    lines = [f"{s['kind']}, {s['n_tasks']} tasks of one {s['rows_per_batch']}-row batch, {s['n_environments']} "
+             f"environments; ms, median of {s['repeats']} (wall clock); x ref: over {s['reference']} at the same d; "
+             f"{result['machine']['cores']} cores, {result['machine']['blas_threads'] or 'BLAS threads unset'}",
+             f"{'d':>6} {'model':<17}{'new upd':>9}{'known upd':>10}{'1st pred':>10}{'x ref new':>10}"
+             f"{'x known':>8}{'x pred':>8}{'slowest':>9}{'median':>8}{'slow/med':>9}{'global B':>11}{'B/task':>8}"]
+    for row in result["by_features"]:
+        for name, e in row["models"].items():
+            if not e["reached"]:
+                lines.append(f"{row['n_features']:>6} {name:<17} not measured: growth stopped at {e['stopped_at']} "
+                             f"tasks (--max-seconds {s['max_seconds']:g})")
+                continue
+            ref = e.get("over_reference") or {}
+            lines.append(f"{row['n_features']:>6} {name:<17}{e['new_update_ms']:>9.2f}{e['known_update_ms']:>10.2f}"
+                         f"{e['first_predict_ms']:>10.2f}" + "".join(
+                             f"{_fmt(ref.get(k), '.2f'):>{w}}" for k, w in zip(TARGET_COSTS, (10, 8, 8)))
+                         + f"{e['growth_slowest_ms']:>9.1f}{e['growth_median_ms']:>8.2f}"
+                           f"{_fmt(e['slowest_over_median'], '.1f'):>9}{e['state_bytes_global']:>11}"
+                           f"{e['state_bytes_per_task']:>8.0f}")
+    t = result["target"]
+    words = {True: "met", False: "NOT met", None: "not measured"}
+    for d, v in t["by_features"].items():
+        lines.append(f"target at d = {d} ({t['model']}): costs <= {t['max_ratio']:g} x {t['reference']}: "
+                     f"{words[v['costs_met']]}; slowest <= {t['max_slowest_over_median']:g} x median: "
+                     f"{words[v['slowest_met']]}")
+    return "\n".join(lines)
+
+
+def plot_features(result: dict[str, Any], path: str) -> str:
+    """A known task's update and the slowest update of the growth against ``d``, log-log, one
+    line per learner."""
+    plt = matplotlib_pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    names = result["settings"]["models"]
+    for ax, key, title in zip(axes, ("known_update_ms", "growth_slowest_ms"),
+                              ("known task's update (ms, median)", "slowest update of the growth (ms)")):
+        for i, name in enumerate(names):
+            pts = [(row["n_features"], row["models"][name][key]) for row in result["by_features"]
+                   if row["models"].get(name, {}).get("reached")]
+            if pts:
+                ax.plot(*zip(*pts), marker="o", color=f"C{i}", label=name)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("features d")
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+    axes[0].legend(fontsize=8)
+    s = result["settings"]
+    fig.suptitle(f"cost against features: {s['kind']}, {s['n_tasks']} tasks of {s['rows_per_batch']} rows, "
+                 f"{s['n_environments']} environments", fontsize=11)
+    fig.tight_layout()
+    path = os.path.abspath(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
 
 
 def _fmt(v, spec: str) -> str:
@@ -493,9 +623,13 @@ def main(argv: list[str] | None = None) -> int:
                          help=f"a few seconds' run: --tasks {','.join(map(str, QUICK['tasks']))} "
                               f"--repeats {QUICK['repeats']} unless given")
     scaling.add_argument("--kind", choices=("regression", "classification"), default="regression")
-    scaling.add_argument("--features", type=int, default=10, help="d (default 10)")
-    scaling.add_argument("--rows", type=int, default=15, help="rows per batch (default 15)")
-    scaling.add_argument("--environments", type=int, default=5, help="clusters of tasks (default 5)")
+    scaling.add_argument("--features", default="10",
+                         help="d (default 10); several, comma-separated (e.g. 10,30,100,300,1000): the cost "
+                              "against the number of features, each learner grown through one --tasks "
+                              "number of tasks (default 40) of --rows rows (default 20)")
+    scaling.add_argument("--rows", type=int, help="rows per batch (default 15; 20 with several --features)")
+    scaling.add_argument("--environments", type=int,
+                         help="clusters of tasks (default 5; 4 with several --features)")
     scaling.add_argument("--repeats", type=int, help="timed operations per cost, the median reported (default 7)")
     scaling.add_argument("--max-seconds", type=float,
                          help="stop a learner's growth after this many seconds and record where it stopped")
@@ -506,6 +640,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
     args = ap.parse_args(argv)
     models = [m.strip() for m in args.models.split(",")] if args.models else None
+    try:
+        features = [int(f) for f in args.features.split(",") if f.strip()]
+    except ValueError:
+        print(f"error: --features takes comma-separated integers, not {args.features!r}", file=sys.stderr)
+        return 2
+    if len(features) > 1:
+        return _main_features(args, models, features)
+    args.features = features[0] if features else 0
     if args.tasks or args.quick:
         return _main_scaling(args, models)
     real = tuple(s.strip() for s in args.datasets.split(",") if s.strip())
@@ -528,7 +670,7 @@ def _main_scaling(args, models) -> int:
         n_tasks = [int(n) for n in args.tasks.split(",") if n.strip()] if args.tasks else list(QUICK["tasks"])
         repeats = args.repeats or (QUICK["repeats"] if args.quick else 7)
         result = scaling_benchmark(n_tasks, models=models, kind=args.kind, n_features=args.features,
-                                   n_rows=args.rows, n_environments=args.environments, repeats=repeats,
+                                   n_rows=args.rows or 15, n_environments=args.environments or 5, repeats=repeats,
                                    max_seconds=args.max_seconds, seed=args.seed, progress=not args.quiet)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -538,6 +680,26 @@ def _main_scaling(args, models) -> int:
         print(f"wrote {write_json(args.json_out, {'scaling': result})}", file=sys.stderr)
     if args.figure:
         print(f"wrote {plot_scaling(result, args.figure, args.figure_clock)}", file=sys.stderr)
+    return 0
+
+
+def _main_features(args, models, features) -> int:
+    try:
+        tasks = [int(n) for n in args.tasks.split(",") if n.strip()] if args.tasks else [40]
+        if len(tasks) != 1:
+            raise ValueError("with several --features, --tasks takes one number of tasks")
+        result = features_benchmark(features, models=models, kind=args.kind, n_tasks=tasks[0],
+                                    n_rows=args.rows or 20, n_environments=args.environments or 4,
+                                    repeats=args.repeats or 7, max_seconds=args.max_seconds, seed=args.seed,
+                                    progress=not args.quiet)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_features(result))
+    if args.json_out:
+        print(f"wrote {write_json(args.json_out, {'features': result})}", file=sys.stderr)
+    if args.figure:
+        print(f"wrote {plot_features(result, args.figure)}", file=sys.stderr)
     return 0
 
 

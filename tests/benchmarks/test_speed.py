@@ -171,3 +171,38 @@ def test_cli_quick_writes_json_with_every_cost_and_a_figure(tmp_path):
 def test_cli_refuses_bad_numbers_of_tasks(capsys):
     assert speed.main(["--tasks", "0,10", "--quiet"]) == 2
     assert "--tasks" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- cost against the number of features
+def test_features_sweep_sets_every_learner_beside_the_paper_rule(tmp_path):
+    result = speed.features_benchmark([3, 4], models=["FCL3-Rand", "FCL3-Rand:paper", "STL"], n_tasks=4,
+                                      n_rows=6, n_environments=2, repeats=1, progress=False)
+    assert [row["n_features"] for row in result["by_features"]] == [3, 4]
+    for row in result["by_features"]:
+        ref, fcl3 = row["models"]["FCL3-Rand:paper"], row["models"]["FCL3-Rand"]
+        assert ref["over_reference"] == {k: 1.0 for k in speed.TARGET_COSTS}
+        for k in speed.TARGET_COSTS:
+            assert fcl3["over_reference"][k] == pytest.approx(fcl3[k] / ref[k])
+        assert fcl3["growth_slowest_ms"] >= fcl3["growth_median_ms"] > 0
+        assert fcl3["slowest_over_median"] == pytest.approx(fcl3["growth_slowest_ms"] / fcl3["growth_median_ms"])
+        assert fcl3["state_bytes_global"] > 0 and fcl3["state_bytes_per_task"] > 0
+    verdict = result["target"]["by_features"]
+    assert set(verdict) == {"3", "4"}
+    for d, v in verdict.items():
+        row = next(r for r in result["by_features"] if str(r["n_features"]) == d)
+        ratios = row["models"]["FCL3-Rand"]["over_reference"]
+        assert v["costs_met"] == all(r <= speed.FEATURES_TARGET_RATIO for r in ratios.values())
+    text = speed.format_features(result)
+    assert "x known" in text and "target at d = 4" in text
+    assert open(speed.plot_features(result, str(tmp_path / "f.png")), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_features_writes_json_and_refuses_several_numbers_of_tasks(tmp_path, capsys):
+    out = tmp_path / "f.json"
+    assert speed.main(["--features", "3,4", "--tasks", "3", "--rows", "5", "--repeats", "1", "--quiet",
+                       "--models", "FCL3-Rand:paper,ELLA-Rand:paper", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())["features"]
+    assert data["settings"]["features"] == [3, 4] and data["settings"]["n_tasks"] == 3
+    assert speed.main(["--features", "3,4", "--tasks", "3,5", "--quiet"]) == 2
+    assert "one number of tasks" in capsys.readouterr().err
+    assert speed.main(["--features", "3,x", "--quiet"]) == 2
