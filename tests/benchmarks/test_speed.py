@@ -180,7 +180,7 @@ def test_features_sweep_sets_every_learner_beside_the_paper_rule(tmp_path):
     assert [row["n_features"] for row in result["by_features"]] == [3, 4]
     for row in result["by_features"]:
         ref, fcl3 = row["models"]["FCL3-Rand:paper"], row["models"]["FCL3-Rand"]
-        assert ref["over_reference"] == {k: 1.0 for k in speed.TARGET_COSTS}
+        assert ref["over_reference"] == dict.fromkeys(speed.TARGET_COSTS, 1.0)
         for k in speed.TARGET_COSTS:
             assert fcl3["over_reference"][k] == pytest.approx(fcl3[k] / ref[k])
         assert fcl3["growth_slowest_ms"] >= fcl3["growth_median_ms"] > 0
