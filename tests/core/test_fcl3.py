@@ -396,7 +396,7 @@ def test_updates_never_write_into_arrays_that_copies_exports_or_views_hold():
 def test_second_batches_of_known_tasks_bring_the_stream_choice_and_population_up_to_date():
     """Past EVERY_UPDATE_TASKS the family and the population are recomputed on a schedule
     that counts updates of known tasks too: new batches of old tasks alone trigger them."""
-    from core.base import EVERY_UPDATE_TASKS
+    from core.task_models import EVERY_UPDATE_TASKS
     rng = np.random.default_rng(0)
     T = EVERY_UPDATE_TASKS + 16
     m = FCL3(kind="regression", random_state=0)

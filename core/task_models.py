@@ -1,0 +1,434 @@
+"""The empirical-Bayes task models every learner of :mod:`core` offers its tasks.
+
+Each task is predicted with its posterior mean under a prior built from the learned state
+without that task: its library (the learner's :meth:`_library`), the stream's population of
+slopes (the mixed model, :mod:`core.population`) and a family of priors (:mod:`core.evidence`)
+whose strength is read from every task's evidence. The stream's family is the one whose
+prequential log score is best (:func:`core.evidence.prequential_family`). The mixin holds that
+layer; :class:`core.base.LifelongLearner` holds the learner's API and calls it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import numpy as np
+
+from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, POPULATION, RIDGE, Family, Library, family_curves,
+                       family_priors, log_sum_exp, posterior_fit, prequential_family)
+from .losses import sigmoid
+from .population import (LOGISTIC_SPREAD_SCALE, Population, choose_logistic_population,
+                         fit_gaussian_population, logistic_mode, marginal_objective, noise_precisions, pooled_intercept,
+                         population_structure, posterior_mean, refit_due, task_noises, without_task)
+from .state import SquaredLossMoments, TaskRecord
+
+#: Streams of at most this many tasks choose their family at every update; longer ones on the
+#: geometric schedule of :func:`core.population.refit_due`.
+EVERY_UPDATE_TASKS = 64
+
+
+class EmpiricalBayesTaskModels:
+    """The empirical-Bayes layer of :class:`core.base.LifelongLearner` (a mixin: it reads the
+    learner's ``kind``, ``tasks_``, ``task_models`` and scaling): each task's evidence under
+    every family, the stream's choice of family and priors over ``omega``, the population of
+    slopes, and each task's model under them."""
+
+    #: The prior families the learner offers its tasks (:mod:`core.evidence`); ``ridge`` first.
+    _families: ClassVar[tuple[Family, ...]] = (RIDGE,)
+
+    def _library(self, task_id: str, exclude: TaskRecord | None) -> Library | None:
+        """The ingredients of task ``task_id``'s prior, from the learned state without the
+        contribution of ``exclude`` (the task's stored record, or ``None`` for a task the
+        state does not hold yet). ``None``: the learner has no library (STL)."""
+        return None
+
+    def _safe_library(self, task_id: str, exclude: TaskRecord | None,
+                      population: Population | None = None) -> Library | None:
+        """:meth:`_library` with ``population`` (the stream's, when ``None``), or ``None`` when
+        the arithmetic fails: removing a task's terms from statistics dominated by them can
+        leave a system that is not positive definite (values of extreme magnitude); the task
+        is then judged without a library."""
+        try:
+            library = self._library(task_id, exclude)
+            if library is not None and self._keeps_population:
+                pop = self._population() if population is None else population
+                library = dataclasses.replace(library, population=pop.predictive().slopes(),
+                                              shared_slopes=population_structure(pop) == "shared_slopes")
+        except (np.linalg.LinAlgError, ArithmeticError):
+            return None
+        if library is not None and not (np.all(np.isfinite(library.centres))
+                                        and (library.basis is None or np.all(np.isfinite(library.basis)))):
+            return None
+        return library
+
+    def _evidence_data(self, record: TaskRecord):
+        """The task's data as :func:`core.evidence.family_fits` takes it, or ``None`` when its
+        evidence cannot be computed (a regression task without ``y'y``)."""
+        data = record.data
+        if isinstance(data, SquaredLossMoments):
+            return (data.n, data.gram, data.moment, data.yy) if np.isfinite(data.yy) else None
+        Xd, y, _ = self._design(data)
+        return Xd, y
+
+    def _record_evidence(self, task_id: str, library: Library | None,
+                         population: Population | None) -> dict[str, np.ndarray] | None:
+        """Store the task's log evidence curve (over the ``omega`` grid) for every family,
+        measured against ``library`` and ``population`` (:meth:`_intercept_prior`), and return
+        it (``None`` when it has none)."""
+        record = self.tasks_[task_id]
+        data = self._evidence_data(record)
+        evidence = None
+        if data is not None:
+            evidence = self._curves(data, library, population)
+            evidence = {name: [float(v) for v in E] for name, E in evidence.items()}
+            if RIDGE.name not in evidence:
+                evidence = None
+        record.meta = {**record.meta, "evidence": evidence}
+        return None if evidence is None else {name: np.asarray(E) for name, E in evidence.items()}
+
+    def _curves(self, data, library: Library | None, population: Population | None, design=None
+                ) -> dict[str, np.ndarray]:
+        """Every family's finite log evidence curve of a task's ``data`` against ``library``
+        and ``population`` (``design``: :func:`core.evidence.family_curves`'s)."""
+        try:
+            curves = family_curves(self.kind, data, library, self._families, self._intercept_prior(population),
+                                   self.grow_features, posterior_means=False, design=design)
+        except (np.linalg.LinAlgError, ArithmeticError):  # values of extreme magnitude
+            return {}
+        return {name: c.log_evidence for name, c in curves.items() if np.all(np.isfinite(c.log_evidence))}
+
+    def _prequential_scores(self, task_id: str, previous: TaskRecord | None, curves: dict[str, np.ndarray] | None,
+                            library: Library | None, population: Population | None) -> dict[str, float] | None:
+        """Each family's log predictive density of the batch of task ``task_id`` just learned,
+        before it was learned: ``log p(y_B | y_P)`` for a task whose earlier rows are ``P``
+        (its record ``previous``), ``log p(y_B)`` for a new one, under the family's prior as the
+        stream had it before the batch (the library and population without the task, the
+        stream's prior ``pi`` over ``omega``; every per-task scale of the prior set by the design
+        of all the task's rows, ``X`` alone): ``log sum_j pi_j p(y_P, y_B |
+        omega_j) - log sum_j pi_j p(y_P | omega_j)``, from the task's evidence ``curves`` of all
+        its rows (measured against that prior) and those of its earlier rows. A family the
+        library cannot define for the task scores as ``ridge``. ``None``: no score (no
+        evidence)."""
+        if not curves or RIDGE.name not in curves:
+            return None
+        before: dict[str, np.ndarray] = {}
+        if previous is not None:
+            data = self._evidence_data(previous)
+            if data is None:
+                return None
+            before = self._curves(data, library, population, design=self._evidence_data(self.tasks_[task_id]))
+            if RIDGE.name not in before:
+                return None
+        priors = self._stream_priors()[1] if getattr(self, "stream_choice_", None) else {}
+        uniform = np.full(self._n_omega, -np.log(self._n_omega))
+        scores = {}
+        for family in self._families:
+            name = family.name if family.name in curves and (previous is None or family.name in before) else RIDGE.name
+            log_pi = np.asarray(priors.get(name, uniform))
+            score = log_sum_exp(log_pi + curves[name])
+            if previous is not None:
+                score -= log_sum_exp(log_pi + before[name])
+            scores[family.name] = score
+        return scores
+
+    @property
+    def _n_omega(self) -> int:
+        return (GAUSSIAN_OMEGAS if self.kind == "regression" else LOGISTIC_OMEGAS).size
+
+    def _stream_priors(self) -> tuple[str, dict[str, np.ndarray]]:
+        """The stream's family and every family's prior over ``omega``, as last chosen
+        (:meth:`_update_stream_choice`), or chosen now for a state that carries none."""
+        choice = getattr(self, "stream_choice_", None)
+        if choice:
+            return choice["family"], {k: np.asarray(v) for k, v in choice["priors"].items()}
+
+        def compute():
+            priors = family_priors(self._choice_evidence(), self._families, self._n_omega)
+            return prequential_family(None, self._families, self._reference_families), priors
+        return self._stream_value("priors", compute)
+
+    def _choice_evidence(self) -> list[dict]:
+        """Every task's evidence curves, which the stream's priors over ``omega`` read."""
+        return [e for e in (r.meta.get("evidence") for r in getattr(self, "tasks_", {}).values()) if e]
+
+    @property
+    def _reference_families(self) -> tuple[str, ...]:
+        """The two defaults of :func:`core.evidence.prequential_family`, the first of which a
+        stream with no scores uses: the stream's population (the mixed model) once one is
+        fitted, then ``ridge`` (each task alone)."""
+        fitted = self._keeps_population and int(getattr(self, "population_tasks_", 0))
+        return (POPULATION.name, RIDGE.name) if fitted else (RIDGE.name,)
+
+    def _update_stream_choice(self, defer: bool = False, scores: dict[str, float] | None = None) -> None:
+        """Add the batch's prequential ``scores`` (:meth:`_prequential_scores`) to the stream's
+        sums and sums of products and choose the family (:func:`core.evidence.prequential_family`)
+        at every update; estimate every family's prior over ``omega`` again from every task's
+        evidence when :func:`refit_due` says so (at every update while there are at most
+        :data:`EVERY_UPDATE_TASKS` tasks) and the update does not ``defer`` it: a geometric
+        schedule, so the priors, which read every task, cost a bounded amount per update on
+        average however many tasks there are. Each family's prior is warm-started from the
+        last one (:func:`core.evidence.omega_prior`'s ``start``)."""
+        choice = getattr(self, "stream_choice_", None)
+        if defer and not choice:
+            return
+        sums = dict((choice or {}).get("scores") or {})
+        products = {f: dict(row) for f, row in ((choice or {}).get("products") or {}).items()}
+        batches = int((choice or {}).get("batches", 0))
+        if scores:
+            sums = {f: sums.get(f, 0.0) + value for f, value in scores.items()}
+            products = {f: {g: products.get(f, {}).get(g, 0.0) + value * scores[g] for g in scores}
+                        for f, value in scores.items()}
+            batches += 1
+        family = prequential_family(sums, self._families, self._reference_families, products, batches)
+        tally = {"family": family, "scores": sums, "products": products, "batches": batches}
+        if choice and (defer or len(self.tasks_) > EVERY_UPDATE_TASKS):
+            since = int(choice.get("updates", 0)) + 1
+            if defer or not refit_due(choice["tasks"], since, len(self.tasks_)):
+                self.stream_choice_ = {**choice, **tally, "updates": since}
+                return
+        priors = family_priors(self._choice_evidence(), self._families, self._n_omega,
+                               start=(choice or {}).get("priors"))
+        self.stream_choice_ = {**tally, "priors": {k: [float(x) for x in v] for k, v in priors.items()},
+                               "tasks": len(self.tasks_), "updates": 0}
+
+    def task_family(self) -> str:
+        """The prior family every task is predicted with (``"paper"`` when ``task_models`` is)."""
+        if self.task_models == "paper":
+            return "paper"
+        return self._stream_priors()[0]
+
+    def _task_model(self, task_id: str) -> np.ndarray:
+        """The parameters task ``task_id`` is predicted with (cached until the next update)."""
+        if self.task_models == "paper":
+            return self._theta(task_id)
+        cache = self.__dict__.setdefault("_task_models", {})
+        theta = cache.get(task_id)
+        if theta is None:
+            theta = cache[task_id] = self._empirical_bayes_model(task_id)
+        return theta
+
+    def _empirical_bayes_model(self, task_id: str) -> np.ndarray:
+        record = self.tasks_[task_id]
+        data = self._evidence_data(record)
+        if data is None or not record.meta.get("evidence"):
+            return self._theta(task_id)
+        name, priors = self._stream_priors()
+        family = next(f for f in self._families if f.name == name)
+        if family.centred_on_population and int(getattr(self, "population_tasks_", 0)):
+            theta = self._mixed_model_prediction(record)
+            if np.all(np.isfinite(theta)):
+                return theta
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            library = None if family is RIDGE or family.own_scale else self._safe_library(task_id, record)
+            try:
+                intercept = self._intercept_prior()
+                curve = family_curves(self.kind, data, library, (family,), intercept, self.grow_features).get(name)
+                if curve is None:  # the library cannot define the family for this task
+                    name = RIDGE.name
+                    curve = family_curves(self.kind, data, None, (RIDGE,), intercept, self.grow_features)[name]
+                fit = posterior_fit(curve, priors.get(name))
+                # a logistic fit has the population's intercept in its prior already; a task
+                # alone on its own scales keeps its own intercept, as the user's per-task fit does
+                pooled = self._keeps_population and intercept is None and not family.own_scale
+                theta = (self._with_pooled_intercept(record, fit.theta, family.centred_on_population)
+                         if pooled else fit.theta)
+            except (np.linalg.LinAlgError, ArithmeticError):
+                return self._theta(task_id)
+        return theta if np.all(np.isfinite(theta)) else self._theta(task_id)
+
+    def _intercept_prior(self, population: Population | None = None) -> Population | None:
+        """The population (``population``, or the stream's when ``None``) whose intercept is the
+        logistic intercept's prior (:func:`core.evidence.family_curves`) once fitted (``None``,
+        flat, before and for squared loss, whose evidence integrates a flat intercept exactly).
+        A proper prior keeps every task's evidence finite and the families comparable on tasks
+        of a few rows."""
+        if self.kind == "regression" or not self._keeps_population or not int(getattr(self, "population_tasks_", 0)):
+            return None
+        return (self._population() if population is None else population).predictive()
+
+    def _mixed_model_prediction(self, record: TaskRecord) -> np.ndarray:
+        """The task's posterior mean (squared loss) or mode (logistic loss) of its slopes and
+        intercept under the population: the prediction of the fitted mixed model (its BLUP)."""
+        pop = self._population()
+        if self.kind == "regression":
+            noise = self._task_noise(record, pop)
+            return posterior_mean(record.data.gram / noise, record.data.moment / noise, pop)
+        X, y = self._evidence_data(record)
+        return logistic_mode(X, y, pop.mean, np.linalg.inv(pop.cov))[0]
+
+    def _with_pooled_intercept(self, record: TaskRecord, theta: np.ndarray, conditional: bool = True) -> np.ndarray:
+        """``theta`` with its intercept (the task's own, flat-prior estimate given the slopes)
+        pooled with the population's (:func:`core.population.pooled_intercept`): its precision
+        is ``n / sigma_t^2`` for squared loss and the Hessian's intercept entry for logistic
+        loss. With ``conditional``, the intercept's prior is its conditional given ``theta``'s
+        slopes, which holds for slopes drawn from the population; slopes from another family's
+        prior (shrunk toward zero or toward an environment's centre) may lie where the
+        population's regression of the intercept on the slopes extrapolates far, and pool with
+        the intercept's marginal prior (``conditional=False``)."""
+        if not int(getattr(self, "population_tasks_", 0)):
+            return theta
+        pop = self._population()
+        data = self._evidence_data(record)
+        if self.kind == "regression":
+            n, gram, moment, yy = data
+            precision = n / self._task_noise(record, pop)
+        else:
+            X, _ = data
+            p = sigmoid(X @ theta)
+            precision = float(np.sum(p * (1.0 - p)))
+        out = theta.copy()
+        out[-1] = pooled_intercept(float(theta[-1]), precision, pop, theta[:-1] if conditional else None)
+        return out
+
+    # ----------------------------------------------------------------- the population of slopes
+    @property
+    def _keeps_population(self) -> bool:
+        return self.task_models == "empirical_bayes" and any(f.centred_on_population or f.population_shape
+                                                             for f in self._families)
+
+    @property
+    def _n_params(self) -> int:
+        """Slopes and intercept: the size of a task model in the scaled space."""
+        return int(self.n_features_in_) + 1
+
+    def _population(self) -> Population:
+        """The stream's population as last fitted (:mod:`core.population`): one object for as
+        long as its arrays are the learner's (arrays are replaced, never written into), so that
+        what it computes of itself is computed once."""
+        arr = getattr(self, "population_", None)
+        if arr is None or arr.size <= 1:
+            return Population.initial(self._n_params)
+        mean_cov = getattr(self, "population_mean_cov_", None)
+        cached = self.__dict__.get("_population_of")
+        if cached is not None and cached[0] is arr and cached[1] is mean_cov:
+            return cached[2]
+        known = mean_cov is not None and mean_cov.shape == (self._n_params,) * 2 and bool(np.any(mean_cov))
+        pop = dataclasses.replace(Population.from_array(arr), mean_cov=mean_cov if known else None)
+        self._population_of = (arr, mean_cov, pop)
+        return pop
+
+    def _population_without(self, record: TaskRecord | None) -> Population | None:
+        """The stream's population without the task of stored record ``record``
+        (:func:`core.population.without_task`) when its last fit included it, the population
+        as fitted when it did not (``record`` ``None``: a new task) or when the arithmetic
+        fails; ``None`` for a learner that keeps none. A task's evidence is measured against
+        the other tasks' population, as against the library without it: in-sample, the
+        population would count the task's data twice and be favoured by every task, related
+        to the others or not."""
+        if not self._keeps_population:
+            return None
+        pop = self._population()
+        fitted = int(getattr(self, "population_tasks_", 0))
+        if record is None or record.meta.get("position", 0) >= fitted or fitted < 2:
+            return pop
+        data = self._evidence_data(record)
+        if data is None:
+            return pop
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            try:
+                if self.kind == "regression":
+                    noise = self._task_noise(record, pop)
+                    return without_task(pop, (record.data.gram / noise, record.data.moment / noise), fitted)
+                site = marginal_objective([data], pop)[2][0]  # the task's Gaussian site, as in the fit
+                return without_task(pop, site, fitted, spread_scale=LOGISTIC_SPREAD_SCALE)
+            except (np.linalg.LinAlgError, ArithmeticError):
+                return pop
+
+    def _measure_due_evidence(self) -> tuple[str, ...]:
+        """Measure the evidence of every task left due by deferred batches (:meth:`learn`),
+        against the current library and population without each; their ids, in the order they
+        fell due."""
+        due = tuple(t for t in getattr(self, "evidence_due_", ()) if t in self.tasks_)
+        self.evidence_due_ = ()
+        for task_id in due:
+            self._measure_evidence(task_id)
+        return due
+
+    def _measure_evidence_again(self, measured: tuple[str, ...]) -> tuple[str, ...]:
+        """Measure one more task's evidence again, against the current library and population
+        without it, and return its id (one id, or none): the tasks in their order, one per
+        update that does not defer the refits, the tasks this update ``measured`` (its own
+        first) skipped. A task's evidence is measured when it is learned, against the library
+        and population of that moment; the stream's family, chosen from every task's evidence,
+        would otherwise judge the first tasks by the first populations for ever. Every task's
+        evidence is thus at most as many updates old as there are tasks, for one task's
+        evidence per update."""
+        n = len(self.tasks_)
+        skip = set(measured)
+        if n <= len(skip):
+            return ()
+        position = int(getattr(self, "evidence_cursor_", 0)) % n
+        while self.tasks_.key_at(position) in skip:
+            position = (position + 1) % n
+        self.evidence_cursor_ = (position + 1) % n
+        task_id = self.tasks_.key_at(position)
+        self._measure_evidence(task_id)
+        return (task_id,)
+
+    def _measure_evidence(self, task_id: str) -> None:
+        """:meth:`_record_evidence` of a stored task, against the current library and
+        population without it (its record replaced, never mutated: stored records are shared)."""
+        stored = self.tasks_[task_id]
+        self.tasks_ = self.tasks_.set(task_id, dataclasses.replace(stored, meta=dict(stored.meta)))
+        population = self._population_without(stored)
+        self._record_evidence(task_id, self._safe_library(task_id, stored, population), population)
+
+    def _noise_terms(self, record: TaskRecord) -> tuple[float, float]:
+        """A regression task's residual sum of squares at its single-task fit and its degrees
+        of freedom (``n`` less the parameters), for :func:`core.population.task_noises`."""
+        data = record.data
+        w = record.w
+        rss = float(data.yy - 2.0 * w @ data.moment + w @ data.gram @ w)
+        # a column of zeros (a new feature the task never had, ``grow_features``) fits nothing
+        params = np.count_nonzero(np.diag(data.gram)[:-1]) + 1 if self.grow_features else w.size
+        return (rss if np.isfinite(rss) else 0.0), float(data.n - params)
+
+    def _task_noise(self, record: TaskRecord, pop: Population) -> float:
+        """A regression task's noise variance under the population ``pop`` (slopes and
+        intercept): ``1 / E[1 / sigma_t^2]`` of :func:`core.population.noise_precisions`, its
+        expected residual under ``pop``'s posterior pooled with the typical noise."""
+        data = record.data
+        w, _ = noise_precisions(np.array([data.n]), data.gram[None], data.moment[None], np.array([data.yy]), pop)
+        return float(1.0 / w[0])
+
+    def _update_population(self, defer: bool = False) -> None:
+        """Refit the population over every task when :func:`refit_due` says so and the update
+        does not ``defer`` it (warm-started from the last fit)."""
+        fitted = int(getattr(self, "population_tasks_", 0))
+        since = int(getattr(self, "population_updates_", 0)) + 1
+        if defer or (fitted and not refit_due(fitted, since, len(self.tasks_))):
+            self.population_updates_ = since
+            return
+        records = [r for r in self.tasks_.values() if self._evidence_data(r) is not None]
+        if not records:
+            return
+        start = self._population() if fitted else None
+        try:
+            pop = self._fit_population(records, start)
+        except np.linalg.LinAlgError:
+            # features of extreme or very uneven scale can leave EM a singular system: the
+            # population, an auxiliary estimate, keeps its last fit (tried again on schedule)
+            # rather than refuse the batch; a stream without one stays without (tried again
+            # at the next update)
+            if not fitted:
+                return
+            pop = self._population()
+        if np.all(np.isfinite(pop.to_array())):
+            self.population_ = pop.to_array()
+            mean_cov = pop.mean_cov if pop.mean_cov is not None and np.all(np.isfinite(pop.mean_cov)) else None
+            self.population_mean_cov_ = np.zeros((pop.mean.size,) * 2) if mean_cov is None else mean_cov
+            self.population_tasks_ = len(self.tasks_)
+            self.population_updates_ = 0
+
+    def _fit_population(self, records: list[TaskRecord], start: Population | None) -> Population:
+        """The population over ``records``: for logistic tasks warm-started from ``start``; for
+        squared-loss tasks always from the initial population and each task's own noise
+        estimate (:func:`core.population.task_noises`), so that it is one function of the tasks
+        whatever the stream's path: a stream's first tasks of one or two rows fit their rows with
+        no noise at all, and EM warm-started from that fit stays on that boundary long after the
+        tasks have grown to tell noise from spread."""
+        if self.kind == "regression":
+            rss, dof = np.array([self._noise_terms(r) for r in records]).T
+            stats = [(r.data.n, r.data.gram, r.data.moment, r.data.yy) for r in records]
+            return fit_gaussian_population(stats, None, task_noises(rss, dof)[0])[0]
+        return choose_logistic_population([self._design(r.data)[:2] for r in records], start)
