@@ -341,7 +341,8 @@ class LifelongLearner(EmpiricalBayesTaskModels):
             due = tuple(getattr(self, "evidence_due_", ()))
             if measure:
                 curves = self._record_evidence(task_id, library, population)
-                scores = self._prequential_scores(task_id, previous, curves, library, population)
+                scores = self._prequential_scores(task_id, previous, curves, library, population,
+                                                  self._design(batch)[:2] if self.kind != "regression" else None)
                 due = tuple(t for t in due if t != task_id)
             elif task_id not in due:
                 due += (task_id,)

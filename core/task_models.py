@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, POPULATION, RIDGE, Family, Library, family_curves,
+from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, POPULATION, RIDGE, Curve, Family, Library, family_curves,
                        family_priors, log_sum_exp, posterior_fit, prequential_family)
 from .losses import sigmoid
 from .population import (LOGISTIC_SPREAD_SCALE, Population, choose_logistic_population,
@@ -90,15 +90,22 @@ class EmpiricalBayesTaskModels:
                 ) -> dict[str, np.ndarray]:
         """Every family's finite log evidence curve of a task's ``data`` against ``library``
         and ``population`` (``design``: :func:`core.evidence.family_curves`'s)."""
+        return {name: c.log_evidence for name, c in self._finite_curves(data, library, population, design).items()}
+
+    def _finite_curves(self, data, library: Library | None, population: Population | None, design=None
+                       ) -> dict[str, Curve]:
+        """:meth:`_curves` as :class:`core.evidence.Curve` objects (a logistic curve holds its
+        posterior modes, a squared-loss one none)."""
         try:
             curves = family_curves(self.kind, data, library, self._families, self._intercept_prior(population),
                                    self.grow_features, posterior_means=False, design=design)
         except (np.linalg.LinAlgError, ArithmeticError):  # values of extreme magnitude
             return {}
-        return {name: c.log_evidence for name, c in curves.items() if np.all(np.isfinite(c.log_evidence))}
+        return {name: c for name, c in curves.items() if np.all(np.isfinite(c.log_evidence))}
 
     def _prequential_scores(self, task_id: str, previous: TaskRecord | None, curves: dict[str, np.ndarray] | None,
-                            library: Library | None, population: Population | None) -> dict[str, float] | None:
+                            library: Library | None, population: Population | None,
+                            batch: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, float] | None:
         """Each family's log predictive density of the batch of task ``task_id`` just learned,
         before it was learned: ``log p(y_B | y_P)`` for a task whose earlier rows are ``P``
         (its record ``previous``), ``log p(y_B)`` for a new one, under the family's prior as the
@@ -108,21 +115,41 @@ class EmpiricalBayesTaskModels:
         omega_j) - log sum_j pi_j p(y_P | omega_j)``, from the task's evidence ``curves`` of all
         its rows (measured against that prior) and those of its earlier rows. A family the
         library cannot define for the task scores as ``ridge``. ``None``: no score (no
-        evidence)."""
+        evidence).
+
+        A known logistic task's batch (``batch``: its design rows and labels) is scored instead
+        by the prediction the family serves: ``sum_i log p(y_i | x_i' theta_P)`` with ``theta_P``
+        the family's model of the earlier rows (:meth:`_served_before`). For squared loss the
+        Bayesian predictive's mean is the served prediction ``x' theta_P``; for logistic loss
+        the Bayesian predictive ``int sigmoid(x' theta) p(theta | y_P)``, which integrates a wide
+        posterior toward 1/2, is not the served ``sigmoid(x' theta_P)``, and a family whose
+        tasks' posteriors are wide (each task alone, on a few rows) would be chosen for
+        forecasts it never serves. A new task's batch, for which no family serves anything, is
+        scored by each family's forecast of a task it has not seen, its prior predictive."""
         if not curves or RIDGE.name not in curves:
             return None
         before: dict[str, np.ndarray] = {}
+        fits: dict[str, Curve] = {}
         if previous is not None:
             data = self._evidence_data(previous)
             if data is None:
                 return None
-            before = self._curves(data, library, population, design=self._evidence_data(self.tasks_[task_id]))
+            fits = self._finite_curves(data, library, population, design=self._evidence_data(self.tasks_[task_id]))
+            before = {name: c.log_evidence for name, c in fits.items()}
             if RIDGE.name not in before:
                 return None
         priors = self._stream_priors()[1] if getattr(self, "stream_choice_", None) else {}
         uniform = np.full(self._n_omega, -np.log(self._n_omega))
         scores = {}
+        served = self.kind != "regression" and previous is not None and batch is not None
         for family in self._families:
+            if served:
+                name = family.name if family.name in fits else RIDGE.name
+                theta = self._served_before(family, name, fits, np.asarray(priors.get(name, uniform)), previous,
+                                            population)
+                z = batch[0] @ theta
+                scores[family.name] = float(-np.sum(np.logaddexp(0.0, z) - batch[1] * z))
+                continue
             name = family.name if family.name in curves and (previous is None or family.name in before) else RIDGE.name
             log_pi = np.asarray(priors.get(name, uniform))
             score = log_sum_exp(log_pi + curves[name])
@@ -130,6 +157,21 @@ class EmpiricalBayesTaskModels:
                 score -= log_sum_exp(log_pi + before[name])
             scores[family.name] = score
         return scores
+
+    def _served_before(self, family: Family, name: str, before: dict[str, Curve], log_pi: np.ndarray,
+                       previous: TaskRecord, population: Population | None) -> np.ndarray:
+        """The logistic model family ``family`` serves from a task's earlier rows (its record
+        ``previous``) under the prior the stream had before the batch, as
+        :meth:`_empirical_bayes_model` serves it: the mixed model's mode under ``population``
+        for the population's family once one is fitted, else the posterior mean of the
+        family's curve ``name`` of those rows (``before``, means included) over ``omega``."""
+        if family.centred_on_population and population is not None and int(getattr(self, "population_tasks_", 0)):
+            X, y = self._evidence_data(previous)
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                theta = logistic_mode(X, y, population.mean, np.linalg.inv(population.cov))[0]
+            if np.all(np.isfinite(theta)):
+                return theta
+        return posterior_fit(before[name], log_pi).theta
 
     @property
     def _n_omega(self) -> int:

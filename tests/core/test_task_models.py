@@ -321,3 +321,81 @@ def test_a_batchs_prequential_score_is_its_predictive_density_given_the_tasks_ea
             parts.append(logsumexp(log_pi[name] + np.array(lp)))
         got = model.stream_choice_["scores"][name] - before[name]
         assert got == pytest.approx(parts[0] - parts[1], rel=1e-8, abs=1e-8), name
+
+
+def _penalised_logistic_mode(X, y, centre, precision):
+    """The mode of ``sum log p(y | X theta) - 1/2 (theta - centre)' P (theta - centre)`` by
+    scipy's BFGS (an optimiser independent of the engine's Newton), and its Hessian."""
+    import scipy.optimize
+    from scipy.special import expit
+
+    def f(theta):
+        z = X @ theta
+        r = theta - centre
+        return np.sum(np.logaddexp(0.0, z) - y * z) + 0.5 * r @ precision @ r
+
+    def g(theta):
+        return X.T @ (expit(X @ theta) - y) + precision @ (theta - centre)
+
+    theta = scipy.optimize.minimize(f, centre, jac=g, method="BFGS", options={"gtol": 1e-11, "maxiter": 10_000}).x
+    p = expit(X @ theta)
+    return theta, f(theta), (X.T * (p * (1 - p))) @ X + precision
+
+
+def _logistic_log_likelihood(X, y, theta):
+    z = X @ theta
+    return float(-np.sum(np.logaddexp(0.0, z) - y * z))
+
+
+def test_a_known_logistic_batchs_score_is_the_log_likelihood_of_the_model_each_family_serves():
+    """A known classification task's batch adds to each family's score the log-likelihood of
+    its labels under the model the family serves from the task's earlier rows (the prior of
+    before the batch: the population without the task; every per-task scale set by all its
+    rows' design), not the Bayesian predictive, which a wide posterior pulls toward 1/2.
+    Here the models are computed with scipy's BFGS: the mixed model's mode under the
+    population, and the ridge family's posterior mean over ``omega`` (each ``omega``'s mode
+    weighted by its Laplace evidence and the stream's prior over ``omega``)."""
+    from core import evidence as ev
+
+    rng = np.random.default_rng(3)
+    d, m = 3, rng.normal(size=3)
+    model = FCL3(kind="classification", standardize=False)
+    tasks = []
+    for t in range(14):
+        X = rng.normal(size=(12, d))
+        y = (rng.random(12) < 1 / (1 + np.exp(-(X @ (m + 0.5 * rng.normal(size=d)) + 0.3)))).astype(float)
+        tasks.append((f"t{t}", X, y))
+        model.learn(f"t{t}", X[:6], y[:6])
+    tid, X, y = tasks[0]
+    previous = model.tasks_[tid]
+    population = model._population_without(previous)
+    log_pi = np.asarray(model.stream_choice_["priors"]["ridge"])
+    before = dict(model.stream_choice_["scores"])
+    model.learn(tid, X[6:], y[6:])
+    assert model.population_tasks_ and population is not None
+    D = np.hstack([X, np.ones((12, 1))])
+    P, B = slice(0, 6), slice(6, 12)
+    got = {f: model.stream_choice_["scores"][f] - before[f] for f in ("population", "ridge")}
+
+    theta_pop = _penalised_logistic_mode(D[P], y[P], population.mean, np.linalg.inv(population.cov))[0]
+    assert got["population"] == pytest.approx(_logistic_log_likelihood(D[B], y[B], theta_pop), rel=1e-6)
+
+    Xc = X - X.mean(axis=0)
+    unit = 0.25 * np.trace(Xc.T @ Xc) / d  # the omega grid's unit: all the task's rows' design
+    intercept = population.predictive()
+    b_mean, b_var = float(intercept.mean[-1]), float(intercept.cov[-1, -1])
+    thetas, log_w = [], []
+    for omega in ev.LOGISTIC_OMEGAS / unit:
+        precision = np.diag([1 / omega] * d + [1 / b_var])
+        centre = np.array([0.0] * d + [b_mean])
+        theta, value, H = _penalised_logistic_mode(D[P], y[P], centre, precision)
+        thetas.append(theta)  # Laplace: -value + log det(P)/2 - log det(H)/2, constants aside
+        log_w.append(-value + 0.5 * np.linalg.slogdet(precision)[1] - 0.5 * np.linalg.slogdet(H)[1])
+    w = np.exp(log_pi + np.array(log_w) - np.max(log_pi + np.array(log_w)))
+    theta_ridge = (w / w.sum()) @ np.array(thetas)
+    assert got["ridge"] == pytest.approx(_logistic_log_likelihood(D[B], y[B], theta_ridge), rel=1e-5)
+    # and not the Bayesian predictive: the evidence of all the rows less that of the earlier ones
+    bayes = model._curves(model._evidence_data(model.tasks_[tid]), None, population)["ridge"]
+    assert abs(got["ridge"] - (ev.log_sum_exp(log_pi + bayes) - ev.log_sum_exp(log_pi + np.asarray(
+        model._curves(model._evidence_data(previous), None, population,
+                      design=model._evidence_data(model.tasks_[tid]))["ridge"])))) > 1e-3
