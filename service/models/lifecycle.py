@@ -21,6 +21,7 @@ from service.records.rows import check_column_count, check_schema_columns, colum
 from service.store.reads import ModelMissing, Snapshot
 from service.store.results import learner_summary
 from service.store.writes import ModelExists, NewModel
+from service.take_back import checkpoints
 from service.writing.idempotency import IdempotencyKeys
 
 if TYPE_CHECKING:
@@ -197,7 +198,9 @@ def import_model(model: HostedModel, data: state_files.Source, max_columns: int)
             tasks=tasks,
             origin={"import": {"model": service.get("model"), "version": version}},
             columns=columns,
-        )
+        ),
+        # the imported state: where a take-back of a batch learned after the import replays from
+        also=[checkpoints.part(model.name, version, learner, summary or learner_summary(learner))],
     )
     log.info(
         "imported model %r at version %d",
@@ -352,7 +355,9 @@ def fork_model(model: HostedModel, parent: HostedModel, version: int | None) -> 
             origin={"fork": {"model": parent.name, "version": version}},
             # the parent's columns: a superset of what the fork learned
             columns=parent.vocabulary.refresh() if settings.get("features") else (),
-        )
+        ),
+        # the fork's first state: where a take-back of a batch it learns replays from
+        also=[checkpoints.part(model.name, version, rebuilt.learner, rebuilt.summary)],
     )
     log.info(
         "forked model %r from %r at version %d",

@@ -11,6 +11,8 @@
   taken back keeps its row, marked with the version of the take-back (``taken_back``).
 * ``take_backs`` – one row per batch taken back (``DELETE .../batches/{version}``,
   :mod:`service.take_back`), keyed by the model version it produced.
+* ``checkpoints`` – a few exact states of the model at past versions
+  (:mod:`service.store.checkpoints`), where a take-back's replay starts.
 
 Every primary key starts with the model name (``models.name``, ``tasks.model_name``,
 ``batches.model_name``), so the three tables can be partitioned or sharded by it (e.g. Citus
@@ -163,6 +165,18 @@ class TakeBackRow(Base):
     n_samples: Mapped[int] = mapped_column(Integer, nullable=False)
     task_removed: Mapped[bool] = mapped_column(Boolean, nullable=False)
     n_replayed: Mapped[int] = mapped_column(Integer, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
+
+
+class CheckpointRow(Base):
+    """The model's exact state at ``version`` (:mod:`service.store.checkpoints`): the engine's
+    state file bytes, each task's counters and the summary, so a replay can start there."""
+
+    __tablename__ = "checkpoints"
+
+    model_name: Mapped[str] = mapped_column(ForeignKey("models.name", ondelete="CASCADE"), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    state: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)  # service.models.state_files bytes
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now, nullable=False)
 
 
@@ -336,6 +350,7 @@ models_t = Base.metadata.tables[ModelRow.__tablename__]
 tasks_t = Base.metadata.tables[TaskRow.__tablename__]
 batches_t = Base.metadata.tables[BatchRow.__tablename__]
 take_backs_t = Base.metadata.tables[TakeBackRow.__tablename__]
+checkpoints_t = Base.metadata.tables[CheckpointRow.__tablename__]
 keys_t = Base.metadata.tables[IdempotencyKeyRow.__tablename__]
 preq_t = Base.metadata.tables[PrequentialTaskRow.__tablename__]
 sets_t = Base.metadata.tables[EvaluationSetRow.__tablename__]

@@ -65,17 +65,15 @@ class ModelExists(Exception):
 
 @dataclass
 class NewModel:
-    """Everything a new model's rows hold: its learner at ``version``, the settings it was
-    created with, and optionally each task's counters and the batches ``1..version`` behind it
-    (a fork copies them; an import has none)."""
+    """A new model's rows: its learner at ``version``, its settings, and optionally each task's
+    counters and the batches ``1..version`` behind it (a fork copies them; an import has none)."""
 
     learner: core.LifelongLearner
     settings: dict[str, Any]
     version: int = 0
     summary: dict[str, Any] | None = None
     tasks: dict[str, dict[str, Any]] | None = None  # task id -> {"version", "n_batches", "last_update"}
-    #: {"task_id", "version", "X", "y"[, "taken_back", "source", "refits_deferred"]}
-    batches: list[dict[str, Any]] | None = None
+    batches: list[dict[str, Any]] | None = None  # {"task_id", "version", "X", "y"[, "taken_back", ...]}
     take_backs: list[dict[str, Any]] | None = None  # rows of take_backs (service.models.history)
     origin: dict[str, Any] | None = None
     #: The vocabulary of a model with a feature schema (:mod:`service.records.vocabulary`), in order.
@@ -134,9 +132,9 @@ class ModelWriter:
         self.name = reader.name
         self.model_settings = model_settings
 
-    def create(self, new: NewModel) -> None:
-        """Write a new model (its row, every task row, its batches, its vocabulary) in one
-        transaction; :class:`ModelExists` if the name is taken (nothing written)."""
+    def create(self, new: NewModel, also: Sequence[Callable[[Connection], None]] = ()) -> None:
+        """Write a new model (its rows, batches, vocabulary, and ``also``'s parts: e.g. a fork's first
+        checkpoint) in one transaction; :class:`ModelExists` if the name is taken (nothing written)."""
         learner = new.learner
         state = learner.get_state()
         now = _now()
@@ -199,6 +197,8 @@ class ModelWriter:
                 for tb in new.take_backs or ():
                     conn.execute(insert(take_backs_t).values(**{**tb, "model_name": self.name}))
                 insert_columns(conn, self.name, 0, new.columns)
+                for part in also:
+                    part(conn)
                 notify(conn, self.name)
         except IntegrityError:
             raise ModelExists(self.name) from None  # created by someone else meanwhile

@@ -1,6 +1,14 @@
-"""``DELETE .../batches/{version}``: a batch taken back under the model's update lock, at most
-once per ``Idempotency-Key``, observed like an update (outcome ``taken_back``) with one log
-line. What the model becomes and what is refused are :mod:`service.take_back`'s.
+"""``DELETE .../batches/{version}``: a batch taken back, at most once per ``Idempotency-Key``,
+observed like an update (outcome ``taken_back``) with one log line. What the model becomes and
+what is refused are :mod:`service.take_back`'s.
+
+The replay runs off the update lock: from the newest usable checkpoint before the batch
+(:mod:`service.take_back.checkpoints`) to the version read, on a snapshot no writer changes.
+Then, under the lock, the batches committed meanwhile are learned on top
+(:func:`service.take_back.rebuild.catch_up`: as many as an ordinary update's group) and the
+result committed with the version compare-and-set. Writers of the model go on meanwhile; if
+anything but batches moved (another take-back, say), the replay is made again, and after
+:data:`ATTEMPTS` such tries under the lock, as a last resort.
 """
 
 from __future__ import annotations
@@ -11,17 +19,22 @@ from typing import TYPE_CHECKING, Any
 
 from service import metrics
 from service.store.prepared import PreparedTakeBack
-from service.take_back.rebuild import TakeBackLog, take_back_hash
+from service.take_back.checkpoints import TakeBackCheckpoint
+from service.take_back.rebuild import TakeBackLog, catch_up, take_back_hash
 from service.take_back.rebuild import prepare as take_back_prepare
 from service.writing import idempotent
 from service.writing.idempotency import Claim, Replayed
-from service.writing.outcomes import held
+from service.writing.outcomes import Held, locked, observed
 
 if TYPE_CHECKING:
     from service.hosting import HostedModel
 
 # "service.store": the logger name is part of each of its log lines (their "logger" field).
 log = logging.getLogger("service.store")
+
+#: Replays off the lock before one is made under it (each retried only if the model moved by
+#: more than batches while it ran).
+ATTEMPTS = 3
 
 
 def take_back(model: HostedModel, batch_version: int, key: str | None = None) -> tuple[dict[str, Any], bool]:
@@ -37,20 +50,35 @@ def take_back(model: HostedModel, batch_version: int, key: str | None = None) ->
 
 
 def take_back_batch(model: HostedModel, batch_version: int, claim: Claim | None = None) -> tuple[PreparedTakeBack, int]:
-    """Under the model's update lock: refresh to the stored version, rebuild the model without
-    the batch by replay, commit it with the version compare-and-set (and ``claim``'s answer).
-    Returns the prepared take-back and the new version. Observed like an update (outcome
-    ``taken_back``) with one log line."""
-    with held(model, "taken_back") as h:
-        if claim is not None:
-            model.keys.verify(claim)
-        snap = model.reader.snapshot(check=True)
-        prepared = take_back_prepare(model.reader, snap, batch_version)
-        parts = [TakeBackLog(model.name)] + ([claim] if claim is not None else [])
-        version = model.writer.commit_take_back(prepared, parts)
-    t0, acquired = h.t0, h.acquired
+    """Rebuild the model without the batch off the update lock, then under it catch up with
+    the batches committed meanwhile and commit with the version compare-and-set (and
+    ``claim``'s answer). Returns the prepared take-back and the new version. Observed like an
+    update (outcome ``taken_back``) with one log line: ``lock_held_ms`` is the lock's hold."""
+    h = Held(time.perf_counter())
+    parts = [TakeBackLog(model.name), TakeBackCheckpoint(model.name)] + ([claim] if claim is not None else [])
+    prepared: PreparedTakeBack | None = None
+    with observed(model, "taken_back", h.t0):
+        for attempt in range(ATTEMPTS + 1):
+            off_lock = attempt < ATTEMPTS
+            if off_lock:
+                prepared = take_back_prepare(model.reader, model.reader.snapshot(), batch_version)
+            h.t0 = time.perf_counter()
+            with locked(model, h):
+                if claim is not None:
+                    model.keys.verify(claim)
+                snap = model.reader.snapshot(check=True)
+                if off_lock:
+                    assert prepared is not None
+                    prepared = catch_up(model.reader, prepared, snap)
+                else:  # the model kept moving by more than batches: replay under the lock
+                    prepared = take_back_prepare(model.reader, snap, batch_version)
+                if prepared is None:
+                    continue
+                version = model.writer.commit_take_back(prepared, parts)
+                break
+    assert prepared is not None
     done = time.perf_counter()
-    metrics.UPDATE_SECONDS.observe(done - acquired)
+    metrics.UPDATE_SECONDS.observe(done - h.acquired)
     log.info(
         "batch taken back",
         extra={
@@ -62,9 +90,11 @@ def take_back_batch(model: HostedModel, batch_version: int, claim: Claim | None 
             "n_samples": prepared.n_samples,
             "task_removed": prepared.task_removed,
             "n_replayed": prepared.n_replayed,
+            "checkpoint": prepared.checkpoint,
             "replay_ms": round(prepared.replay_seconds * 1000, 2),
-            "duration_ms": round((done - acquired) * 1000, 2),
-            "lock_wait_ms": round((acquired - t0) * 1000, 2),
+            "duration_ms": round((done - h.acquired) * 1000, 2),  # the lock's hold
+            "lock_wait_ms": round((h.acquired - h.t0) * 1000, 2),
+            "attempts": attempt + 1,
         },
     )
     model.wake()

@@ -31,13 +31,14 @@ from sqlalchemy import Connection, select
 
 from service.evaluation import store
 from service.evaluation.scores import add_sums, stored, to_json
-from service.models.history import History, StoredBatch, ranges, read_history, replay
+from service.models.history import History, Rebuilt, StoredBatch, ranges, read_history, read_take_backs, replay
 from service.refusals import Refused
 from service.store.commit import Commit, CommitParticipant
 from service.store.prepared import PreparedTakeBack
 from service.store.reads import ModelReader, Snapshot
 from service.store.results import UNLEARNED
 from service.store.tables import batches_t
+from service.take_back import checkpoints
 
 
 class TakeBackRefused(Refused):
@@ -73,8 +74,9 @@ def take_back_hash(batch_version: int) -> str:
     return hashlib.sha256(f"fcl3-take-back-v1\0{int(batch_version)}".encode()).hexdigest()
 
 
-def check(name: str, snap: Snapshot, history: History, batch_version: int) -> None:
-    """The refusal that applies to taking ``batch_version`` back from ``snap``, if any."""
+def check(name: str, snap: Snapshot, history: History, batch_version: int, after: int = 0) -> None:
+    """The refusal that applies to taking ``batch_version`` back from ``snap`` with a replay from
+    the checkpoint at ``after`` (0: from the start), if any."""
     current = snap.version
     origin = snap.info.get("origin") or {}
     batch = history.batch(batch_version)
@@ -113,7 +115,7 @@ def check(name: str, snap: Snapshot, history: History, batch_version: int) -> No
             batch_version=batch_version,
             fork=fork,
         )
-    missing = history.missing(current)
+    missing = history.missing(current, after)
     if missing:
         raise RowsUnavailable(
             f"model {name!r} cannot be rebuilt without batch {batch_version}: the batches of "
@@ -142,18 +144,39 @@ def unlearned_columns(batches: list[StoredBatch], width: int) -> list[int]:
 
 
 def prepare(reader: ModelReader, snap: Snapshot, batch_version: int) -> PreparedTakeBack:
-    """The model ``snap`` without the batch ``batch_version``, rebuilt by replay (nothing is
-    stored). :class:`TakeBackRefused` or :class:`core.InputError` (422) when it cannot be."""
-    history = read_history(reader.bulk, reader.name)
-    check(reader.name, snap, history, batch_version)
+    """The model ``snap`` without the batch ``batch_version``, rebuilt by replay from the newest
+    usable checkpoint before it (:mod:`service.take_back.checkpoints`; from the start when there
+    is none, or for a model with a feature schema, whose unlearned columns are read off every
+    batch). Nothing is stored, and no lock is needed: ``snap`` is immutable.
+    :class:`TakeBackRefused` or :class:`core.InputError` (422) when it cannot be."""
+    settings = snap.info["settings"]
+    take_backs = read_take_backs(reader.bulk, reader.name)
+    start = None
+    if not (settings or {}).get("features"):
+        start = checkpoints.newest_before(reader.bulk, reader.name, batch_version, take_backs.values())
+    after = start.version if start is not None else 0
+    history = read_history(reader.bulk, reader.name, after)
+    history = History(history.batches, take_backs)
+    check(reader.name, snap, history, batch_version, after)
     batch = history.batch(batch_version)
     assert batch is not None  # check() refuses a version that is no stored batch
     others = history.learned(snap.version, without=batch_version)
     t0 = time.perf_counter()
-    rebuilt = replay(
-        snap.info["settings"], others, f"batch {batch_version} of model {reader.name!r} cannot be taken back: "
-    )
+    refused = f"batch {batch_version} of model {reader.name!r} cannot be taken back: "
+    rebuilt = replay(settings, others, refused, start.rebuilt if start is not None else None)
     seconds = time.perf_counter() - t0
+    return _prepared(snap, batch, rebuilt, others, len(others), seconds, after)
+
+
+def _prepared(
+    snap: Snapshot,
+    batch: StoredBatch,
+    rebuilt: Rebuilt,
+    others: list[StoredBatch],
+    n_replayed: int,
+    seconds: float,
+    after: int,
+) -> PreparedTakeBack:
     learner = rebuilt.learner
     task_removed = batch.task_id not in getattr(learner, "tasks_", {})  # unfitted: the model's only batch
     state = learner.get_state()
@@ -164,18 +187,44 @@ def prepare(reader: ModelReader, snap: Snapshot, batch_version: int) -> Prepared
         summary[UNLEARNED] = unlearned_columns(others, int(getattr(learner, "n_features_in_", 0) or 0))
     return PreparedTakeBack(
         base_version=snap.version,
-        batch_version=batch_version,
+        batch_version=batch.version,
         task_id=batch.task_id,
         n_samples=int(batch.X.shape[0]),
         task_removed=task_removed,
-        n_replayed=len(others),
+        n_replayed=n_replayed,
         learner=learner,
         state=state,
         summary=summary,
         tasks=rebuilt.tasks,
         info=snap.info,
         replay_seconds=seconds,
+        checkpoint=after,
+        others=others,
     )
+
+
+def catch_up(reader: ModelReader, p: PreparedTakeBack, snap: Snapshot) -> PreparedTakeBack | None:
+    """``p`` (prepared off the lock at ``p.base_version``) brought to ``snap``, the stored
+    version read under the lock: the batches committed since learned on top, in version order.
+    None when anything but batches moved (a take-back, another model of the name, a batch not
+    stored): the take-back is prepared again."""
+    if snap.version == p.base_version and snap.info.get("created_at") == p.info.get("created_at"):
+        return p
+    if snap.version < p.base_version or snap.info.get("created_at") != p.info.get("created_at"):
+        return None
+    history = read_history(reader.bulk, reader.name, p.base_version)
+    new = [b for b in history.batches if b.version <= snap.version]
+    if [b.version for b in new] != list(range(p.base_version + 1, snap.version + 1)):
+        return None  # a take-back (or a hole) since: not a plain continuation
+    if any(b.taken_back is not None for b in new):
+        return None
+    batch = StoredBatch(p.batch_version, p.task_id, np.zeros((p.n_samples, 0)), np.zeros(p.n_samples))
+    summary: dict[str, Any] = {k: p.summary[k] for k in ("representatives", "n_representatives") if k in p.summary}
+    t0 = time.perf_counter()
+    refused = f"batch {p.batch_version} of model {reader.name!r} cannot be taken back: "
+    rebuilt = replay(snap.info["settings"], new, refused, Rebuilt(p.learner, summary, p.tasks))
+    seconds = p.replay_seconds + time.perf_counter() - t0
+    return _prepared(snap, batch, rebuilt, p.others + new, p.n_replayed + len(new), seconds, p.checkpoint)
 
 
 class TakeBackLog(CommitParticipant[PreparedTakeBack]):

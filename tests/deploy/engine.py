@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -115,7 +116,10 @@ class Engine:
         self.client = docker_client()
         self.proc: subprocess.Popen | None = None
         self.log = self.dir / "dockerd.log"
-        self.namespace = f"fcl3deploy-{self.dir.name[6:]}"
+        #: letters and digits only: mkdtemp's suffix may hold "_", which containerd's namespaces
+        #: and compose's project names refuse
+        self.token = secrets.token_hex(4)
+        self.namespace = f"fcl3deploy-{self.token}"
         self.times: dict[str, float] = {}
         (self.dir / "config").mkdir()  # DOCKER_CONFIG: no credentials, no helpers of the machine's
         (self.dir / "daemon.json").write_text("{}")  # nothing from /etc/docker/daemon.json

@@ -207,7 +207,7 @@ def deployment(request):
             d.engine.import_rootfs(api_tar, "fcl3-deploy-base:python")
             d.engine.import_rootfs(services_tar, "fcl3-deploy-base:services")
         server = bases.WheelServer(wheels).__enter__()
-        d.compose = Compose(d.engine, f"fcl3deploy{d.engine.dir.name[6:].lower()}", {
+        d.compose = Compose(d.engine, f"fcl3deploy{d.engine.token}", {
             "DEPLOY_API_BASE": "fcl3-deploy-base:python", "DEPLOY_SERVICES_BASE": "fcl3-deploy-base:services",
             "DEPLOY_WHEELS": server.url,
             # compose v1 builds with the docker CLI, and so with BuildKit (v2 always does)

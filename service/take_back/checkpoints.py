@@ -1,0 +1,163 @@
+"""Checkpoints: exact states of a model at past versions, where a take-back's replay starts.
+
+A checkpoint is the model at one version as the engine exports it (the state file of
+:mod:`service.models.state_files`, no pickle), with each task's counters and the model's
+summary: restoring it and learning on is bit for bit never having stopped. One is written in
+the commit of the update whose version crosses a multiple of :data:`EVERY` (the last version of
+a group commit), by every take-back (the rebuilt model), by a fork (the version it starts at)
+and by an import (the imported state, so its later batches can be taken back).
+
+**Which are kept** (:func:`kept`): a checkpoint's bucket is ``version // EVERY``; for each level
+``j = 0, 1, ...`` the :data:`KEEP` newest checkpoints whose bucket is a multiple of ``2**j`` stay,
+and the rest are deleted by the commit that writes a new one. A model of ``n`` versions keeps at
+most ``KEEP * (log2(n / EVERY) + 2)`` states, and the newest checkpoint before a batch ``a``
+versions back is at most about ``max(EVERY, 2 a / KEEP)`` versions before it: the replay of a
+take-back grows with how far back the batch is, not with the stream's length.
+
+**Which may be used** (:func:`newest_before`): the checkpoint at ``c`` is the model at ``c``; it
+rebuilds the model at a later version only if no batch ``<= c`` was taken back after ``c``. A
+take-back of batch ``v`` deletes the checkpoints ``>= v`` (they hold it); the check is made
+again when one is read, so a checkpoint written late is never used wrongly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, delete, insert, select
+
+import core
+from service.models import state_files
+from service.models.history import Rebuilt
+from service.store.commit import Commit, CommitParticipant
+from service.store.prepared import Prepared, PreparedTakeBack
+from service.store.tables import checkpoints_t, tasks_t
+
+#: Versions between two checkpoints of the newest level (a replay from one is at most this long
+#: for a batch of the last ``EVERY``): measured in docs/take_back.md.
+EVERY = 100
+#: Checkpoints kept per level of the logarithmic schedule.
+KEEP = 4
+
+
+def due(before: int, after: int, every: int | None = None) -> bool:
+    """Whether a commit from version ``before`` to ``after`` crosses a multiple of ``every``."""
+    every = every or EVERY
+    return after // every > before // every
+
+
+def kept(versions: Iterable[int], every: int | None = None, keep: int | None = None) -> set[int]:
+    """The checkpoint versions the schedule keeps of ``versions`` (the newest always)."""
+    every, keep = every or EVERY, keep or KEEP
+    vs = sorted(set(versions), reverse=True)
+    if not vs:
+        return set()
+    out = {vs[0]}
+    step = 1
+    while True:
+        out.update([v for v in vs if (v // every) % step == 0][:keep])
+        if step * every > vs[0]:
+            return out
+        step *= 2
+
+
+def usable(version: int, take_backs: Iterable[dict[str, Any]]) -> bool:
+    """Whether the checkpoint at ``version`` still rebuilds the model: no batch it holds was
+    taken back after it."""
+    return not any(int(t["version"]) > version >= int(t["batch_version"]) for t in take_backs)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The model at ``version``, restored: a replay continues from :attr:`rebuilt`."""
+
+    version: int
+    rebuilt: Rebuilt
+
+
+def newest_before(engine: Engine, name: str, before: int, take_backs: Iterable[dict[str, Any]]) -> Checkpoint | None:
+    """The newest usable checkpoint of model ``name`` below version ``before``, restored."""
+    tbs = list(take_backs)
+    with engine.connect() as conn:
+        versions = conn.execute(
+            select(checkpoints_t.c.version)
+            .where(checkpoints_t.c.model_name == name, checkpoints_t.c.version < before)
+            .order_by(checkpoints_t.c.version.desc())
+        ).scalars()
+        version = next((int(v) for v in versions if usable(int(v), tbs)), None)
+        if version is None:
+            return None
+        data = conn.execute(
+            select(checkpoints_t.c.state).where(checkpoints_t.c.model_name == name, checkpoints_t.c.version == version)
+        ).scalar_one()
+    state, service = state_files.read_npz(bytes(data))
+    learner = core.load_state(state)
+    summary = {k: v for k, v in (service.get("summary") or {}).items() if k in ("representatives", "n_representatives")}
+    return Checkpoint(version, Rebuilt(learner, summary, dict(service.get("tasks") or {})))
+
+
+def write(
+    conn: Connection, name: str, version: int, state: core.ModelState, summary: dict[str, Any], every: int | None = None
+) -> None:
+    """Store the model's ``state`` at ``version`` in ``conn``'s transaction (each task's counters
+    read from its row, as the commit left it), then delete what the schedule no longer keeps."""
+    counters = {
+        r.task_id: {"version": int(r.version), "n_batches": int(r.n_batches), "last_update": r.last_update}
+        for r in conn.execute(
+            select(tasks_t.c.task_id, tasks_t.c.version, tasks_t.c.n_batches, tasks_t.c.last_update).where(
+                tasks_t.c.model_name == name
+            )
+        )
+    }
+    data = state_files.to_npz(state, {"version": version, "summary": summary, "tasks": counters})
+    conn.execute(delete(checkpoints_t).where(checkpoints_t.c.model_name == name, checkpoints_t.c.version >= version))
+    conn.execute(insert(checkpoints_t).values(model_name=name, version=version, state=data))
+    have = conn.execute(select(checkpoints_t.c.version).where(checkpoints_t.c.model_name == name)).scalars().all()
+    gone = set(have) - kept(have, every)
+    if gone:
+        conn.execute(
+            delete(checkpoints_t).where(checkpoints_t.c.model_name == name, checkpoints_t.c.version.in_(sorted(gone)))
+        )
+
+
+def part(
+    name: str, version: int, learner: core.LifelongLearner, summary: dict[str, Any]
+) -> Callable[[Connection], None]:
+    """:func:`write` of ``learner`` as a part of another transaction (a fork's or an import's
+    first state, in the transaction that creates the model: a failure leaves neither)."""
+    state = learner.get_state()
+    return lambda conn: write(conn, name, version, state, summary)
+
+
+class UpdateCheckpoints(CommitParticipant[Prepared]):
+    """A checkpoint in the commit of the updates whose last version crosses a multiple of
+    :data:`EVERY` (one instance per group: one checkpoint at the group's last version)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def in_commit(self, conn: Connection, commit: Commit[Prepared]) -> None:
+        self.in_commits(conn, [commit])
+
+    def in_commits(self, conn: Connection, commits: list[Commit[Prepared]]) -> None:
+        last = commits[-1]
+        if due(commits[0].version - 1, last.version):
+            write(conn, self.name, last.version, last.prepared.learner.get_state(), last.prepared.summary)
+
+
+class TakeBackCheckpoint(CommitParticipant[PreparedTakeBack]):
+    """A take-back's commit: the checkpoints holding the batch deleted, the rebuilt model stored."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def in_commit(self, conn: Connection, commit: Commit[PreparedTakeBack]) -> None:
+        p = commit.prepared
+        conn.execute(
+            delete(checkpoints_t).where(
+                checkpoints_t.c.model_name == self.name, checkpoints_t.c.version >= p.batch_version
+            )
+        )
+        write(conn, self.name, commit.version, p.state, p.summary)
