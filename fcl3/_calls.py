@@ -325,8 +325,10 @@ def add_evaluation(model: str, task_id: str, X: Any, y: Any) -> Call[EvaluationR
     )
 
 
-def evaluation(model: str, limit: int | None) -> Call[EvaluationOut]:
-    return _get(f"{model_path(model)}/evaluation", _typed(EvaluationOut), None if limit is None else {"limit": limit})
+def evaluation(model: str, limit: int | None, **pages: int | None) -> Call[EvaluationOut]:
+    given = {"limit": limit, **pages}
+    query = {k: v for k, v in given.items() if v is not None}
+    return _get(f"{model_path(model)}/evaluation", _typed(EvaluationOut), query or None)
 
 
 # ----------------------------------------------------------------------------- service

@@ -38,8 +38,11 @@ class FCL3Error(Exception):
 
 class APIError(FCL3Error):
     """The service answered with an error status. ``status``: the HTTP status; ``detail``: the
-    server's ``detail`` as sent (a string, or pydantic's list of errors for some 422s);
-    ``message``: the detail as one line; ``headers``: the response headers."""
+    server's ``detail`` as sent; ``field`` and ``row``: the field and row at fault, when the
+    answer names them; ``message``: the detail as one line; ``headers``: the response headers."""
+
+    field: str | None = None
+    row: int | None = None
 
     def __init__(self, status: int, detail: Any, method: str, path: str, headers: httpx.Headers | None = None):
         self.status = status
@@ -156,13 +159,19 @@ def _detail_text(detail: Any) -> str:
 
 def error_from(response: httpx.Response) -> APIError:
     """The error of an answer with an error status, carrying the server's ``detail``."""
+    body: Any = None
     try:
         body = response.json()
         detail = body.get("detail", body) if isinstance(body, dict) else body
     except ValueError:
         detail = response.text.strip() or response.reason_phrase
     cls = _BY_STATUS.get(response.status_code, ServerError if response.status_code >= 500 else APIError)
-    return cls(response.status_code, detail, response.request.method, response.request.url.path, response.headers)
+    error = cls(response.status_code, detail, response.request.method, response.request.url.path, response.headers)
+    if isinstance(body, dict):  # the error envelope (fcl3.schemas.ErrorOut)
+        field, row = body.get("field"), body.get("row")
+        error.field = field if isinstance(field, str) else None
+        error.row = row if isinstance(row, int) and not isinstance(row, bool) else None
+    return error
 
 
 def unreachable(

@@ -68,6 +68,26 @@ class Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class ErrorItem(BaseModel):
+    """One problem of a refused request."""
+
+    detail: str = Field(..., description="What is wrong, in words.", examples=["X is empty: a batch needs a row"])
+    field: str | None = Field(
+        None, description="The field at fault (`X`, `y`, a record's feature, a query parameter), when there is one."
+    )
+    row: int | None = Field(None, description="The row at fault (0-based), when there is one.")
+
+
+class ErrorOut(ErrorItem):
+    """The body of every error answer (4xx and 5xx): ``detail``, with ``field`` and ``row`` where
+    the fault has them; ``errors`` lists every problem when there is more than one. Some answers
+    add fields of their own (a 410's ``taken_back_by``, a 500's ``request_id``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    errors: list[ErrorItem] | None = Field(None, description="Every problem, when the request has more than one.")
+
+
 def _not_empty(X: list[Any]) -> list[Any]:
     if not X:
         raise ValueError("X is empty: a batch needs at least one row")
@@ -275,10 +295,11 @@ PREDICTION_ID_PATTERN = r"^[0-9a-f]{1,15}-[0-9a-f]{16}$"
 PredictionId = Annotated[
     str,
     Field(
-        min_length=18,
-        max_length=32,
-        pattern=PREDICTION_ID_PATTERN,
-        description="An id of `prediction_ids`.",
+        min_length=1,
+        max_length=100,
+        # the form is documented, not enforced here: an id of another form is unknown (404)
+        json_schema_extra={"pattern": PREDICTION_ID_PATTERN},
+        description="An id of `prediction_ids`; one of another form is unknown (404).",
         examples=["19c0d6e3a2f-8c1e5b0d2a4f6e13"],
     ),
 ]
@@ -363,6 +384,9 @@ class TaskOut(BaseModel):
         ...,
         description="Model version that last wrote this task's record: its own batch, or "
         "another update that changed it (the scaling's warm-up, its evidence measured again).",
+    )
+    batch_version: int | None = Field(
+        None, description="Model version of the task's latest batch (learned, or taken back)."
     )
     labels: str | None = None
     created_at: UtcDatetime
@@ -464,7 +488,9 @@ class ModelCreate(Request):
     settings are then the parent's, and none may be given)."""
 
     name: ModelNameStr = Field(..., description=MODEL_NAME_RULE + ".", examples=["schools"])
-    kind: Literal["regression", "classification"] | None = Field(None, description="Required unless forking.")
+    kind: Literal["regression", "classification"] | None = Field(
+        None, description="Kind of the model; left out: the server's default kind (FCL3_KIND). Not with `fork`."
+    )
     estimator: str = Field("FCL3", min_length=1, max_length=100, description="Learner class in core (FCL3, STL, ...).")
     params: dict[str, Any] = Field(
         default_factory=dict,
@@ -498,8 +524,6 @@ class ModelCreate(Request):
             given = sorted(self.model_fields_set & {"kind", "estimator", "params", "d", "features"})
             if given:
                 raise ValueError(f"a fork takes its parent's settings: do not give {', '.join(given)}")
-        elif self.kind is None:
-            raise ValueError("kind is required: 'regression' or 'classification'")
         if self.features is not None:
             try:
                 parse_schema([f.model_dump(exclude_unset=True) for f in self.features])
@@ -623,7 +647,11 @@ class AccuracyMatrix(BaseModel):
     tasks: list[str] = Field(
         ..., description="Columns: tasks with evaluation rows, in the order first learned (not yet learned last)."
     )
-    rows: list[AccuracyMatrixRow]
+    rows: list[AccuracyMatrixRow] = Field(
+        ..., description="The page of rows asked for (`matrix_offset`, `matrix_limit`)."
+    )
+    n_rows: int | None = Field(None, description="Rows of the whole matrix.")
+    offset: int = Field(0, description="Rows skipped before the first of `rows`.")
 
 
 class TakenBack(BaseModel):
@@ -671,8 +699,11 @@ class EvaluationOut(BaseModel):
         "shared library helped).",
     )
     prequential: list[PrequentialPoint] = Field(
-        default_factory=list, description="Model-wide prequential scores over versions (the last ``limit`` versions)."
+        default_factory=list,
+        description="Model-wide prequential scores over versions: ``limit`` of them after the ``offset`` latest.",
     )
+    prequential_total: int | None = Field(None, description="Versions of the whole prequential series.")
+    prequential_offset: int = Field(0, description="Latest versions skipped before the first of `prequential`.")
 
 
 class UpdateEvent(BaseModel):

@@ -160,7 +160,7 @@ class Settings(BaseSettings):
         description="The most encoded columns a model with a feature schema may have (its base "
         "columns and one per category level): a schema, an import or a batch that would pass it "
         "gets 422, nothing changed. FCL3's update time grows with the cube of the columns "
-        "(docs/operations.md, 'Columns of a model'); a model's engine may take fewer.",
+        "(docs/limits.md, 'Columns of a model'); a model's engine may take fewer.",
     )
     LOG_LEVEL: str = Field("INFO", description="Level of the service's JSON log lines.")
 

@@ -1,7 +1,11 @@
 """Error mapping: the service's and its libraries' exceptions -> HTTP answers.
 
+Every answer has one body, the error envelope :class:`fcl3.schemas.ErrorOut`: ``detail`` in
+words, with ``field`` and ``row`` where the fault has them (pydantic's errors are rewritten so,
+without its prefixes; ``errors`` lists them when there are several).
+
 401 missing/unknown API key, 403 read key on a write route, 422 bad input (core's own
-message, or pydantic's; a bad model file), 404 unknown model or task, 409 a stale writer
+message, or the request's validation; a bad model file), 404 unknown model or task, 409 a stale writer
 refused, a model name taken, a fork that cannot be made or an Idempotency-Key whose first
 request still runs (with Retry-After), 413 body, rows or
 features over the limits, 503 lock busy (with Retry-After), default model not created yet, or
@@ -15,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -22,9 +27,11 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy import exc as sa_exc
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import core
 from fcl3.records import RecordError
+from fcl3.schemas import MODEL_NAME_RULE, ErrorItem
 from service.models.learners import ModelConfigError
 from service.models.lifecycle import ForkRefused
 from service.refusals import Refused
@@ -53,6 +60,56 @@ class _ErrorJSON(JSONResponse):
             return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
 
 
+#: pydantic's prefixes of a validator's own message, dropped: the message reads as written.
+_PREFIXES = ("Value error, ", "Assertion failed, ")
+#: Where a validation error was found (the first part of its ``loc``), never a field itself.
+_SOURCES = ("body", "query", "path", "header", "cookie")
+
+
+def plain_error(error: Mapping[str, Any]) -> ErrorItem:
+    """One pydantic / FastAPI validation error as the envelope's item: its message without
+    pydantic's prefixes, the field at fault (the non-numeric parts of its ``loc``, dotted) and
+    the first number of the ``loc`` as the row."""
+    loc = list(error.get("loc", ()))
+    if loc and loc[0] in _SOURCES:
+        loc = loc[1:]
+    message = str(error.get("msg", "invalid"))
+    for prefix in _PREFIXES:
+        message = message.removeprefix(prefix)
+    if error.get("type") == "json_invalid":  # loc: the character position
+        reason = (error.get("ctx") or {}).get("error")
+        at = f" at character {loc[0]}" if loc and isinstance(loc[0], int) else ""
+        return ErrorItem(detail=f"the body is not valid JSON{at}: {reason or message}")
+    if error.get("type") == "missing" and not loc:
+        return ErrorItem(detail="a request body is required")
+    if error.get("type") == "missing":
+        message = "is missing"
+    elif error.get("type") == "string_pattern_mismatch" and loc == ["name"]:
+        message = f"must be {MODEL_NAME_RULE}"
+    rows = [p for p in loc if isinstance(p, int)]
+    names = [str(p) for p in loc if not isinstance(p, int)]
+    field = ".".join(names) or None
+    row = rows[0] if rows else None
+    where = field or ""
+    if rows:
+        where += "".join(f"[{r}]" for r in rows) if field else f"row {row}"
+    if not where or (message.startswith(f"{field} ") and not rows):  # the message names its field already
+        return ErrorItem(detail=message, field=field, row=row)
+    sep = " " if message == "is missing" or message.startswith("must be ") else ": "
+    return ErrorItem(detail=f"{where}{sep}{message}", field=field, row=row)
+
+
+def validation_envelope(errors: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The 422 of a request that failed validation: the first problem as the envelope's
+    ``detail``, ``field`` and ``row``, and ``errors`` listing every one when there are several."""
+    items = [plain_error(e) for e in errors] or [ErrorItem(detail="invalid request")]
+    out = items[0].model_dump()
+    if len(items) > 1:
+        out["detail"] = "; ".join(i.detail for i in items)
+        out["errors"] = [i.model_dump() for i in items]
+    return out
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Register the exception handlers on ``app`` (which holds ``state.redact``)."""
     redact = app.state.redact
@@ -62,10 +119,18 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        # FastAPI's own answer, always encodable:
-        # an echoed body that is not UTF-8 (a body that is not JSON at all) with U+FFFD for its bad bytes
-        errors = jsonable_encoder(exc.errors(), custom_encoder={bytes: lambda b: b.decode("utf-8", "replace")})
-        return _ErrorJSON({"detail": errors}, status_code=422)
+        # always encodable: a message may quote text the client sent (a lone surrogate)
+        body = validation_envelope(exc.errors())
+        body["detail"] = redact(body["detail"])
+        for item in body.get("errors") or ():
+            item["detail"] = redact(item["detail"])
+        return _ErrorJSON(jsonable_encoder(body, exclude_none=True), status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # FastAPI's HTTPException and Starlette's 404/405, in the one envelope
+        body = exc.detail if isinstance(exc.detail, dict) else {"detail": str(exc.detail)}
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(core.InputError)
     async def _input(_request: Request, exc: core.InputError) -> JSONResponse:

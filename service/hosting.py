@@ -28,19 +28,24 @@ Locks = LocalLocks | FileLocks | RedisLocks
 
 
 class ServedGauges:
-    """The gauges of the version the process serves (of its default model), set when it changes."""
+    """The gauges of the version the process serves of each model it holds, set when it changes."""
 
     def __init__(self) -> None:
-        self._observed: Snapshot | None = None
+        self._observed: dict[str, Snapshot] = {}
 
     def observe(self, reader: ModelReader) -> None:
         snap = reader.cached
-        if snap is None or snap is self._observed:
+        if snap is None or self._observed.get(reader.name) is snap:
             return
-        self._observed = snap
+        self._observed[reader.name] = snap
         summary = snap.info.get("summary") or {}
         n_reps = summary.get("n_representatives", len(summary.get("representatives") or []))
-        metrics.set_model(snap.version, len(snap.learner.task_ids), int(n_reps))
+        metrics.set_model(reader.name, snap.version, len(snap.learner.task_ids), int(n_reps))
+
+    def forget(self, name: str) -> None:
+        """``name`` is no longer held by this process: its gauges go."""
+        self._observed.pop(name, None)
+        metrics.forget_served(name)
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,7 @@ class HostedModel:
     writer: ModelWriter
     locks: Locks
     #: The default model (``MODEL_NAME``): created at start-up and by its first write when
-    #: missing, and the one the process gauges describe. Any other model exists only once
+    #: missing. Any other model exists only once
     #: created through ``POST /models`` (missing: 404).
     default: bool
     #: The ``Idempotency-Key`` store (shared by every model of the process).
@@ -124,9 +129,8 @@ class HostedModel:
         self.shared.events.wake(self.name)
 
     def observe(self) -> None:
-        """The served-model gauges, if this is the default model."""
-        if self.default:
-            self.shared.gauges.observe(self.reader)
+        """The served-model gauges of this model."""
+        self.shared.gauges.observe(self.reader)
 
 
 class ModelRegistry:
@@ -189,7 +193,7 @@ class ModelRegistry:
             self._lru[name] = model
             evicted = len(self._lru) > self.cache_size
             while len(self._lru) > self.cache_size:
-                self._lru.popitem(last=False)
+                self.shared.gauges.forget(self._lru.popitem(last=False)[0])
         if evicted:
             self.shared.heap.after_model_change()
         return model

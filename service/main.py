@@ -21,6 +21,7 @@ from sqlalchemy import exc as sa_exc
 from fcl3 import __version__
 from service import logs, metrics
 from service.api.deps import model_name
+from service.api.openapi import declare_error_envelope
 from service.api.routes import batches, data, evaluation, events, health, labels, models, predict, prometheus, tasks, ui
 from service.config import Settings, get_settings
 from service.db import make_bulk_engine, make_engine, upgrade_schema
@@ -173,6 +174,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     include(models.read_router, "read")
     include(prometheus.router)  # /metrics: open
     include(ui.router)  # /ui: the dashboard's page and assets (its data comes from the API, keyed)
+    declare_error_envelope(app)  # every error answer's body, in /openapi.json
     return app
 
 

@@ -4,8 +4,9 @@ One process: prometheus-client's default registry. Several uvicorn workers: set
 ``PROMETHEUS_MULTIPROC_DIR`` to an empty directory writable by every worker (before they
 start; clear it at each deployment) and ``/metrics`` aggregates the workers' files.
 
-The gauges describe the model version this process serves (its cached snapshot); across
-workers the maximum is reported.
+The served-model gauges (``fcl3_model_version``, ``fcl3_tasks``, ``fcl3_representatives``)
+carry a ``model`` label: one series per model this process holds (the default one and at most
+``MODEL_CACHE_SIZE`` others), from its cached snapshot; across workers the maximum is reported.
 """
 
 from __future__ import annotations
@@ -57,10 +58,14 @@ PREDICTION_REQUESTS = Counter("fcl3_prediction_requests_total", "Prediction requ
 REFUSED = Counter("fcl3_refused_requests_total", "Requests refused, by HTTP status.", ["reason"])
 REQUESTS = Counter("fcl3_http_requests_total", "HTTP requests by method and status.", ["method", "status"])
 REQUEST_SECONDS = Histogram("fcl3_http_request_duration_seconds", "HTTP request time.", ["method"], buckets=_FAST)
-MODEL_VERSION = Gauge("fcl3_model_version", "Version of the model this process serves.", multiprocess_mode="max")
-TASKS = Gauge("fcl3_tasks", "Tasks the served model has learned.", multiprocess_mode="max")
+# The models this process serves, by name: the default one and those in its cache (at most
+# 1 + MODEL_CACHE_SIZE series per gauge and process; an evicted model's series are removed).
+MODEL_VERSION = Gauge(
+    "fcl3_model_version", "Version of a model this process serves.", ["model"], multiprocess_mode="max"
+)
+TASKS = Gauge("fcl3_tasks", "Tasks a served model has learned.", ["model"], multiprocess_mode="max")
 REPRESENTATIVES = Gauge(
-    "fcl3_representatives", "Representative tasks of the served model.", multiprocess_mode="mostrecent"
+    "fcl3_representatives", "Representative tasks of a served model.", ["model"], multiprocess_mode="mostrecent"
 )
 
 # Online evaluation (service.evaluation), per model; "metric": rmse (regression) or log_loss.
@@ -120,10 +125,20 @@ def observe_status(method: str, status: int, seconds: float) -> None:
         children[2].inc()
 
 
-def set_model(version: int, n_tasks: int, n_representatives: int) -> None:
-    MODEL_VERSION.set(version)
-    TASKS.set(n_tasks)
-    REPRESENTATIVES.set(n_representatives)
+def set_model(model: str, version: int, n_tasks: int, n_representatives: int) -> None:
+    """The served-model gauges of ``model``."""
+    MODEL_VERSION.labels(model).set(version)
+    TASKS.labels(model).set(n_tasks)
+    REPRESENTATIVES.labels(model).set(n_representatives)
+
+
+def forget_served(model: str) -> None:
+    """Drop the served-model gauges of ``model`` (no longer held by this process)."""
+    for gauge in (MODEL_VERSION, TASKS, REPRESENTATIVES):
+        try:
+            gauge.remove(model)
+        except KeyError:
+            pass
 
 
 def exposition() -> tuple[bytes, str]:
@@ -152,6 +167,7 @@ def set_remembered(model: str, pending: int, done: int) -> None:
 
 def forget_model(model: str) -> None:
     """Drop the per-model gauges of a deleted model."""
+    forget_served(model)
     for gauge, labels in (
         (REMEMBERED_ROWS, [(model, "pending"), (model, "done")]),
         (PREQUENTIAL_ERROR, [(model, "rmse"), (model, "log_loss")]),

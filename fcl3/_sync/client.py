@@ -232,10 +232,21 @@ class Client:
         connection lost after sending is not resent, it raises :class:`ConnectionFailed`."""
         return self._run(calls.add_evaluation(model, task_id, X, y))
 
-    def evaluation(self, model: str, limit: int | None = None) -> EvaluationOut:
-        """Each task's score on its evaluation rows beside its baseline, the accuracy matrix,
-        the transfer figures, and the prequential series (its last ``limit`` versions)."""
-        return self._run(calls.evaluation(model, limit))
+    def evaluation(
+        self,
+        model: str,
+        limit: int | None = None,
+        *,
+        offset: int | None = None,
+        matrix_limit: int | None = None,
+        matrix_offset: int | None = None,
+    ) -> EvaluationOut:
+        """Each task's score on its evaluation rows beside its baseline, the accuracy matrix
+        (``matrix_limit`` of its rows after ``matrix_offset``; the server's default: 25), the
+        transfer figures, and the prequential series (``limit`` versions after the ``offset``
+        latest)."""
+        call = calls.evaluation(model, limit, offset=offset, matrix_limit=matrix_limit, matrix_offset=matrix_offset)
+        return self._run(call)
 
     def events(
         self,

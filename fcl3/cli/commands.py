@@ -116,6 +116,20 @@ def main() -> None:
     """
 
 
+def _refused(
+    exc: FCL3Error, file: Path, lines: list[int], start: int, verb: str, task: str, model: str
+) -> click.ClickException:
+    """The error of a request of rows from ``file`` (its rows from ``start``; ``lines``: each
+    row's line in the file): an unknown task or model is named as such, a refused row by its
+    line (the answer's ``row``, else the request's first)."""
+    if isinstance(exc, NotFound):
+        hint = f"'fcl3 tasks {model}' lists the tasks the model has learned; 'fcl3 models list' the models"
+        return command_error(exc, f"cannot {verb} task {task!r} of model {model!r}", hint)
+    row = exc.row if isinstance(exc, APIError) and exc.row is not None else 0
+    line = lines[start + row] if 0 <= start + row < len(lines) else lines[start]
+    return command_error(exc, f"refused rows from {file}:{line}")
+
+
 # ----------------------------------------------------------------------------- serve
 #: The thread counts of BLAS and OpenMP that ``fcl3 serve`` sets unless the user has.
 BLAS_THREADS = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -402,7 +416,7 @@ def learn(
                     idempotency_key=key,
                 )
             except FCL3Error as exc:
-                raise command_error(exc, f"refused rows from {file}:{rows.lines[start]}") from None
+                raise _refused(exc, file, rows.lines, start, "learn", task, model) from None
             u = r.update
             click.echo(
                 f"learned {len(rows.X[start : start + batch_size])} rows of task {task!r}"
@@ -453,7 +467,7 @@ def predict(
                     model, task, rows.X[start : start + MAX_BATCH], min_version=min_version, remember=remember
                 )
             except FCL3Error as exc:
-                raise command_error(exc, f"refused rows from {file}:{rows.lines[start]}") from None
+                raise _refused(exc, file, rows.lines, start, "predict", task, model) from None
             if out is None:
                 out = got
             else:

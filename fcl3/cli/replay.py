@@ -270,11 +270,12 @@ def add_evaluation(
     seen, moved = -1, time.monotonic()
     while True:
         try:
-            ev = c.evaluation(model, limit=0)
+            ev = c.evaluation(model, limit=0, matrix_limit=0)
         except FCL3Error as exc:
             summary["evaluation_error"] = str(exc)
             return
-        n_rows, now = len(ev.accuracy_matrix.rows), time.monotonic()
+        matrix = ev.accuracy_matrix
+        n_rows, now = (matrix.n_rows if matrix.n_rows is not None else len(matrix.rows)), time.monotonic()
         if n_rows != seen:
             seen, moved = n_rows, now
         if n_rows >= n_tasks or now > deadline or now - moved > stall:

@@ -88,16 +88,29 @@ RegistryDep = Annotated[ModelRegistry, Depends(get_registry)]
 
 def check_size(settings: Settings, n_rows: int, widths: Iterable[int]) -> None:
     """413 when a request has more rows than MAX_ROWS_PER_BATCH or a row more features than
-    MAX_FEATURES: checked on the parsed lists, before any numpy array or lock."""
+    MAX_FEATURES, 422 when its rows differ in width: checked on the parsed lists, before any
+    numpy array or lock."""
     if n_rows > settings.MAX_ROWS_PER_BATCH:
         raise HTTPException(
             413,
             f"{n_rows} rows in one request; at most {settings.MAX_ROWS_PER_BATCH} "
             "(MAX_ROWS_PER_BATCH): split the batch",
         )
-    widest = max(widths, default=0)
+    sizes = list(widths)
+    widest = max(sizes, default=0)
     if widest > settings.MAX_FEATURES:
         raise HTTPException(413, f"a row has {widest} features; at most {settings.MAX_FEATURES} (MAX_FEATURES)")
+    if sizes and min(sizes) != widest:  # ragged rows: named before numpy sees them
+        row = next(i for i, n in enumerate(sizes) if n != sizes[0])
+        raise HTTPException(
+            422,
+            {
+                "detail": f"X[{row}] has {sizes[row]} values but X[0] has {sizes[0]}: every row of X needs the same "
+                "number of features",
+                "field": "X",
+                "row": row,
+            },
+        )
 
 
 IdempotencyKey = Annotated[

@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import Request, Response
+from fastapi import HTTPException, Request, Response
 from fastapi.routing import APIRoute
 from pydantic_core import from_json
 
@@ -36,13 +36,52 @@ class JsonRequest(Request):
         return self._parsed_body
 
 
+def media_type(content_type: str | None) -> str:
+    """The media type of a ``Content-Type`` header, lower case, without its parameters."""
+    return (content_type or "").partition(";")[0].strip().lower()
+
+
+def is_json(media: str) -> bool:
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def unsupported(content_type: str | None, csv: bool) -> HTTPException | None:
+    """The 415 of a body whose media type the route does not read (``csv``: it reads
+    ``text/csv`` too); None when it does. A body without a ``Content-Type`` is refused too:
+    it is what a web page may send to another site without the browser asking that site first
+    (FastAPI's strict content type), so reading it as JSON would let any page write to a
+    server on ``localhost`` that has no keys."""
+    media = media_type(content_type)
+    takes = "application/json or text/csv" if csv else "application/json"
+    if not media:
+        return HTTPException(
+            415,
+            f"a body without a Content-Type is not read: send {takes} "
+            "(curl: -H 'content-type: application/json', or --json instead of -d)",
+        )
+    if is_json(media) or (csv and media == "text/csv"):
+        return None
+    return HTTPException(
+        415,
+        f"a body of Content-Type {media!r} is not read here: send {takes} "
+        "(curl: -H 'content-type: application/json', or --json instead of -d)",
+    )
+
+
 class JsonRoute(APIRoute):
-    """An ``APIRoute`` whose endpoint gets a :class:`JsonRequest`."""
+    """An ``APIRoute`` whose endpoint gets a :class:`JsonRequest`, and whose body of another
+    media type than JSON (or CSV, where the route documents ``text/csv``) gets 415."""
 
     def get_route_handler(self) -> Callable[..., Any]:
         handler = super().get_route_handler()
+        content = ((self.openapi_extra or {}).get("requestBody") or {}).get("content") or {}
+        csv = "text/csv" in content
 
         async def json_route_handler(request: Request) -> Response:
+            if request.headers.get("content-length", "0") != "0" or "transfer-encoding" in request.headers:
+                refused = unsupported(request.headers.get("content-type"), csv)
+                if refused is not None:
+                    raise refused
             return await handler(JsonRequest(request.scope, request.receive))
 
         return json_route_handler

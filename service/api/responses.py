@@ -49,13 +49,15 @@ def model_out(info: dict[str, Any], columns: list[str] | None = None) -> ModelOu
     )
 
 
-def task_out(row: dict[str, Any]) -> TaskOut:
-    """``GET /tasks/{task_id}`` (and each entry of ``GET /tasks``) from a task row without arrays."""
+def task_out(row: dict[str, Any], batch_version: int | None = None) -> TaskOut:
+    """``GET /tasks/{task_id}`` (and each entry of ``GET /tasks``) from a task row without arrays
+    and the version of its latest batch."""
     return TaskOut(
         task_id=row["task_id"],
         n_samples=row["n_samples"],
         n_batches=row["n_batches"],
         version=row["version"],
+        batch_version=batch_version,
         labels=(row.get("meta") or {}).get("labels"),
         created_at=row["created_at"],
         updated_at=row["updated_at"],

@@ -4,6 +4,7 @@ single statements with no transaction, each setting the gauges it reads."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,11 +18,23 @@ if TYPE_CHECKING:
     from service.hosting import HostedModel
 
 
-def evaluation_report(model: HostedModel, limit: int = 1000) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Pages:
+    """The parts of ``GET .../evaluation`` a request asks for: the accuracy matrix's rows
+    ``matrix_offset`` to ``matrix_offset + matrix_limit`` (in version order), and ``limit``
+    points of the prequential series after its ``offset`` latest."""
+
+    limit: int = 100
+    offset: int = 0
+    matrix_limit: int = 25
+    matrix_offset: int = 0
+
+
+def evaluation_report(model: HostedModel, pages: Pages = Pages()) -> dict[str, Any]:
     """The body of ``GET .../evaluation`` (:class:`fcl3.schemas.EvaluationOut`)."""
     snap = model.reader.snapshot()
     kind = snap.learner.kind
-    out = report(model.reader.engine, model.name, kind, snap.version, snap.learner.task_ids, limit)
+    out = report(model.reader.engine, model.name, kind, snap.version, snap.learner.task_ids, pages)
     if out["backward_transfer"] is not None:
         metrics.BACKWARD_TRANSFER.labels(model.name).set(out["backward_transfer"])
     return out
@@ -31,6 +44,12 @@ def task_evaluation(model: HostedModel, task_id: str, kind: str) -> dict[str, An
     """``{"prequential", "evaluation"}`` of one task (cumulative prequential, held-out score)."""
     preq, ev = task_figures(model.reader.engine, model.name, task_id, kind)
     return {"prequential": preq, "evaluation": ev}
+
+
+def batch_versions(model: HostedModel, task_ids: list[str]) -> dict[str, int]:
+    """The version of each task's latest batch (``TaskOut.batch_version``)."""
+    with _reads(model.reader.engine).connect() as conn:
+        return store.batch_versions(conn, model.name, task_ids)
 
 
 def model_prequential(model: HostedModel, kind: str) -> dict[str, Any]:
@@ -68,15 +87,17 @@ def model_figures(engine: Engine, name: str, kind: str, window: int) -> dict[str
 
 
 def report(
-    engine: Engine, name: str, kind: str, version: int, task_order: list[str], limit: int = 1000
+    engine: Engine, name: str, kind: str, version: int, task_order: list[str], pages: Pages = Pages()
 ) -> dict[str, Any]:
-    """The body of ``GET .../evaluation`` (:class:`fcl3.schemas.EvaluationOut`)."""
+    """The body of ``GET .../evaluation`` (:class:`fcl3.schemas.EvaluationOut`): the transfer
+    figures over the whole accuracy matrix, its rows and the prequential series paged."""
     metric, higher = MATRIX_METRIC[kind]
     with _reads(engine).connect() as conn:
         state = store.state(conn, name)
         sets = store.set_sizes(conn, name)
         mrows = store.matrix_rows(conn, name)
-        series = store.series(conn, name, limit)
+        series = store.series(conn, name, pages.limit, pages.offset)
+        n_points = store.series_length(conn, name)
     current = (state["scores"] if state else None) or {}
     order = {t: i for i, t in enumerate(task_order)}
     names = sorted((r.task_id for r in sets), key=lambda t: (t not in order, order.get(t, 0), t))
@@ -95,6 +116,7 @@ def report(
         )
     tasks.sort(key=lambda t: names.index(t["task_id"]))
     rows = [MatrixRow.stored(r.task_id, r.matrix) for r in mrows]
+    first, last = pages.matrix_offset, pages.matrix_offset + pages.matrix_limit
     matrix_rows = [
         {
             "version": r.version,
@@ -102,7 +124,7 @@ def report(
             "scores": [rows[i].scores.get(t) for t in names],
             "baseline": [rows[i].baseline.get(t) for t in names],
         }
-        for i, r in enumerate(mrows)
+        for i, r in enumerate(mrows[first:last], start=first)
     ]
     figures = transfer(names, rows, higher)
     points = [
@@ -123,7 +145,16 @@ def report(
         "kind": kind,
         "metric": metric,
         "tasks": tasks,
-        "accuracy_matrix": {"metric": metric, "higher_is_better": higher, "tasks": names, "rows": matrix_rows},
+        "accuracy_matrix": {
+            "metric": metric,
+            "higher_is_better": higher,
+            "tasks": names,
+            "rows": matrix_rows,
+            "n_rows": len(mrows),
+            "offset": first,
+        },
         **figures.as_dict(),
         "prequential": points,
+        "prequential_total": n_points,
+        "prequential_offset": pages.offset,
     }

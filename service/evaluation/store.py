@@ -203,14 +203,32 @@ def set_sizes(conn: Connection, name: str) -> Sequence[Any]:
     ).all()
 
 
-def series(conn: Connection, name: str, limit: int) -> Sequence[Any]:
-    """The ``limit`` latest log rows' prequential sums, newest first."""
+def series(conn: Connection, name: str, limit: int, offset: int = 0) -> Sequence[Any]:
+    """The ``limit`` latest log rows' prequential sums after the ``offset`` latest, newest first."""
     return conn.execute(
         select(log_t.c.version, log_t.c.task_id, log_t.c.new_task, log_t.c.batch, log_t.c.overall, log_t.c.event)
         .where(log_t.c.model_name == name)
         .order_by(log_t.c.version.desc())
         .limit(limit)
+        .offset(offset)
     ).all()
+
+
+def batch_versions(conn: Connection, name: str, task_ids: Sequence[str]) -> dict[str, int]:
+    """The version of each task's latest batch (learned, or taken back) among ``task_ids``."""
+    if not task_ids:
+        return {}
+    rows = conn.execute(
+        select(log_t.c.task_id, func.max(log_t.c.version))
+        .where(log_t.c.model_name == name, log_t.c.task_id.in_(list(task_ids)))
+        .group_by(log_t.c.task_id)
+    ).all()
+    return {str(task): int(version) for task, version in rows}
+
+
+def series_length(conn: Connection, name: str) -> int:
+    """The log rows of ``name``: the versions of its prequential series."""
+    return int(conn.execute(select(func.count()).select_from(log_t).where(log_t.c.model_name == name)).scalar_one())
 
 
 # ----------------------------------------------------------------------------- a take-back (service.take_back)

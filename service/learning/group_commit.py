@@ -42,6 +42,7 @@ from service.learning.queue import Queued, WriteQueue
 from service.models.lifecycle import current_for_write
 from service.records.vocabulary import NewColumns
 from service.store.reads import Snapshot
+from service.take_back.checkpoints import UpdateCheckpoints
 from service.writing.idempotency import KeyTakenOver
 from service.writing.locks import LockBusy
 
@@ -127,6 +128,7 @@ def _learn_group(
     meanwhile join ``group`` (appended to it) before its last batch is learned. An error of the
     whole group (the database, a stale version) is raised."""
     snap = current_for_write(model)
+    checkpoint = UpdateCheckpoints(model.name)  # one per group: at most one checkpoint, at its last version
     ready: list[tuple[Queued, Prepared, list[Any]]] = []
     vocabulary: tuple[Column, ...] | None = None  # the columns under the lock, and the batches' new ones
     grown = False
@@ -146,7 +148,7 @@ def _learn_group(
             if item.claim is not None:
                 model.keys.verify(item.claim)  # Replayed / KeyInFlight: another request has the key
             task_id, X, y, served, records = item.task_id, item.X, item.y, None, item.records
-            parts: list[Any] = [model.evaluation]
+            parts: list[Any] = [model.evaluation, checkpoint]
             if item.labels is not None:
                 task_id, X, y, served, records = item.labels.load()  # LabelRefused: nothing happened
                 parts.append(item.labels)

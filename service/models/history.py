@@ -63,10 +63,10 @@ class History:
     def batch(self, version: int) -> StoredBatch | None:
         return next((b for b in self.batches if b.version == version), None)
 
-    def missing(self, upto: int) -> list[int]:
-        """The versions ``1..upto`` written by neither a stored batch nor a take-back."""
+    def missing(self, upto: int, after: int = 0) -> list[int]:
+        """The versions ``after + 1..upto`` written by neither a stored batch nor a take-back."""
         have = {b.version for b in self.batches} | set(self.take_backs)
-        return [v for v in range(1, upto + 1) if v not in have]
+        return [v for v in range(after + 1, upto + 1) if v not in have]
 
     def learned(self, upto: int, without: int | None = None) -> list[StoredBatch]:
         """The batches the model at version ``upto`` has learned (not taken back by a take-back
@@ -89,12 +89,28 @@ class History:
         return History(batches, {v: t for v, t in self.take_backs.items() if v <= version})
 
 
-def read_history(engine: Engine, name: str) -> History:
-    """The stored history of the model ``name`` (one read of its batches and take-backs)."""
+def read_take_backs(engine: Engine, name: str) -> dict[int, dict[str, Any]]:
+    """The model's take-backs: their version -> their row."""
+    with engine.connect() as conn:
+        return {
+            int(r.version): dict(r._mapping)
+            for r in conn.execute(
+                select(take_backs_t).where(take_backs_t.c.model_name == name).order_by(take_backs_t.c.version)
+            )
+        }
+
+
+def read_history(engine: Engine, name: str, after: int = 0) -> History:
+    """The stored history of the model ``name`` (one read of its batches and take-backs); with
+    ``after``, only its batches of later versions (a replay from a checkpoint at ``after``)."""
     with engine.connect() as conn:
         batches = [
             StoredBatch(int(r.version), r.task_id, r.X, r.y, r.taken_back, r.source, bool(r.refits_deferred))
-            for r in conn.execute(select(batches_t).where(batches_t.c.model_name == name).order_by(batches_t.c.version))
+            for r in conn.execute(
+                select(batches_t)
+                .where(batches_t.c.model_name == name, batches_t.c.version > after)
+                .order_by(batches_t.c.version)
+            )
         ]
         take_backs = {
             int(r.version): dict(r._mapping)
@@ -127,11 +143,16 @@ class Rebuilt:
     tasks: dict[str, dict[str, Any]]
 
 
-def replay(settings: dict[str, Any], batches: list[StoredBatch], refused: str) -> Rebuilt:
-    """An unfitted learner of ``settings`` that learned ``batches`` in their order, each as it
-    was learned (its refits deferred or not).
-    :class:`core.InputError` (422), its message starting with ``refused``, when the settings or
-    a batch are refused by the engine now."""
+def replay(settings: dict[str, Any], batches: list[StoredBatch], refused: str, start: Rebuilt | None = None) -> Rebuilt:
+    """An unfitted learner of ``settings`` (or ``start``, a restored checkpoint, which it then
+    owns) that learned ``batches`` in their order, each as it was learned (its refits deferred
+    or not). :class:`core.InputError` (422), its message starting with ``refused``, when the
+    settings or a batch are refused by the engine now."""
+    if start is not None:
+        learner = start.learner
+        summary: dict[str, Any] = dict(start.summary)
+        tasks: dict[str, dict[str, Any]] = {t: dict(c) for t, c in start.tasks.items()}
+        return _learn(learner, summary, tasks, batches, refused)
     try:
         learner = make_learner(settings)
     except ModelConfigError as exc:  # stored before the parameter ranges existed
@@ -140,8 +161,16 @@ def replay(settings: dict[str, Any], batches: list[StoredBatch], refused: str) -
             f"{refused}its stored settings are outside the ranges a model may have now ({why}), "
             "so it cannot be rebuilt from them"
         ) from None
-    summary: dict[str, Any] = learner_summary(learner)
-    tasks: dict[str, dict[str, Any]] = {}
+    return _learn(learner, learner_summary(learner), {}, batches, refused)
+
+
+def _learn(
+    learner: core.LifelongLearner,
+    summary: dict[str, Any],
+    tasks: dict[str, dict[str, Any]],
+    batches: list[StoredBatch],
+    refused: str,
+) -> Rebuilt:
     for b in batches:
         try:
             r = learner.learn(b.task_id, b.X, b.y, defer_refits=b.refits_deferred)

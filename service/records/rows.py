@@ -118,7 +118,7 @@ def check_column_count(name: str, n_columns: int, cap: int, what: str) -> None:
     if n_columns > cap:
         raise TooManyColumns(
             f"{what} would give model {name!r} {n_columns} columns; at most {cap} (MAX_COLUMNS, or what "
-            "its engine can update in bounded time: docs/operations.md, 'Columns of a model'); nothing "
+            "its engine can update in bounded time: docs/limits.md, 'Columns of a model'); nothing "
             "was changed: declare fewer features or levels, or bin a category's rare levels"
         )
 

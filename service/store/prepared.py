@@ -6,7 +6,7 @@ are dataclasses handed from the step that computes to the commit that stores
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -63,6 +63,9 @@ class PreparedTakeBack:
     tasks: dict[str, dict[str, Any]]  # task id -> {"n_batches", "last_update"} after the replay
     info: dict[str, Any]
     replay_seconds: float = 0.0
+    checkpoint: int = 0  # the version of the checkpoint the replay started from (0: the start)
+    #: the batches replayed (service.models.history.StoredBatch), for the unlearned columns of a catch-up
+    others: list[Any] = field(default_factory=list)
     answer: dict[str, Any] | None = None  # the body of the 200 (fcl3.schemas.TakeBackOut), once committed
 
     def answer_at(self, version: int) -> dict[str, Any]:

@@ -66,8 +66,15 @@ def held(model: HostedModel, done: str) -> Iterator[Held]:
     """The model's update lock (with the process's foreground), observed: the lock wait
     (``fcl3_lock_wait_seconds``) and the write's outcome (:func:`observed`)."""
     h = Held(time.perf_counter())
-    with observed(model, done, h.t0):
-        with model.locks.hold(model.name), model.shared.foreground:
-            h.acquired = time.perf_counter()
-            metrics.LOCK_WAIT_SECONDS.labels("acquired").observe(h.acquired - h.t0)
-            yield h
+    with observed(model, done, h.t0), locked(model, h):
+        yield h
+
+
+@contextmanager
+def locked(model: HostedModel, h: Held) -> Iterator[Held]:
+    """The model's update lock (with the process's foreground), its wait counted from ``h.t0``
+    (``fcl3_lock_wait_seconds``), inside a write already :func:`observed`; ``h.acquired`` set."""
+    with model.locks.hold(model.name), model.shared.foreground:
+        h.acquired = time.perf_counter()
+        metrics.LOCK_WAIT_SECONDS.labels("acquired").observe(h.acquired - h.t0)
+        yield h

@@ -224,6 +224,22 @@ def test_models_learn_predict_commands(service, model_name, tmp_path):
     assert r.exit_code == 1 and "404" in r.output and "unknown model" in r.output
 
 
+def test_predict_names_an_unknown_task_and_learn_the_row_refused(sqlite_service, model_name, tmp_path):
+    conn = ["--url", sqlite_service.url, "--api-key", WRITE_KEY]
+    assert run("models", "create", model_name, "--kind", "regression", *conn).exit_code == 0
+    data = write(tmp_path / "a.csv", "x1,x2,y\n" + "".join(f"{i},{i % 3},{2 * i - i % 3}\n" for i in range(12)))
+    assert run("learn", model_name, "a", data, *conn).exit_code == 0
+    r = run("predict", model_name, "nope", write(tmp_path / "p.csv", "x1,x2\n1,1\n2,2\n"), *conn)
+    assert r.exit_code == 1, r.output
+    assert f"cannot predict task 'nope' of model '{model_name}'" in r.output and "refused rows" not in r.output
+    assert f"fcl3 tasks {model_name}" in r.output
+    # a row the service refuses is named by its line: the envelope's row
+    wide = write(tmp_path / "w.csv", "x1,x2,x3,y\n1,1,1,1\n2,2,2,2\n3,3,3,3\n")
+    r = run("learn", model_name, "a", wide, *conn)
+    assert r.exit_code == 1 and "refused rows from" in r.output and "422" in r.output, r.output
+    assert run("models", "delete", model_name, "--yes", *conn).exit_code == 0
+
+
 @pytest.mark.slow
 def test_a_replay_killed_half_way_and_run_again_learns_every_row_once(service, model_name, tmp_path):
     """SIGKILL the replay while it runs (a batch may be in flight), run it again: every row of

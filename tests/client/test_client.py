@@ -205,7 +205,8 @@ def test_errors_carry_the_status_and_the_server_detail(service, model_name):
         assert err.value.status == 422 and "3" in err.value.detail and "features" in err.value.detail
         with pytest.raises(InvalidInput) as err:
             c.learn(model_name, "a", [["x", 2.0, 3.0]], [1.0])
-        assert isinstance(err.value.detail, list) and "valid number" in err.value.message
+        assert "X[0][0]: Input should be a valid number" in err.value.message  # the error envelope
+        assert err.value.field == "X" and err.value.row == 0
         with pytest.raises(NotFound) as err:
             c.predict(model_name, "nope", [[1.0, 2.0, 3.0]])
         assert err.value.status == 404

@@ -164,7 +164,9 @@ def test_unknown_expired_and_mixed_ids_change_nothing(backend_client, make_clien
     assert r.status_code == 410 and r.json()["prediction_ids"] == [past]
     r = label(c, "", [ids[0], other[0]], [1.0, 2.0])
     assert r.status_code == 422 and "tasks" in r.json()["detail"]
-    for bad in ({"labels": []}, {"labels": [{"prediction_id": "nope", "y": 1.0}]},
+    r = c.post("/labels", json={"labels": [{"prediction_id": "nope", "y": 1.0}]})  # no id has that form: unknown
+    assert r.status_code == 404 and r.json()["prediction_ids"] == ["nope"], r.text
+    for bad in ({"labels": []},
                 {"labels": [{"prediction_id": ids[0], "y": 1.0}, {"prediction_id": ids[0], "y": 2.0}]},
                 {"labels": [{"prediction_id": ids[0], "y": "1"}]}, {"labels": [{"prediction_id": ids[0]}]}):
         assert c.post("/labels", json=bad).status_code == 422, bad

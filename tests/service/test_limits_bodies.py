@@ -121,7 +121,8 @@ def test_an_idle_body_is_408(make_client):
         scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
                  "scheme": "http", "path": "/tasks/a/data", "raw_path": b"/tasks/a/data", "query_string": b"",
                  "root_path": "", "client": ("127.0.0.1", 1), "server": ("t", 80), "state": {},
-                 "headers": [(b"content-length", str(len(scope_body)).encode()), *auth(WRITE)]}
+                 "headers": [(b"content-type", b"application/json"),
+                             (b"content-length", str(len(scope_body)).encode()), *auth(WRITE)]}
         first = True
 
         async def receive():

@@ -66,7 +66,6 @@ def test_lifecycle_end_to_end(backend_client):
         ({"name": "", "kind": "regression"}, "name"),
         ({"name": "é", "kind": "regression"}, "name"),
         ({"name": unique_name(), "kind": "ranking"}, "kind"),
-        ({"name": unique_name()}, "kind"),
         ({"name": unique_name(), "kind": "regression", "estimator": "NoSuchLearner"}, "NoSuchLearner"),
         ({"name": unique_name(), "kind": "regression", "params": {"no_such_param": 1}}, "no_such_param"),
         ({"name": unique_name(), "kind": "regression", "params": {"mu": -1.0}}, "mu"),

@@ -41,9 +41,10 @@ def test_metrics(make_client):
     assert metric(c, "fcl3_predictions_total") == before[("fcl3_predictions_total",)] + 3
     for status in refused:
         assert metric(c, "fcl3_refused_requests_total", reason=status) == refused[status] + 1, status
-    assert metric(c, "fcl3_model_version") == 2
-    assert metric(c, "fcl3_tasks") == 2
-    assert metric(c, "fcl3_representatives") == c.get("/model", headers=w).json()["n_representatives"]
+    name = c.app.state.settings.MODEL_NAME  # the gauges of the models a process holds, by name
+    assert metric(c, "fcl3_model_version", model=name) == 2
+    assert metric(c, "fcl3_tasks", model=name) == 2
+    assert metric(c, "fcl3_representatives", model=name) == c.get("/model", headers=w).json()["n_representatives"]
 
 
 def test_request_and_update_log_lines_with_request_id(make_client, capsys):
@@ -88,7 +89,8 @@ def test_gauges_follow_a_version_another_worker_wrote(make_client):
     for task in ("a", "b", "a"):
         assert writer.post(f"/tasks/{task}/data", json=dict(zip("Xy", regression_batch(rng)))).status_code == 200
     assert reader.post("/predict", json={"task_id": "a", "X": [[0.0] * 4]}).json()["version"] == 3
-    assert metric(reader, "fcl3_model_version") == 3 and metric(reader, "fcl3_tasks") == 2
+    name = s.MODEL_NAME
+    assert metric(reader, "fcl3_model_version", model=name) == 3 and metric(reader, "fcl3_tasks", model=name) == 2
 
 
 def test_storage_modules_record_no_metrics_and_write_no_logs():

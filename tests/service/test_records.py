@@ -329,7 +329,7 @@ def test_a_csv_prediction_is_the_prediction_of_its_records(backend_client):
     assert got.status_code == 200, got.text
     assert got.json()["predictions"] == want["predictions"] and got.json()["unseen"] == {"urban": ["mars"]}
     r = c.post(f"/models/{name}/predict", content=text, headers={"content-type": "text/csv"})
-    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "task_id"], r.text
+    assert r.status_code == 422 and r.json()["field"] == "task_id", r.text
     r = c.post(f"/models/{name}/predict", params={"task_id": "t"}, content="age,urban,smoker,income\nx,yes,,\n",
                headers={"content-type": "text/csv"})
     assert r.status_code == 422 and r.json()["field"] == "age", r.text

@@ -153,6 +153,23 @@ def test_dashboard_shows_models_tasks_environments_and_charts(service, context, 
     assert context.errors == []
 
 
+def test_the_held_out_card_is_pooled_over_the_rows_as_replay_reports_it(service, context):
+    """The card's figure is the root of the rows' mean squared error over every evaluation row
+    (what ``fcl3 replay`` prints), not the mean of the tasks' RMSEs."""
+    if not service.evaluation:
+        pytest.skip("the service has no online evaluation")
+    ev = service.client.get("/models/stream/evaluation", params={"matrix_limit": 0}).json()
+    scored = [t["score"] for t in ev["tasks"] if t["score"]]
+    rows = sum(s["n"] for s in scored)
+    pooled = (sum(s["n"] * s["rmse"] ** 2 for s in scored) / rows) ** 0.5
+    page = context.new_page()
+    page.goto(service.url + "/ui#/models/stream")
+    card = page.locator("#card-heldout")
+    expect(card).to_contain_text(f"pooled over {rows:,} evaluation rows of {len(scored)} tasks")
+    shown = float(re.search(r"[-0-9.]+", card.locator(".big .score").inner_text()).group())
+    assert shown == float(f"{pooled:.3g}"), (shown, pooled)  # the card's 3 significant digits
+
+
 def test_a_new_update_appears_live(service, context, artifacts):
     page = context.new_page()
     page.goto(service.url + "/ui#/models/stream")

@@ -32,7 +32,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         "description": "Request body, rows or features over the limits (MAX_BODY_BYTES, MAX_ROWS_PER_BATCH, "
         "MAX_FEATURES)."
     },
-    415: {"description": "A `text/csv` body in another charset than UTF-8."},
+    415: {"description": "A body neither JSON nor `text/csv`, or a `text/csv` body in another charset than UTF-8."},
     422: {
         "description": "Bad batch (wrong width, NaN/inf, empty, lengths differ, bad labels, unknown fields; "
         "records: an unknown feature, a value of the wrong type, a required field missing, named "

@@ -47,10 +47,16 @@ def post_evaluation_rows(
 def get_evaluation(
     model: ModelDep,
     limit: int = Query(
-        1000, ge=0, le=100000, description="Versions of the model-wide prequential series (the latest ones)."
+        100, ge=0, le=100000, description="Versions of the model-wide prequential series (the latest ones)."
     ),
+    offset: int = Query(0, ge=0, description="Latest versions of the prequential series skipped (its next page)."),
+    matrix_limit: int = Query(25, ge=0, le=10000, description="Rows of the accuracy matrix (in version order)."),
+    matrix_offset: int = Query(0, ge=0, description="Rows of the accuracy matrix skipped."),
 ) -> EvaluationOut:
     """Each task's current score on its evaluation rows (beside its own single-task model's), the
     accuracy matrix, backward transfer, forgetting, forward transfer, and the model-wide
-    prequential scores over versions (definitions: docs/design.md)."""
-    return EvaluationOut(**figures.evaluation_report(model, limit))
+    prequential scores over versions (definitions: docs/concepts.md). The matrix's rows and the
+    prequential series are paged (``accuracy_matrix.n_rows`` and ``prequential_total`` count
+    them all); the transfer figures are always over the whole matrix."""
+    pages = figures.Pages(limit, offset, matrix_limit, matrix_offset)
+    return EvaluationOut(**figures.evaluation_report(model, pages))

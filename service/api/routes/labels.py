@@ -3,16 +3,18 @@ arrived later (:mod:`service.labels`), at most once per ``Idempotency-Key``."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import APIRouter, Response
 from starlette.concurrency import run_in_threadpool
 
-from fcl3.schemas import LabelsOut, LabelsRequest, UpdateOut
+from fcl3.schemas import PREDICTION_ID_PATTERN, LabelsOut, LabelsRequest, UpdateOut
 from service.api.deps import IdempotencyKey, ModelDep, SettingsDep, check_size
 from service.api.json_body import JsonRoute
 from service.api.responses import error_example
 from service.labels import flows
+from service.labels.refusals import UnknownPredictions
 from service.writing.idempotent import check_key
 
 router = APIRouter(route_class=JsonRoute, tags=["learning"])
@@ -20,6 +22,7 @@ router = APIRouter(route_class=JsonRoute, tags=["learning"])
 read_router = APIRouter(tags=["evaluation"])
 
 _ID = "19c0d6e3a2f-8c1e5b0d2a4f6e13"
+_ID_FORM = re.compile(PREDICTION_ID_PATTERN)
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -62,7 +65,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     },
     413: {"description": "Request body or labels over the limits (MAX_BODY_BYTES, MAX_ROWS_PER_BATCH)."},
     422: {
-        "description": "Bad body (a malformed id, an id given twice, a non-number label, unknown fields); ids of "
+        "description": "Bad body (an id given twice, a non-number label, unknown fields); ids of "
         "several tasks (one request learns one task's batch: send one per task); labels the task "
         "refuses (e.g. 2 for classification); a malformed Idempotency-Key, or one already used "
         "with another request."
@@ -91,6 +94,13 @@ async def post_labels(
         check_key(idempotency_key)
     check_size(settings, len(body.labels), ())
     ids = [lb.prediction_id for lb in body.labels]
+    malformed = [i for i in ids if not _ID_FORM.fullmatch(i)]
+    if malformed:  # never an id of a prediction: unknown, as one that was never remembered
+        raise UnknownPredictions(
+            f"unknown prediction ids on model {model.name!r}: {', '.join(map(repr, malformed[:5]))} (not of the "
+            "form of `prediction_ids`, e.g. '19c0d6e3a2f-8c1e5b0d2a4f6e13'); nothing was learned",
+            prediction_ids=malformed,
+        )
     y = [lb.y for lb in body.labels]
     # the lock and the database: in the thread pool (the endpoint is async so that FastAPI
     # validates the answer on the event loop, not with a second trip to the pool)

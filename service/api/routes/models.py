@@ -76,7 +76,10 @@ def create_model(registry: RegistryDep, settings: SettingsDep, body: ModelCreate
     if body.fork is not None:
         lifecycle.fork_model(model, registry.get(body.fork.model), body.fork.version)
     else:
-        lifecycle.create_model(model, body.model_settings(), settings.max_columns)
+        chosen = body.model_settings()
+        if chosen["kind"] is None:  # the server's default kind, as the default model's
+            chosen["kind"] = settings.FCL3_KIND
+        lifecycle.create_model(model, chosen, settings.max_columns)
     return described_model(model)
 
 

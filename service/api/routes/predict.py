@@ -37,6 +37,7 @@ from starlette.routing import Route
 from fcl3.schemas import MODEL_NAME_RULE, PredictOut, PredictRequest, TaskId, csv_batch
 from service import security
 from service.api.deps import ModelName, check_csv_charset, check_size, hosted
+from service.api.json_body import is_json, media_type, unsupported
 from service.config import Settings
 from service.hosting import HostedModel
 from service.labels.flows import predict_remembered
@@ -61,7 +62,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         "description": "Request body, rows or features over the limits (or, with `remember`, more rows than "
         "MAX_REMEMBERED_PER_MODEL)."
     },
-    415: {"description": "A `text/csv` body in another charset than UTF-8."},
+    415: {"description": "A body neither JSON nor `text/csv`, or a `text/csv` body in another charset than UTF-8."},
     422: {
         "description": "Bad rows (wrong width, NaN/inf, non-numbers, unknown fields) or a body that is not JSON; "
         "records: an unknown feature, a wrong type, a required field missing (named in `field`, "
@@ -139,8 +140,7 @@ def _query(request: Request) -> dict[str, Any]:
 
 def _is_json(content_type: str | None) -> bool:
     """A JSON media type, as FastAPI reads a body (``application/json`` or ``application/*+json``)."""
-    media = (content_type or "").partition(";")[0].strip().lower()
-    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+    return is_json(media_type(content_type))  # no Content-Type: refused before (json_body.unsupported)
 
 
 def parse_rows(x: list[str]) -> list[list[float]]:
@@ -172,6 +172,9 @@ def parse_body(body: bytes, content_type: str | None, task_id: str | None = None
     is not parsed (it fails validation, as with FastAPI)."""
     if not body:
         raise RequestValidationError([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
+    refused = unsupported(content_type, csv=True)
+    if refused is not None:
+        raise refused
     if _is_csv(content_type):
         check_csv_charset(content_type)
         try:

@@ -20,7 +20,9 @@ def list_tasks(
     reader = model.reader
     version = reader.stored_version() if model.default else reader.require()
     rows = reader.list_tasks(offset, limit)
-    return TaskList(model=reader.name, version=version, count=len(rows), tasks=[task_out(r) for r in rows])
+    batches = figures.batch_versions(model, [r["task_id"] for r in rows])
+    tasks = [task_out(r, batches.get(r["task_id"])) for r in rows]
+    return TaskList(model=reader.name, version=version, count=len(rows), tasks=tasks)
 
 
 @router.get(
@@ -34,4 +36,5 @@ def get_task(model: ModelDep, task_id: TaskIdPath) -> TaskOut:
     row = model.reader.task_info(task_id)
     kind = model.reader.snapshot().learner.kind
     evaluation = figures.task_evaluation(model, task_id, kind)
-    return TaskOut.model_validate({**task_out(row).model_dump(), **evaluation})
+    batch = figures.batch_versions(model, [task_id]).get(task_id)
+    return TaskOut.model_validate({**task_out(row, batch).model_dump(), **evaluation})

@@ -1,4 +1,4 @@
-"""GET /ui: the dashboard, a static page served from the installed package (no build step,
+"""GET /ui: the dashboard (``GET /`` leads there), a static page served from the installed package (no build step,
 no CDN) that reads the API with the key the user gives it; and GET /redoc, offline.
 
 * ``/ui`` is ``service/ui/static/index.html``; ``/ui/assets/<file>`` its scripts and styles
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from fastapi import APIRouter, Request
 from fastapi.openapi.docs import get_redoc_html
-from fastapi.responses import FileResponse, HTMLResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.types import Scope
 
@@ -60,6 +60,12 @@ class _Assets(StaticFiles):
         response = await super().get_response(path, scope)
         response.headers.update({**_HEADERS, "Content-Security-Policy": UI_CSP})
         return response
+
+
+@router.get("/")
+def home(request: Request) -> RedirectResponse:
+    """The service's root leads to the dashboard (a 307: a browser or ``curl -L`` follows it)."""
+    return RedirectResponse(f"{request.scope.get('root_path', '')}/ui", status_code=307)
 
 
 @router.get("/ui")

@@ -39,7 +39,7 @@ export function modelView({ main, guarded, route }, name) {
   }
   async function loadEvaluation() {
     try {
-      s.evaluation = await api.get(`${base}/evaluation`, { signal, optional: true });
+      s.evaluation = await api.get(`${base}/evaluation?limit=1000&matrix_limit=10000`, { signal, optional: true });
       s.evaluationError = null;
     } catch (err) {
       if (err instanceof api.AuthError || err.name === "AbortError") throw err;

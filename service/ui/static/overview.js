@@ -88,13 +88,19 @@ export function cardsView(ctx) {
     return { lifetime, live: recent.length ? recent.reduce((a, [, n]) => a + n, 0) / span : null };
   }
 
-  /** The mean over the tasks' held-out scores (primary metric), beside the mean baseline. */
+  /** The held-out error pooled over every evaluation row of every scored task, as `fcl3 replay`
+   * reports it: RMSE is the root of the rows' mean squared error, log loss the rows' mean. */
   function heldOut() {
-    const scored = (ctx.s.evaluation?.tasks ?? []).map((e) => primary(e.score)).filter((p) => p !== null);
-    if (!scored.length) return { n: 0, score: null };
-    const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
-    return { n: scored.length, score: { metric: scored[0].metric, model: mean(scored.map((p) => p.model)),
-      baseline: mean(scored.map((p) => p.baseline)), n: null } };
+    const scored = (ctx.s.evaluation?.tasks ?? []).map((e) => primary(e.score)).filter((p) => p !== null && p.n > 0);
+    if (!scored.length) return { n: 0, rows: 0, score: null };
+    const rows = scored.reduce((a, p) => a + p.n, 0);
+    const rmse = scored[0].metric === "rmse";
+    const pool = (key) => {
+      const sum = scored.reduce((a, p) => a + p.n * (rmse ? p[key] ** 2 : p[key]), 0) / rows;
+      return rmse ? Math.sqrt(sum) : sum;
+    };
+    return { n: scored.length, rows, score: { metric: scored[0].metric, model: pool("model"),
+      baseline: typeof scored[0].baseline === "number" ? pool("baseline") : null, n: rows } };
   }
 
   function render() {
@@ -110,7 +116,7 @@ export function cardsView(ctx) {
         preq?.recent ? muted(`last ${preq.window} batches: `, scoreView(primary(preq.recent))) : null),
       card({ id: "card-heldout" }, `Held-out error${held.score ? ` (${metricName(held.score.metric)})` : ""}`,
         h("p", { class: "big" }, scoreView(held.score)),
-        muted(held.n ? `mean over the evaluation rows of ${fmtInt(held.n)} tasks, vs the baseline`
+        muted(held.n ? `pooled over ${fmtInt(held.rows)} evaluation rows of ${fmtInt(held.n)} tasks, vs the baseline`
           : "no task has evaluation rows yet (POST …/tasks/{task_id}/evaluation)")),
       card({}, "Update rate", h("p", { class: "big" }, rate.live === null ? "—" : `${fmtNum(rate.live, 3)}/min`),
         muted("seen live over the last 5 min"),

@@ -12,7 +12,7 @@ export const COLUMNS = [
   { key: "e", label: "Outlier prob. e", value: (r) => r.e, num: true },
   { key: "preq", label: "Prequential vs baseline", value: (r) => primary(r.preq)?.model ?? null },
   { key: "heldout", label: "Held-out vs baseline", value: (r) => primary(r.heldout)?.model ?? null },
-  { key: "version", label: "Version", value: (r) => r.task.version, num: true },
+  { key: "version", label: "Last batch", value: (r) => r.task.batch_version ?? r.task.version, num: true },
   { key: "updated", label: "Updated", value: (r) => r.task.updated_at, text: true },
 ];
 const LABEL = Object.fromEntries(COLUMNS.map((c) => [c.key, c.label]));
@@ -96,7 +96,7 @@ export function tasksView(ctx) {
       cell("rows", fmtInt(t.n_samples), "num"), cell("batches", fmtInt(t.n_batches), "num"),
       cell("lean", r.isRep ? h("span", { class: "muted" }, "itself") : r.lean ? [r.lean.rep, " ", h("span", { class: "muted" }, `(${fmtNum(r.lean.weight)})`)] : "—"),
       cell("e", fmtNum(r.e), "num"), cell("preq", scoreView(primary(r.preq)), "score-cell"),
-      cell("heldout", scoreView(primary(r.heldout)), "score-cell"), cell("version", fmtInt(t.version), "num"), cell("updated", ago(t.updated_at)));
+      cell("heldout", scoreView(primary(r.heldout)), "score-cell"), cell("version", fmtInt(t.batch_version ?? t.version), "num"), cell("updated", ago(t.updated_at)));
     if (!open) return tr;
     return [tr, h("tr", { role: "row", class: "detail", "data-detail": t.task_id }, h("td", { role: "cell", colspan: COLUMNS.length }, detail(r)))];
   }
