@@ -47,7 +47,7 @@ from service.store.prepared import Prepared, PreparedTakeBack
 from service.store.reads import ModelReader, Snapshot
 from service.store.results import learner_summary
 from service.store.tables import batches_t, columns_t, models_t, take_backs_t, tasks_t
-from service.store.task_rows import group_task_rows, task_positions
+from service.store.task_rows import TaskRows, group_task_rows, take_back_task_rows, task_positions
 from service.store.watch import notify
 
 
@@ -118,6 +118,9 @@ _REWRITE_TASK = update(tasks_t).where(
     tasks_t.c.model_name == bindparam("w_name"), tasks_t.c.task_id == bindparam("w_task")
 )
 _INSERT_TASK = insert(tasks_t)
+_DELETE_TASKS = delete(tasks_t).where(
+    tasks_t.c.model_name == bindparam("w_name"), tasks_t.c.task_id.in_(bindparam("w_tasks", expanding=True))
+)
 _INSERT_BATCH = insert(batches_t)
 
 
@@ -252,6 +255,22 @@ class ModelWriter:
                 f"expired before the commit); {not_applied} — retry"
             )
 
+    def _write_tasks(self, conn: Connection, rows: TaskRows, not_applied: str) -> None:
+        """``rows`` in ``conn``'s transaction, each kind in one statement; :class:`StaleWrite` if
+        a row to update (a batch's, a take-back's) is missing."""
+        if rows.deletes:
+            conn.execute(_DELETE_TASKS, {"w_name": self.name, "w_tasks": rows.deletes})
+        if rows.inserts:
+            conn.execute(_INSERT_TASK, rows.inserts)
+        for statement, kind in (
+            (_UPDATE_TASK, rows.updates),
+            (_REWRITE_TASK, rows.rewrites),
+            (_REWRITE_TASK, rows.remeasures),
+            (_REWRITE_TASK, rows.moves),
+        ):
+            if kind and conn.execute(statement, kind).rowcount != len(kind):
+                raise StaleWrite(f"a task row is missing; {not_applied} — retry")
+
     def _serve(self, p: Prepared | PreparedTakeBack, new_version: int, now: datetime) -> int:
         """After a commit: acknowledged only if the store is still there, then this process's
         cached snapshot; the new version."""
@@ -296,13 +315,7 @@ class ModelWriter:
         rows = group_task_rows(self.name, group, versions, now)
         with self.reader.bulk.begin() as conn:
             self._set_model(conn, group[0], versions[-1], now, "this batch was NOT applied", last)
-            if rows.inserts:
-                conn.execute(_INSERT_TASK, rows.inserts)
-            if rows.updates and conn.execute(_UPDATE_TASK, rows.updates).rowcount != len(rows.updates):
-                raise StaleWrite("a task row is missing; this batch was NOT applied — retry")
-            for kind in (rows.rewrites, rows.remeasures):
-                if kind:
-                    conn.execute(_REWRITE_TASK, kind)
+            self._write_tasks(conn, rows, "this batch was NOT applied")
             conn.execute(
                 _INSERT_BATCH,
                 [
@@ -336,10 +349,11 @@ class ModelWriter:
         self, p: PreparedTakeBack, participants: Sequence[CommitParticipant[PreparedTakeBack]] = ()
     ) -> int:
         """Write a take-back in one transaction, guarded like :meth:`commit` (the version
-        compare-and-set, and the batch still learned): the model row, every task row (the
-        rebuilt model's; the task of the batch deleted if it is gone), the batch marked taken
-        back, the take-back's row, then ``participants``. Returns the new version, which this
-        process then serves; ``p.answer`` is the answer."""
+        compare-and-set, and the batch still learned): the model row, the task rows the rebuilt
+        model changes (:func:`~service.store.task_rows.take_back_task_rows`: compared with the
+        stored rows, read in this transaction; a task gone deleted), the batch marked taken back,
+        the take-back's row, then ``participants``. Returns the new version, which this process
+        then serves; ``p.answer`` is the answer."""
         new_version = p.base_version + 1
         now = _now()
         p.answer = p.answer_at(new_version)
@@ -371,28 +385,9 @@ class ModelWriter:
                     created_at=now,
                 )
             )
-            if p.task_removed:
-                conn.execute(delete(tasks_t).where(tasks_t.c.model_name == self.name, tasks_t.c.task_id == p.task_id))
-            positions = task_positions(p.state, p.learner)
-            for tid, task in p.state.tasks.items():
-                counters = p.tasks[tid]
-                res = conn.execute(
-                    _REWRITE_TASK,
-                    {
-                        "w_name": self.name,
-                        "w_task": tid,
-                        "version": new_version,
-                        "position": positions[tid],
-                        "n_samples": int(p.learner.tasks_[tid].n_samples),
-                        "n_batches": int(counters["n_batches"]),
-                        "arrays": task["arrays"],
-                        "meta": task["meta"],
-                        "last_update": counters["last_update"],
-                        "updated_at": now,
-                    },
-                )
-                if res.rowcount != 1:
-                    raise StaleWrite(f"task {tid!r} row missing; the batch was NOT taken back — retry")
+            rows = take_back_task_rows(conn, self.name, p, new_version, now)
+            self._write_tasks(conn, rows, "the batch was NOT taken back")
+            p.rows_written = rows.count()
             commit = Commit(p, new_version, now, p.answer)
             for part in participants:
                 part.in_commit(conn, commit)

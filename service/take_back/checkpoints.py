@@ -98,6 +98,14 @@ def newest_before(engine: Engine, name: str, before: int, take_backs: Iterable[d
     return Checkpoint(version, Rebuilt(learner, summary, dict(service.get("tasks") or {})))
 
 
+def state_file(
+    state: core.ModelState, version: int, summary: dict[str, Any], counters: dict[str, dict[str, Any]]
+) -> bytes:
+    """The checkpoint of ``state`` at ``version``: its state file, with the model's ``summary``
+    and each task's ``counters`` (``version``, ``n_batches``, ``last_update``)."""
+    return state_files.to_npz(state, {"version": version, "summary": summary, "tasks": counters})
+
+
 def write(
     conn: Connection, name: str, version: int, state: core.ModelState, summary: dict[str, Any], every: int | None = None
 ) -> None:
@@ -111,7 +119,12 @@ def write(
             )
         )
     }
-    data = state_files.to_npz(state, {"version": version, "summary": summary, "tasks": counters})
+    store(conn, name, version, state_file(state, version, summary, counters), every)
+
+
+def store(conn: Connection, name: str, version: int, data: bytes, every: int | None = None) -> None:
+    """Store the checkpoint ``data`` (:func:`state_file`) at ``version`` in ``conn``'s
+    transaction, then delete what the schedule no longer keeps."""
     conn.execute(delete(checkpoints_t).where(checkpoints_t.c.model_name == name, checkpoints_t.c.version >= version))
     conn.execute(insert(checkpoints_t).values(model_name=name, version=version, state=data))
     have = conn.execute(select(checkpoints_t.c.version).where(checkpoints_t.c.model_name == name)).scalars().all()
@@ -148,7 +161,10 @@ class UpdateCheckpoints(CommitParticipant[Prepared]):
 
 
 class TakeBackCheckpoint(CommitParticipant[PreparedTakeBack]):
-    """A take-back's commit: the checkpoints holding the batch deleted, the rebuilt model stored."""
+    """A take-back's commit: the checkpoints holding the batch deleted, the rebuilt model stored
+    (its state file made with the replay, off the lock: ``p.state_file``; its tasks' counters
+    the replay's, as the commit leaves their rows but for each task's ``version``, the batch's
+    that last touched it)."""
 
     def __init__(self, name: str):
         self.name = name
@@ -160,4 +176,5 @@ class TakeBackCheckpoint(CommitParticipant[PreparedTakeBack]):
                 checkpoints_t.c.model_name == self.name, checkpoints_t.c.version >= p.batch_version
             )
         )
-        write(conn, self.name, commit.version, p.state, p.summary)
+        assert p.state_file is not None and p.state_version == commit.version  # made for this version
+        store(conn, self.name, commit.version, p.state_file)

@@ -3,8 +3,9 @@ observed like an update (outcome ``taken_back``) with one log line. What the mod
 what is refused are :mod:`service.take_back`'s.
 
 The replay runs off the update lock: from the newest usable checkpoint before the batch
-(:mod:`service.take_back.checkpoints`) to the version read, on a snapshot no writer changes.
-Then, under the lock, the batches committed meanwhile are learned on top
+(:mod:`service.take_back.checkpoints`) to the version read, on a snapshot no writer changes,
+and the batches committed while it ran are learned on top, still off the lock
+(:func:`caught_up`). Then, under the lock, the batches committed since are learned on top
 (:func:`service.take_back.rebuild.catch_up`: as many as an ordinary update's group) and the
 result committed with the version compare-and-set. Writers of the model go on meanwhile; if
 anything but batches moved (another take-back, say), the replay is made again, and after
@@ -35,6 +36,8 @@ log = logging.getLogger("service.store")
 #: Replays off the lock before one is made under it (each retried only if the model moved by
 #: more than batches while it ran).
 ATTEMPTS = 3
+#: Catch-ups off the lock after a replay, while writers commit (:func:`caught_up`).
+CATCH_UPS = 3
 
 
 def take_back(model: HostedModel, batch_version: int, key: str | None = None) -> tuple[dict[str, Any], bool]:
@@ -49,6 +52,22 @@ def take_back(model: HostedModel, batch_version: int, key: str | None = None) ->
     return prepared.answer, False
 
 
+def caught_up(model: HostedModel, prepared: PreparedTakeBack) -> PreparedTakeBack:
+    """``prepared`` brought, off the lock, to the version this process serves: the batches
+    committed while it replayed learned on top (at most :data:`CATCH_UPS` rounds, while writers
+    go on), so that under the lock only those committed since are left. Unchanged when anything
+    but batches moved (the check under the lock prepares it again)."""
+    for _ in range(CATCH_UPS):
+        snap = model.reader.snapshot()
+        if snap.version == prepared.base_version:
+            break
+        caught = catch_up(model.reader, prepared, snap)
+        if caught is None:
+            break
+        prepared = caught
+    return prepared
+
+
 def take_back_batch(model: HostedModel, batch_version: int, claim: Claim | None = None) -> tuple[PreparedTakeBack, int]:
     """Rebuild the model without the batch off the update lock, then under it catch up with
     the batches committed meanwhile and commit with the version compare-and-set (and
@@ -61,7 +80,7 @@ def take_back_batch(model: HostedModel, batch_version: int, claim: Claim | None 
         for attempt in range(ATTEMPTS + 1):
             off_lock = attempt < ATTEMPTS
             if off_lock:
-                prepared = take_back_prepare(model.reader, model.reader.snapshot(), batch_version)
+                prepared = caught_up(model, take_back_prepare(model.reader, model.reader.snapshot(), batch_version))
             h.t0 = time.perf_counter()
             with locked(model, h):
                 if claim is not None:
@@ -90,6 +109,7 @@ def take_back_batch(model: HostedModel, batch_version: int, claim: Claim | None 
             "n_samples": prepared.n_samples,
             "task_removed": prepared.task_removed,
             "n_replayed": prepared.n_replayed,
+            "task_rows_written": prepared.rows_written,
             "checkpoint": prepared.checkpoint,
             "replay_ms": round(prepared.replay_seconds * 1000, 2),
             "duration_ms": round((done - h.acquired) * 1000, 2),  # the lock's hold

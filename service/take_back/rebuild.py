@@ -38,6 +38,7 @@ from service.store.prepared import PreparedTakeBack
 from service.store.reads import ModelReader, Snapshot
 from service.store.results import UNLEARNED
 from service.store.tables import batches_t
+from service.store.task_rows import changed_parts
 from service.take_back import checkpoints
 
 
@@ -180,6 +181,7 @@ def _prepared(
     learner = rebuilt.learner
     task_removed = batch.task_id not in getattr(learner, "tasks_", {})  # unfitted: the model's only batch
     state = learner.get_state()
+    changed = changed_parts(snap.learner, state)  # against what the task rows store: snap's learner
     before = snap.info.get("summary") or {}
     # take_backs: how many the model has had; a reader whose cached model had fewer reads every task again
     summary = {**before, **rebuilt.summary, "take_backs": int(before.get("take_backs", 0)) + 1}
@@ -196,10 +198,13 @@ def _prepared(
         state=state,
         summary=summary,
         tasks=rebuilt.tasks,
+        changed=changed,
         info=snap.info,
         replay_seconds=seconds,
         checkpoint=after,
         others=others,
+        state_file=checkpoints.state_file(state, snap.version + 1, summary, rebuilt.tasks),
+        state_version=snap.version + 1,
     )
 
 
