@@ -232,13 +232,15 @@ def series_length(conn: Connection, name: str) -> int:
 
 
 # ----------------------------------------------------------------------------- a take-back (service.take_back)
-def scored_batches(conn: Connection, name: str) -> Sequence[Any]:
-    """Every log row with a batch's sums, in version order: ``(version, task_id, batch)``."""
-    return conn.execute(
-        select(log_t.c.version, log_t.c.task_id, log_t.c.batch)
-        .where(log_t.c.model_name == name, log_t.c.batch.is_not(None))
-        .order_by(log_t.c.version)
-    ).all()
+def scored_batches(conn: Connection, name: str, after: int = 0, upto: int | None = None) -> Sequence[Any]:
+    """The log rows with a batch's sums of versions after ``after`` (up to ``upto``, if given),
+    in version order: ``(version, task_id, batch)``."""
+    q = select(log_t.c.version, log_t.c.task_id, log_t.c.batch).where(
+        log_t.c.model_name == name, log_t.c.batch.is_not(None), log_t.c.version > after
+    )
+    if upto is not None:
+        q = q.where(log_t.c.version <= upto)
+    return conn.execute(q.order_by(log_t.c.version)).all()
 
 
 def unscore(conn: Connection, name: str, version: int) -> None:

@@ -46,6 +46,18 @@ class Prepared:
     refits_deferred: bool = False  # learned with the stream-level refits left to a later batch (group commit)
 
 
+@dataclass(frozen=True)
+class TakeBackSums:
+    """The prequential sums a take-back leaves, added in version order over the scored batches
+    still learned up to ``version`` (0: none yet): the model's, and those of the batch's task
+    with how many of its batches they hold (:mod:`service.take_back.rebuild`)."""
+
+    version: int = 0
+    overall: Sums | None = None
+    task: Sums | None = None
+    n_task: int = 0
+
+
 @dataclass
 class PreparedTakeBack:
     """A take-back computed against ``base_version`` but not yet committed
@@ -76,6 +88,8 @@ class PreparedTakeBack:
     state_file: bytes | None = None
     state_version: int = 0
     rows_written: int = 0  # task rows its commit wrote (inserted, rewritten or deleted), once committed
+    #: The sums up to the version replayed, added off the lock; the commit adds the batches after it
+    sums: TakeBackSums = field(default_factory=TakeBackSums)
 
     def answer_at(self, version: int) -> dict[str, Any]:
         task = self.learner.tasks_.get(self.task_id) if not self.task_removed else None

@@ -6,8 +6,9 @@ The replay runs off the update lock: from the newest usable checkpoint before th
 (:mod:`service.take_back.checkpoints`) to the version read, on a snapshot no writer changes,
 and the batches committed while it ran are learned on top, still off the lock
 (:func:`caught_up`). Then, under the lock, the batches committed since are learned on top
-(:func:`service.take_back.rebuild.catch_up`: as many as an ordinary update's group) and the
-result committed with the version compare-and-set. Writers of the model go on meanwhile; if
+(:func:`service.take_back.rebuild.catch_up`: as many as an ordinary update's group, their
+scores added to the prequential sums made off the lock) and the result committed with the
+version compare-and-set. Writers of the model go on meanwhile; if
 anything but batches moved (another take-back, say), the replay is made again, and after
 :data:`ATTEMPTS` such tries under the lock, as a last resort.
 """

@@ -34,7 +34,7 @@ from service.evaluation.scores import add_sums, stored, to_json
 from service.models.history import History, Rebuilt, StoredBatch, ranges, read_history, read_take_backs, replay
 from service.refusals import Refused
 from service.store.commit import Commit, CommitParticipant
-from service.store.prepared import PreparedTakeBack
+from service.store.prepared import PreparedTakeBack, TakeBackSums
 from service.store.reads import ModelReader, Snapshot
 from service.store.results import UNLEARNED
 from service.store.tables import batches_t
@@ -148,7 +148,8 @@ def prepare(reader: ModelReader, snap: Snapshot, batch_version: int) -> Prepared
     """The model ``snap`` without the batch ``batch_version``, rebuilt by replay from the newest
     usable checkpoint before it (:mod:`service.take_back.checkpoints`; from the start when there
     is none, or for a model with a feature schema, whose unlearned columns are read off every
-    batch). Nothing is stored, and no lock is needed: ``snap`` is immutable.
+    batch), with the prequential sums up to ``snap``'s version (:func:`add_scored`). Nothing
+    is stored, and no lock is needed: ``snap`` is immutable.
     :class:`TakeBackRefused` or :class:`core.InputError` (422) when it cannot be."""
     settings = snap.info["settings"]
     take_backs = read_take_backs(reader.bulk, reader.name)
@@ -166,7 +167,11 @@ def prepare(reader: ModelReader, snap: Snapshot, batch_version: int) -> Prepared
     refused = f"batch {batch_version} of model {reader.name!r} cannot be taken back: "
     rebuilt = replay(settings, others, refused, start.rebuilt if start is not None else None)
     seconds = time.perf_counter() - t0
-    return _prepared(snap, batch, rebuilt, others, len(others), seconds, after)
+    with reader.bulk.connect() as conn:
+        sums = add_scored(
+            conn, reader.name, rebuilt.learner.kind, (batch.version, batch.task_id), TakeBackSums(), snap.version
+        )
+    return _prepared(snap, batch, rebuilt, others, len(others), seconds, after, sums)
 
 
 def _prepared(
@@ -177,6 +182,7 @@ def _prepared(
     n_replayed: int,
     seconds: float,
     after: int,
+    sums: TakeBackSums,
 ) -> PreparedTakeBack:
     learner = rebuilt.learner
     task_removed = batch.task_id not in getattr(learner, "tasks_", {})  # unfitted: the model's only batch
@@ -205,14 +211,16 @@ def _prepared(
         others=others,
         state_file=checkpoints.state_file(state, snap.version + 1, summary, rebuilt.tasks),
         state_version=snap.version + 1,
+        sums=sums,
     )
 
 
 def catch_up(reader: ModelReader, p: PreparedTakeBack, snap: Snapshot) -> PreparedTakeBack | None:
     """``p`` (prepared off the lock at ``p.base_version``) brought to ``snap``, the stored
-    version read under the lock: the batches committed since learned on top, in version order.
-    None when anything but batches moved (a take-back, another model of the name, a batch not
-    stored): the take-back is prepared again."""
+    version read under the lock: the batches committed since learned on top, in version order,
+    and their scores added to its sums (:func:`add_scored`). None when anything but batches
+    moved (a take-back, another model of the name, a batch not stored): the take-back is
+    prepared again."""
     if snap.version == p.base_version and snap.info.get("created_at") == p.info.get("created_at"):
         return p
     if snap.version < p.base_version or snap.info.get("created_at") != p.info.get("created_at"):
@@ -229,17 +237,46 @@ def catch_up(reader: ModelReader, p: PreparedTakeBack, snap: Snapshot) -> Prepar
     refused = f"batch {p.batch_version} of model {reader.name!r} cannot be taken back: "
     rebuilt = replay(snap.info["settings"], new, refused, Rebuilt(p.learner, summary, p.tasks))
     seconds = p.replay_seconds + time.perf_counter() - t0
-    return _prepared(snap, batch, rebuilt, p.others + new, p.n_replayed + len(new), seconds, p.checkpoint)
+    with reader.bulk.connect() as conn:
+        sums = add_scored(conn, reader.name, p.learner.kind, (p.batch_version, p.task_id), p.sums, snap.version)
+    return _prepared(snap, batch, rebuilt, p.others + new, p.n_replayed + len(new), seconds, p.checkpoint, sums)
+
+
+def add_scored(
+    conn: Connection, name: str, kind: str, taken: tuple[int, str], sums: TakeBackSums, upto: int | None = None
+) -> TakeBackSums:
+    """``sums`` continued, in version order, with the scored batches of the versions after
+    ``sums.version`` (up to ``upto``; None: every one stored) still learned: neither taken back
+    nor ``taken``, the one being taken back (its version and task). The same additions in the
+    same order as one pass from the start: the same sums, bit for bit, wherever it is cut."""
+    q = select(batches_t.c.version).where(
+        batches_t.c.model_name == name, batches_t.c.taken_back.is_not(None), batches_t.c.version > sums.version
+    )
+    if upto is not None:
+        q = q.where(batches_t.c.version <= upto)
+    batch_version, batch_task = taken
+    removed = {int(v) for v in conn.execute(q).scalars()} | {batch_version}
+    overall, task, n_task, last = sums.overall, sums.task, sums.n_task, sums.version
+    for version, task_id, scored in store.scored_batches(conn, name, sums.version, upto):
+        last = int(version)
+        if last in removed:
+            continue
+        one = stored(kind, scored)
+        overall = add_sums(overall, one)
+        if task_id == batch_task:
+            task, n_task = add_sums(task, one), n_task + 1
+    return TakeBackSums(upto if upto is not None else last, overall, task, n_task)
 
 
 class TakeBackLog(CommitParticipant[PreparedTakeBack]):
     """A take-back's part in the online evaluation, in its commit: its row of the event log (an
     ``update`` event with ``taken_back``), and the prequential figures without the batch taken
-    back: the model's and its task's sums recomputed, in version order, from the scored batches
-    still learned (the same additions as the commits made, so exactly the sums the stream
-    without that batch gave them), and its log row no longer counted in the recent window. The
-    scores of the other batches stay as they were: what was served. Held-out scores are left to
-    the next updates."""
+    back: the model's and its task's sums, in version order, over the scored batches still
+    learned (the same additions as the commits made, so exactly the sums the stream without
+    that batch gave them), and its log row no longer counted in the recent window. The sums up
+    to the version replayed are added off the lock (:func:`add_scored`); the commit reads and
+    adds only the batches after it, those the catch-up learned. The scores of the other
+    batches stay as they were: what was served. Held-out scores are left to the next updates."""
 
     def __init__(self, name: str):
         self.name = name
@@ -256,23 +293,8 @@ class TakeBackLog(CommitParticipant[PreparedTakeBack]):
             "prequential": None,
             "taken_back": {"batch_version": p.batch_version, "n_samples": p.n_samples, "task_removed": p.task_removed},
         }
-        removed = {
-            int(v)
-            for v in conn.execute(
-                select(batches_t.c.version).where(
-                    batches_t.c.model_name == self.name, batches_t.c.taken_back.is_not(None)
-                )
-            ).scalars()
-        }
-        overall = task = None
-        n_task = 0
-        for version, task_id, batch in store.scored_batches(conn, self.name):
-            if version in removed:
-                continue
-            sums = stored(kind, batch)
-            overall = add_sums(overall, sums)
-            if task_id == p.task_id:
-                task, n_task = add_sums(task, sums), n_task + 1
+        sums = add_scored(conn, self.name, kind, (p.batch_version, p.task_id), p.sums)  # after p.sums.version
+        overall, task, n_task = sums.overall, sums.task, sums.n_task
         store.unscore(conn, self.name, p.batch_version)
         store.write_task_sums(conn, self.name, p.task_id, to_json(task), n_task, commit.at)
         res = conn.execute(
