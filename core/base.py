@@ -342,7 +342,7 @@ class LifelongLearner(EmpiricalBayesTaskModels):
             if measure:
                 curves = self._record_evidence(task_id, library, population)
                 scores = self._prequential_scores(task_id, previous, curves, library, population,
-                                                  self._design(batch)[:2] if self.kind != "regression" else None)
+                                                  batch if self.kind == "regression" else self._design(batch)[:2])
                 due = tuple(t for t in due if t != task_id)
             elif task_id not in due:
                 due += (task_id,)

@@ -105,7 +105,8 @@ class EmpiricalBayesTaskModels:
 
     def _prequential_scores(self, task_id: str, previous: TaskRecord | None, curves: dict[str, np.ndarray] | None,
                             library: Library | None, population: Population | None,
-                            batch: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, float] | None:
+                            batch: tuple[np.ndarray, np.ndarray] | SquaredLossMoments | None = None
+                            ) -> dict[str, float] | None:
         """Each family's log predictive density of the batch of task ``task_id`` just learned,
         before it was learned: ``log p(y_B | y_P)`` for a task whose earlier rows are ``P``
         (its record ``previous``), ``log p(y_B)`` for a new one, under the family's prior as the
@@ -128,6 +129,8 @@ class EmpiricalBayesTaskModels:
         scored by each family's forecast of a task it has not seen, its prior predictive."""
         if not curves or RIDGE.name not in curves:
             return None
+        if self.kind == "regression" and previous is not None and batch is not None:
+            return self._served_scores(task_id, previous, library, population, batch)
         before: dict[str, np.ndarray] = {}
         fits: dict[str, Curve] = {}
         if previous is not None:
@@ -156,6 +159,38 @@ class EmpiricalBayesTaskModels:
             if previous is not None:
                 score -= log_sum_exp(log_pi + before[name])
             scores[family.name] = score
+        return scores
+
+    def _served_scores(self, task_id: str, previous: TaskRecord, library: Library | None,
+                       population: Population | None, batch: SquaredLossMoments) -> dict[str, float] | None:
+        """Each family's score of a known squared-loss task's batch (its moments ``batch``) by
+        the model the family serves from the task's earlier rows (:meth:`_served_model` of the
+        record ``previous``, against ``library`` and ``population`` without the task and the
+        stream's priors over ``omega``): the log density of the batch's rows under
+        ``N(x' theta_f, s_t^2)``, ``-||y_B - X_B theta_f||^2 / (2 s_t^2)`` up to a constant
+        common to every family, with one noise variance ``s_t^2`` for every family (the task's
+        under the population, else its own fit's). The families are compared on the squared
+        error of what they serve, in units of the task's noise; ``None`` when the task's noise
+        cannot be estimated."""
+        fitted = population is not None and self._population_fitted
+        if fitted:
+            noise = self._task_noise(previous, population)
+        else:
+            rss, dof = self._noise_terms(previous)
+            noise = rss / dof if dof > 0 else np.nan
+        if not (np.isfinite(noise) and noise > 0):
+            return None
+        priors = self._stream_priors()[1] if getattr(self, "stream_choice_", None) else {}
+        uniform = np.full(self._n_omega, -np.log(self._n_omega))
+        scores = {}
+        for family in self._families:
+            theta = self._served_model(previous, family, lambda: library, population if fitted else None,
+                                       {k: np.asarray(v) for k, v in priors.items()} or
+                                       {f.name: uniform for f in self._families})
+            if theta is None:
+                return None
+            sse = float(batch.yy - 2.0 * theta @ batch.moment + theta @ batch.gram @ theta)
+            scores[family.name] = -0.5 * sse / noise
         return scores
 
     def _served_before(self, family: Family, name: str, before: dict[str, Curve], log_pi: np.ndarray,
@@ -251,19 +286,36 @@ class EmpiricalBayesTaskModels:
 
     def _empirical_bayes_model(self, task_id: str) -> np.ndarray:
         record = self.tasks_[task_id]
-        data = self._evidence_data(record)
-        if data is None or not record.meta.get("evidence"):
+        if self._evidence_data(record) is None or not record.meta.get("evidence"):
             return self._theta(task_id)
         name, priors = self._stream_priors()
         family = next(f for f in self._families if f.name == name)
-        if family.centred_on_population and int(getattr(self, "population_tasks_", 0)):
-            theta = self._mixed_model_prediction(record)
+        theta = self._served_model(record, family, lambda: self._safe_library(task_id, record),
+                                   self._population() if self._population_fitted else None, priors)
+        return self._theta(task_id) if theta is None else theta
+
+    @property
+    def _population_fitted(self) -> bool:
+        return self._keeps_population and bool(int(getattr(self, "population_tasks_", 0)))
+
+    def _served_model(self, record: TaskRecord, family: Family, library_of, pop: Population | None,
+                      priors: dict[str, np.ndarray]) -> np.ndarray | None:
+        """The model family ``family`` serves a task of record ``record`` under the library
+        ``library_of()`` (called only when the family reads one) and the fitted population
+        ``pop`` (``None``: none yet), with the stream's priors over ``omega`` (``priors``): the
+        mixed model's prediction for the population's family, else the posterior mean of the
+        family's curve over ``omega``, its intercept pooled with the population's. ``None`` when
+        the arithmetic fails."""
+        data = self._evidence_data(record)
+        if family.centred_on_population and pop is not None:
+            theta = self._mixed_model_prediction(record, pop)
             if np.all(np.isfinite(theta)):
                 return theta
+        name = family.name
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            library = None if family is RIDGE or family.own_scale else self._safe_library(task_id, record)
+            library = None if family is RIDGE or family.own_scale else library_of()
             try:
-                intercept = self._intercept_prior()
+                intercept = None if self.kind == "regression" or pop is None else pop.predictive()
                 curve = family_curves(self.kind, data, library, (family,), intercept, self.grow_features).get(name)
                 if curve is None:  # the library cannot define the family for this task
                     name = RIDGE.name
@@ -271,12 +323,12 @@ class EmpiricalBayesTaskModels:
                 fit = posterior_fit(curve, priors.get(name))
                 # a logistic fit has the population's intercept in its prior already; a task
                 # alone on its own scales keeps its own intercept, as the user's per-task fit does
-                pooled = self._keeps_population and intercept is None and not family.own_scale
-                theta = (self._with_pooled_intercept(record, fit.theta, family.centred_on_population)
+                pooled = pop is not None and intercept is None and not family.own_scale
+                theta = (self._with_pooled_intercept(record, fit.theta, family.centred_on_population, pop)
                          if pooled else fit.theta)
             except (np.linalg.LinAlgError, ArithmeticError):
-                return self._theta(task_id)
-        return theta if np.all(np.isfinite(theta)) else self._theta(task_id)
+                return None
+        return theta if np.all(np.isfinite(theta)) else None
 
     def _intercept_prior(self, population: Population | None = None) -> Population | None:
         """The population (``population``, or the stream's when ``None``) whose intercept is the
@@ -288,17 +340,17 @@ class EmpiricalBayesTaskModels:
             return None
         return (self._population() if population is None else population).predictive()
 
-    def _mixed_model_prediction(self, record: TaskRecord) -> np.ndarray:
+    def _mixed_model_prediction(self, record: TaskRecord, pop: Population) -> np.ndarray:
         """The task's posterior mean (squared loss) or mode (logistic loss) of its slopes and
-        intercept under the population: the prediction of the fitted mixed model (its BLUP)."""
-        pop = self._population()
+        intercept under the population ``pop``: the prediction of the fitted mixed model (its BLUP)."""
         if self.kind == "regression":
             noise = self._task_noise(record, pop)
             return posterior_mean(record.data.gram / noise, record.data.moment / noise, pop)
         X, y = self._evidence_data(record)
         return logistic_mode(X, y, pop.mean, np.linalg.inv(pop.cov))[0]
 
-    def _with_pooled_intercept(self, record: TaskRecord, theta: np.ndarray, conditional: bool = True) -> np.ndarray:
+    def _with_pooled_intercept(self, record: TaskRecord, theta: np.ndarray, conditional: bool,
+                               pop: Population) -> np.ndarray:
         """``theta`` with its intercept (the task's own, flat-prior estimate given the slopes)
         pooled with the population's (:func:`core.population.pooled_intercept`): its precision
         is ``n / sigma_t^2`` for squared loss and the Hessian's intercept entry for logistic
@@ -306,10 +358,7 @@ class EmpiricalBayesTaskModels:
         slopes, which holds for slopes drawn from the population; slopes from another family's
         prior (shrunk toward zero or toward an environment's centre) may lie where the
         population's regression of the intercept on the slopes extrapolates far, and pool with
-        the intercept's marginal prior (``conditional=False``)."""
-        if not int(getattr(self, "population_tasks_", 0)):
-            return theta
-        pop = self._population()
+        the intercept's marginal prior (``conditional=False``); ``pop``: the fitted population."""
         data = self._evidence_data(record)
         if self.kind == "regression":
             n, gram, moment, yy = data
