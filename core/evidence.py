@@ -222,8 +222,8 @@ def _informed_directions(G: np.ndarray, R: np.ndarray, eig: tuple[np.ndarray, np
 def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centres: np.ndarray,
                   basis: np.ndarray | None, rho: float, factor: np.ndarray | None = None,
                   slopes: int | None = None, posterior_means: bool = True,
-                  unit: float | None = None, eig: tuple[np.ndarray, np.ndarray] | None = None
-                  ) -> tuple[np.ndarray, np.ndarray | None]:
+                  unit: float | None = None, eig: tuple[np.ndarray, np.ndarray] | None = None,
+                  noise: float | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Log evidence and posterior mean of a squared-loss task for every centre and every
     ``omega`` of :data:`GAUSSIAN_OMEGAS`: arrays ``(k, n_omega)`` and ``(k, n_omega, d + 1)``.
 
@@ -235,7 +235,9 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
     ``unit``: the per-slope scale the ``omega`` grid is relative to (default the task's own,
     ``tr(G) / d`` of its centred ``X'X``; :func:`family_curves` passes another design's).
     ``eig``: the centred ``X'X``'s ``eigh``, when already computed (the same for every family
-    of a task).
+    of a task). ``noise``: the noise variance ``sigma^2`` given instead of profiled out: the
+    log density of the task's centred rows, ``-Q / (2 sigma^2) - (n-1)/2 log sigma^2 - 1/2 log
+    det(I + K G)`` (less the constant ``(n-1)/2 log 2 pi``), a proper predictive density.
     """
     d = gram.shape[0] - 1
     xbar = gram[-1, :-1] / n
@@ -261,7 +263,10 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
         c = RU.T @ qs
         quad = Ss - (c * c) @ shrink
         quad = np.maximum(quad, EXACT_FIT * max(abs(Ss), _TINY))  # an exact fit: Q is rounding
-        E[i] = -0.5 * dof * np.log(quad / dof) - 0.5 * logdet
+        if noise is None:
+            E[i] = -0.5 * dof * np.log(quad / dof) - 0.5 * logdet
+        else:
+            E[i] = -0.5 * quad / noise - 0.5 * dof * np.log(noise) - 0.5 * logdet
         if TH is None:
             continue
         slopes = m[:, None] + RU @ (c[:, None] * shrink)  # (d, n_omega)
@@ -372,7 +377,7 @@ def mixed_curve(E: np.ndarray, TH: np.ndarray | None, log_weights: np.ndarray | 
 
 def family_curves(kind: str, data, library: Library | None, families: tuple[Family, ...],
                   prior_population: Population | None = None, skip_zero_columns: bool = False,
-                  posterior_means: bool = True, design=None) -> dict[str, Curve]:
+                  posterior_means: bool = True, design=None, noise: float | None = None) -> dict[str, Curve]:
     """Every family's :class:`Curve` for one task. ``data`` is the task's sufficient statistics
     ``(n, gram, moment, yy)`` (squared loss) or its rows ``(X, y)`` (logistic loss). A family
     the library cannot define (no basis for ``rho > 0``, no representatives for a mixture)
@@ -394,7 +399,8 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
     of a task's earlier rows under the priors of all its rows, for the predictive density of
     its latest batch (:meth:`core.LifelongLearner._prequential_scores`). The scales read
     ``X`` alone, never ``y``, so a prior set by the whole task's design is a prior for each of
-    its batches."""
+    its batches. ``noise``: squared loss's noise variance, given instead of profiled out
+    (:func:`gaussian_fits`)."""
     design = data if design is None else design
     intercept = None
     if prior_population is not None and kind != "regression":
@@ -422,7 +428,7 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
         if has_centres and not library.shared_slopes:
             centres = np.vstack([centres, library.centres])
         return gaussian_fits(n, gram, moment, yy, centres, None, 0.0, np.linalg.cholesky(pop.cov / pop.noise),
-                             posterior_means=posterior_means, eig=eig)
+                             posterior_means=posterior_means, eig=eig, noise=noise)
     for fam in families:
         if fam.own_scale:
             if kind == "regression":
@@ -431,7 +437,7 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
                 xbar = gram_d[-1, :-1] / n_d
                 factor = own_scale_factor(centred_gram(n_d, gram_d), n_d, xbar)
                 E, TH = gaussian_fits(n, gram, moment, yy, np.zeros((1, d)), None, 0.0, factor,
-                                      posterior_means=posterior_means, eig=eig)
+                                      posterior_means=posterior_means, eig=eig, noise=noise)
                 curves[fam.name] = mixed_curve(E, TH)
             else:
                 Xd = design[0][:, :-1]
@@ -476,7 +482,7 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
         if kind == "regression":
             n, gram, moment, yy = data
             E, TH = gaussian_fits(n, gram, moment, yy, np.vstack([np.zeros((1, d)), centres]), basis, rho,
-                                  slopes=slopes, posterior_means=posterior_means, unit=unit, eig=eig)
+                                  slopes=slopes, posterior_means=posterior_means, unit=unit, eig=eig, noise=noise)
         else:
             E, TH = logistic_fits(data[0], data[1], centres, basis, rho, None, intercept, slopes, unit)
         for fam in fams:

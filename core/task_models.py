@@ -129,8 +129,10 @@ class EmpiricalBayesTaskModels:
         scored by each family's forecast of a task it has not seen, its prior predictive."""
         if not curves or RIDGE.name not in curves:
             return None
-        if self.kind == "regression" and previous is not None and batch is not None:
-            return self._served_scores(task_id, previous, library, population, batch)
+        if self.kind == "regression" and batch is not None:
+            if previous is not None:
+                return self._served_scores(task_id, previous, library, population, batch)
+            return self._new_task_scores(library, population, batch)
         before: dict[str, np.ndarray] = {}
         fits: dict[str, Curve] = {}
         if previous is not None:
@@ -191,6 +193,37 @@ class EmpiricalBayesTaskModels:
                 return None
             sse = float(batch.yy - 2.0 * theta @ batch.moment + theta @ batch.gram @ theta)
             scores[family.name] = -0.5 * sse / noise
+        return scores
+
+    def _new_task_scores(self, library: Library | None, population: Population | None,
+                         batch: SquaredLossMoments) -> dict[str, float] | None:
+        """Each family's log prior predictive density of a new squared-loss task's first batch
+        (its moments ``batch``), under the family's prior as the stream had it (``library``,
+        ``population``, the stream's priors over ``omega``) with the noise variance fixed at the
+        population's typical one, the same for every family: a proper density of the batch's
+        centred rows (the intercept's flat prior integrated out, as in the evidence), where the
+        evidence with the noise profiled out rewards a family for fitting a batch of two or
+        three rows exactly. ``None`` before a population is fitted."""
+        if population is None or not self._population_fitted or not (np.isfinite(population.noise)
+                                                                     and population.noise > 0):
+            return None
+        data = (batch.n, batch.gram, batch.moment, batch.yy)
+        if not np.isfinite(batch.yy):
+            return None
+        try:
+            curves = family_curves(self.kind, data, library, self._families, None, self.grow_features,
+                                   posterior_means=False, noise=float(population.noise))
+        except (np.linalg.LinAlgError, ArithmeticError):
+            return None
+        curves = {name: c for name, c in curves.items() if np.all(np.isfinite(c.log_evidence))}
+        if RIDGE.name not in curves:
+            return None
+        priors = self._stream_priors()[1] if getattr(self, "stream_choice_", None) else {}
+        uniform = np.full(self._n_omega, -np.log(self._n_omega))
+        scores = {}
+        for family in self._families:
+            name = family.name if family.name in curves else RIDGE.name
+            scores[family.name] = log_sum_exp(np.asarray(priors.get(name, uniform)) + curves[name].log_evidence)
         return scores
 
     def _served_before(self, family: Family, name: str, before: dict[str, Curve], log_pi: np.ndarray,
