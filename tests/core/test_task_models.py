@@ -288,39 +288,99 @@ def _profiled_log_density(X, y, centre, K):
         np.log(2 * np.pi) + 1)
 
 
-def test_a_batchs_prequential_score_is_its_predictive_density_given_the_tasks_earlier_rows():
-    """A known task's batch adds to each family's score ``log p(y_B | y_P)`` (up to a constant
-    of the rows' number, the same for every family): the evidence of all the task's rows less
-    that of its earlier rows, each mixed over ``omega`` with the stream's prior of before the
-    batch, under the family's prior of before the batch (the population without the task),
-    every per-task scale set by all its rows' design. Here computed from scipy's normal density
-    for ``ridge`` and ``population``."""
+def _fixed_noise_log_density(X, y, centre, K, noise):
+    """``log p(y)`` of rows ``X`` (slopes' columns) with a flat intercept, slopes ``~ N(centre,
+    noise K)`` and noise variance ``noise``, less ``-(n - 1)/2 log 2 pi``: scipy's normal density
+    in the rows' centred coordinates."""
+    import scipy.linalg
+    import scipy.stats
+
+    n = len(y)
+    H = scipy.linalg.null_space(np.ones((1, n)))
+    Z, z = H.T @ X, H.T @ y
+    C = noise * (np.eye(n - 1) + Z @ K @ Z.T)
+    return float(scipy.stats.multivariate_normal(Z @ centre, C).logpdf(z)) + 0.5 * (n - 1) * np.log(2 * np.pi)
+
+
+def _learnt_for_scores(seed=8):
+    tasks = _stream(12, 3, 12, envs=2, seed=seed)
+    model = FCL3(standardize=False)
+    for tid, X, y, _, _ in tasks:
+        model.learn(tid, X[:6], y[:6])
+    assert model.population_tasks_
+    return model, tasks
+
+
+def test_a_new_regression_tasks_batch_is_scored_by_its_prior_predictive_density_at_the_typical_noise():
+    """A new task's first batch adds to each family's score ``log sum_j pi_j p(y_B | omega_j)``
+    with the noise variance fixed at the population's typical one, the same for every family
+    (up to a constant of the rows' number): here from scipy's normal density for ``ridge`` and
+    ``population``, whose difference has no constant left."""
     from scipy.special import logsumexp
 
     from core import evidence as ev
 
-    tasks = _stream(12, 3, 12, envs=2, seed=8)
-    model = FCL3(standardize=False)
-    for tid, X, y, _, _ in tasks:
-        model.learn(tid, X[:6], y[:6])
-    tid, X, y = tasks[0][:3]
-    previous = model.tasks_[tid]
-    population = model._population_without(previous)
+    model, _ = _learnt_for_scores()
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(5, 3))
+    y = X @ np.array([1.0, -0.5, 0.2]) + 0.3 + 0.1 * rng.normal(size=5)
+    population = model._population_without(None)
     log_pi = {name: np.asarray(v) for name, v in model.stream_choice_["priors"].items()}
     before = dict(model.stream_choice_["scores"])
-    model.learn(tid, X[6:], y[6:])
-    assert model.population_tasks_
+    model.learn("new", X, y)
     Xc = X - X.mean(axis=0)
     unit = np.trace(Xc.T @ Xc) / X.shape[1]
     slopes = population.predictive().slopes()
     priors = {"ridge": (np.zeros(3), np.eye(3) / unit), "population": (slopes.mean, slopes.cov / slopes.noise)}
-    for name, (centre, K) in priors.items():
-        parts = []
-        for rows in (slice(None), slice(0, 6)):
-            lp = [_profiled_log_density(X[rows], y[rows], centre, om * K) for om in ev.GAUSSIAN_OMEGAS]
-            parts.append(logsumexp(log_pi[name] + np.array(lp)))
+    want = {name: logsumexp(log_pi[name] + np.array([_fixed_noise_log_density(X, y, c, om * K, population.noise)
+                                                      for om in ev.GAUSSIAN_OMEGAS]))
+            for name, (c, K) in priors.items()}
+    got = {name: model.stream_choice_["scores"][name] - before[name] for name in priors}
+    for name in priors:
+        assert got[name] == pytest.approx(want[name], rel=1e-8, abs=1e-8), name
+    # a batch the population predicts far better scores far higher under it
+    assert got["population"] - got["ridge"] == pytest.approx(want["population"] - want["ridge"], abs=1e-8)
+
+
+def test_a_known_regression_tasks_batch_is_scored_by_the_squared_error_of_what_each_family_serves():
+    """A known task's batch adds to each family's score ``-||y_B - X_B theta_f||^2 / (2 s_t^2)``:
+    ``theta_f`` the model the family serves from the task's earlier rows under the prior of
+    before the batch (the population without the task, the stream's prior over ``omega``),
+    ``s_t^2`` the task's noise under that population, the same for every family. Here
+    ``theta_f`` is computed from the rows: the mixed model's posterior mean (``population``),
+    and for ``ridge`` each ``omega``'s posterior mean weighted by its posterior (scipy's normal
+    density of the earlier rows, noise profiled) with the intercept pooled with the
+    population's; the squared error from the batch's rows."""
+    from scipy.special import logsumexp
+
+    from core import evidence as ev
+
+    model, tasks = _learnt_for_scores()
+    tid, X, y = tasks[0][:3]
+    previous = model.tasks_[tid]
+    population = model._population_without(previous)
+    noise = model._task_noise(previous, population)
+    log_pi = {name: np.asarray(v) for name, v in model.stream_choice_["priors"].items()}
+    before = dict(model.stream_choice_["scores"])
+    model.learn(tid, X[6:], y[6:])
+    XP, yP = X[:6], y[:6]
+    design = np.hstack([XP, np.ones((6, 1))])
+    prec = np.linalg.inv(population.cov)
+    served = {"population": np.linalg.solve(design.T @ design / noise + prec,
+                                            design.T @ yP / noise + prec @ population.mean)}
+    Xc, yc = XP - XP.mean(axis=0), yP - yP.mean()
+    K = np.eye(3) / (np.trace(Xc.T @ Xc) / 3)
+    lp = np.array([_profiled_log_density(XP, yP, np.zeros(3), om * K) for om in ev.GAUSSIAN_OMEGAS])
+    post = np.exp(log_pi["ridge"] + lp - logsumexp(log_pi["ridge"] + lp))
+    slopes = sum(w * np.linalg.solve(Xc.T @ Xc + np.linalg.inv(om * K), Xc.T @ yc)
+                 for w, om in zip(post, ev.GAUSSIAN_OMEGAS))
+    own = yP.mean() - XP.mean(axis=0) @ slopes
+    mean, var = population.mean[-1], population.cov[-1, -1]
+    served["ridge"] = np.append(slopes, (6 / noise * own + mean / var) / (6 / noise + 1 / var))
+    for name, theta in served.items():
+        residual = y[6:] - np.hstack([X[6:], np.ones((6, 1))]) @ theta
         got = model.stream_choice_["scores"][name] - before[name]
-        assert got == pytest.approx(parts[0] - parts[1], rel=1e-8, abs=1e-8), name
+        assert got == pytest.approx(-0.5 * residual @ residual / noise, rel=1e-7, abs=1e-8), name
 
 
 def _penalised_logistic_mode(X, y, centre, precision):
