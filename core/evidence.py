@@ -54,7 +54,7 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import logsumexp
+from scipy.special import gammaln, logsumexp
 
 from .population import QUADRATURE_ROWS, Population, logistic_modes, small_task_posteriors
 
@@ -223,7 +223,7 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
                   basis: np.ndarray | None, rho: float, factor: np.ndarray | None = None,
                   slopes: int | None = None, posterior_means: bool = True,
                   unit: float | None = None, eig: tuple[np.ndarray, np.ndarray] | None = None,
-                  noise: float | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+                  noise: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Log evidence and posterior mean of a squared-loss task for every centre and every
     ``omega`` of :data:`GAUSSIAN_OMEGAS`: arrays ``(k, n_omega)`` and ``(k, n_omega, d + 1)``.
 
@@ -235,9 +235,12 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
     ``unit``: the per-slope scale the ``omega`` grid is relative to (default the task's own,
     ``tr(G) / d`` of its centred ``X'X``; :func:`family_curves` passes another design's).
     ``eig``: the centred ``X'X``'s ``eigh``, when already computed (the same for every family
-    of a task). ``noise``: the noise variance ``sigma^2`` given instead of profiled out: the
-    log density of the task's centred rows, ``-Q / (2 sigma^2) - (n-1)/2 log sigma^2 - 1/2 log
-    det(I + K G)`` (less the constant ``(n-1)/2 log 2 pi``), a proper predictive density.
+    of a task). ``noise``: ``(s2, nu)``, the noise variance integrated out under the prior
+    ``sigma^2 ~ Scaled-Inv-chi^2(nu, s2)`` instead of profiled out: the log density of the
+    task's centred rows, a multivariate Student t of ``nu`` degrees of freedom and shape
+    ``s2 (I + Z K Z')`` (``m = n - 1`` centred coordinates ``Z``): ``log G((nu+m)/2) -
+    log G(nu/2) - m/2 log(nu s2) - 1/2 log det(I + K G) - (nu+m)/2 log(1 + Q / (nu s2))`` (less
+    the constant ``m/2 log pi``), a proper predictive density.
     """
     d = gram.shape[0] - 1
     xbar = gram[-1, :-1] / n
@@ -266,7 +269,9 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
         if noise is None:
             E[i] = -0.5 * dof * np.log(quad / dof) - 0.5 * logdet
         else:
-            E[i] = -0.5 * quad / noise - 0.5 * dof * np.log(noise) - 0.5 * logdet
+            s2, nu = noise
+            E[i] = (gammaln(0.5 * (nu + dof)) - gammaln(0.5 * nu) - 0.5 * dof * np.log(nu * s2) - 0.5 * logdet
+                    - 0.5 * (nu + dof) * np.log1p(quad / (nu * s2)))
         if TH is None:
             continue
         slopes = m[:, None] + RU @ (c[:, None] * shrink)  # (d, n_omega)
@@ -377,7 +382,8 @@ def mixed_curve(E: np.ndarray, TH: np.ndarray | None, log_weights: np.ndarray | 
 
 def family_curves(kind: str, data, library: Library | None, families: tuple[Family, ...],
                   prior_population: Population | None = None, skip_zero_columns: bool = False,
-                  posterior_means: bool = True, design=None, noise: float | None = None) -> dict[str, Curve]:
+                  posterior_means: bool = True, design=None, noise: tuple[float, float] | None = None
+                  ) -> dict[str, Curve]:
     """Every family's :class:`Curve` for one task. ``data`` is the task's sufficient statistics
     ``(n, gram, moment, yy)`` (squared loss) or its rows ``(X, y)`` (logistic loss). A family
     the library cannot define (no basis for ``rho > 0``, no representatives for a mixture)
@@ -399,8 +405,8 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
     of a task's earlier rows under the priors of all its rows, for the predictive density of
     its latest batch (:meth:`core.LifelongLearner._prequential_scores`). The scales read
     ``X`` alone, never ``y``, so a prior set by the whole task's design is a prior for each of
-    its batches. ``noise``: squared loss's noise variance, given instead of profiled out
-    (:func:`gaussian_fits`)."""
+    its batches. ``noise``: squared loss's noise variance's prior, integrated instead of
+    profiled out (:func:`gaussian_fits`)."""
     design = data if design is None else design
     intercept = None
     if prior_population is not None and kind != "regression":

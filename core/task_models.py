@@ -17,7 +17,7 @@ import numpy as np
 from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, POPULATION, RIDGE, Curve, Family, Library, family_curves,
                        family_priors, log_sum_exp, posterior_fit, prequential_family)
 from .losses import sigmoid
-from .population import (LOGISTIC_SPREAD_SCALE, Population, choose_logistic_population,
+from .population import (LOGISTIC_SPREAD_SCALE, NOISE_PSEUDO_DOF, Population, choose_logistic_population,
                          fit_gaussian_population, logistic_mode, marginal_objective, noise_precisions, pooled_intercept,
                          population_structure, posterior_mean, refit_due, task_noises, without_task)
 from .state import SquaredLossMoments, TaskRecord
@@ -199,11 +199,13 @@ class EmpiricalBayesTaskModels:
                          batch: SquaredLossMoments) -> dict[str, float] | None:
         """Each family's log prior predictive density of a new squared-loss task's first batch
         (its moments ``batch``), under the family's prior as the stream had it (``library``,
-        ``population``, the stream's priors over ``omega``) with the noise variance fixed at the
-        population's typical one, the same for every family: a proper density of the batch's
-        centred rows (the intercept's flat prior integrated out, as in the evidence), where the
-        evidence with the noise profiled out rewards a family for fitting a batch of two or
-        three rows exactly. ``None`` before a population is fitted."""
+        ``population``, the stream's priors over ``omega``) with the
+        stream's prior of a task's noise integrated out, the same for every family (the
+        population's: the typical noise variance with :data:`core.population.NOISE_PSEUDO_DOF`
+        degrees of freedom): a proper density of the batch's centred rows (the intercept's flat
+        prior integrated out, as in the evidence), where the evidence with the noise profiled
+        out rewards a family for fitting a batch of two or three rows exactly. ``None`` before a
+        population is fitted."""
         if population is None or not self._population_fitted or not (np.isfinite(population.noise)
                                                                      and population.noise > 0):
             return None
@@ -212,7 +214,8 @@ class EmpiricalBayesTaskModels:
             return None
         try:
             curves = family_curves(self.kind, data, library, self._families, None, self.grow_features,
-                                   posterior_means=False, noise=float(population.noise))
+                                   posterior_means=False,
+                                   noise=(float(population.noise), NOISE_PSEUDO_DOF))
         except (np.linalg.LinAlgError, ArithmeticError):
             return None
         curves = {name: c for name, c in curves.items() if np.all(np.isfinite(c.log_evidence))}
