@@ -354,7 +354,7 @@ class LifelongLearner(EmpiricalBayesTaskModels):
                 again += self._measure_evidence_again((task_id, *again))
                 result = dataclasses.replace(result, changed_tasks=(*result.changed_tasks, *again),
                                              remeasured_tasks=(*result.remeasured_tasks, *again))
-            self._update_stream_choice(defer_refits, scores)
+            self._update_stream_choice(defer_refits, scores, known=previous is not None)
         return result
 
     def _learn_with_refitted_scaling(self, task_id: str, batch: TaskData, labels: str, rows: int) -> UpdateResult:

@@ -17,7 +17,7 @@ import numpy as np
 from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, POPULATION, RIDGE, Curve, Family, Library, family_curves,
                        family_priors, log_sum_exp, posterior_fit, prequential_family)
 from .losses import sigmoid
-from .population import (LOGISTIC_SPREAD_SCALE, NOISE_PSEUDO_DOF, Population, choose_logistic_population,
+from .population import (LOGISTIC_SPREAD_SCALE, Population, choose_logistic_population,
                          fit_gaussian_population, logistic_mode, marginal_objective, noise_precisions, pooled_intercept,
                          population_structure, posterior_mean, refit_due, task_noises, without_task)
 from .state import SquaredLossMoments, TaskRecord
@@ -129,10 +129,8 @@ class EmpiricalBayesTaskModels:
         scored by each family's forecast of a task it has not seen, its prior predictive."""
         if not curves or RIDGE.name not in curves:
             return None
-        if self.kind == "regression" and batch is not None:
-            if previous is not None:
-                return self._served_scores(task_id, previous, library, population, batch)
-            return self._new_task_scores(library, population, batch)
+        if self.kind == "regression" and previous is not None and batch is not None:
+            return self._served_scores(task_id, previous, library, population, batch)
         before: dict[str, np.ndarray] = {}
         fits: dict[str, Curve] = {}
         if previous is not None:
@@ -195,40 +193,6 @@ class EmpiricalBayesTaskModels:
             scores[family.name] = -0.5 * sse / noise
         return scores
 
-    def _new_task_scores(self, library: Library | None, population: Population | None,
-                         batch: SquaredLossMoments) -> dict[str, float] | None:
-        """Each family's log prior predictive density of a new squared-loss task's first batch
-        (its moments ``batch``), under the family's prior as the stream had it (``library``,
-        ``population``, the stream's priors over ``omega``) with the
-        stream's prior of a task's noise integrated out, the same for every family (the
-        population's: the typical noise variance with :data:`core.population.NOISE_PSEUDO_DOF`
-        degrees of freedom): a proper density of the batch's centred rows (the intercept's flat
-        prior integrated out, as in the evidence), where the evidence with the noise profiled
-        out rewards a family for fitting a batch of two or three rows exactly. ``None`` before a
-        population is fitted."""
-        if population is None or not self._population_fitted or not (np.isfinite(population.noise)
-                                                                     and population.noise > 0):
-            return None
-        data = (batch.n, batch.gram, batch.moment, batch.yy)
-        if not np.isfinite(batch.yy):
-            return None
-        try:
-            curves = family_curves(self.kind, data, library, self._families, None, self.grow_features,
-                                   posterior_means=False,
-                                   noise=(float(population.noise), NOISE_PSEUDO_DOF))
-        except (np.linalg.LinAlgError, ArithmeticError):
-            return None
-        curves = {name: c for name, c in curves.items() if np.all(np.isfinite(c.log_evidence))}
-        if RIDGE.name not in curves:
-            return None
-        priors = self._stream_priors()[1] if getattr(self, "stream_choice_", None) else {}
-        uniform = np.full(self._n_omega, -np.log(self._n_omega))
-        scores = {}
-        for family in self._families:
-            name = family.name if family.name in curves else RIDGE.name
-            scores[family.name] = log_sum_exp(np.asarray(priors.get(name, uniform)) + curves[name].log_evidence)
-        return scores
-
     def _served_before(self, family: Family, name: str, before: dict[str, Curve], log_pi: np.ndarray,
                        previous: TaskRecord, population: Population | None) -> np.ndarray:
         """The logistic model family ``family`` serves from a task's earlier rows (its record
@@ -272,7 +236,8 @@ class EmpiricalBayesTaskModels:
         fitted = self._keeps_population and int(getattr(self, "population_tasks_", 0))
         return (POPULATION.name, RIDGE.name) if fitted else (RIDGE.name,)
 
-    def _update_stream_choice(self, defer: bool = False, scores: dict[str, float] | None = None) -> None:
+    def _update_stream_choice(self, defer: bool = False, scores: dict[str, float] | None = None,
+                              known: bool = False) -> None:
         """Add the batch's prequential ``scores`` (:meth:`_prequential_scores`) to the stream's
         sums and sums of products and choose the family (:func:`core.evidence.prequential_family`)
         at every update; estimate every family's prior over ``omega`` again from every task's
@@ -284,16 +249,11 @@ class EmpiricalBayesTaskModels:
         choice = getattr(self, "stream_choice_", None)
         if defer and not choice:
             return
-        sums = dict((choice or {}).get("scores") or {})
-        products = {f: dict(row) for f, row in ((choice or {}).get("products") or {}).items()}
-        batches = int((choice or {}).get("batches", 0))
-        if scores:
-            sums = {f: sums.get(f, 0.0) + value for f, value in scores.items()}
-            products = {f: {g: products.get(f, {}).get(g, 0.0) + value * scores[g] for g in scores}
-                        for f, value in scores.items()}
-            batches += 1
+        tally = {kind: _added(dict((choice or {}).get(kind) or {}), scores if (kind == "known") == known else None)
+                 for kind in ("known", "new")}
+        sums, products, batches = _rule_sums(tally)
         family = prequential_family(sums, self._families, self._reference_families, products, batches)
-        tally = {"family": family, "scores": sums, "products": products, "batches": batches}
+        tally = {"family": family, **tally}
         if choice and (defer or len(self.tasks_) > EVERY_UPDATE_TASKS):
             since = int(choice.get("updates", 0)) + 1
             if defer or not refit_due(choice["tasks"], since, len(self.tasks_)):
@@ -559,3 +519,28 @@ class EmpiricalBayesTaskModels:
             stats = [(r.data.n, r.data.gram, r.data.moment, r.data.yy) for r in records]
             return fit_gaussian_population(stats, None, task_noises(rss, dof)[0])[0]
         return choose_logistic_population([self._design(r.data)[:2] for r in records], start)
+
+
+def _added(sums: dict, scores: dict[str, float] | None) -> dict:
+    """``sums`` (``scores``: family -> sum, ``products``: their sums of products, ``batches``)
+    with one batch's ``scores`` added (``None``: unchanged)."""
+    total = dict(sums.get("scores") or {})
+    products = {f: dict(row) for f, row in (sums.get("products") or {}).items()}
+    batches = int(sums.get("batches", 0))
+    if scores:
+        total = {f: total.get(f, 0.0) + value for f, value in scores.items()}
+        products = {f: {g: products.get(f, {}).get(g, 0.0) + value * scores[g] for g in scores}
+                    for f, value in scores.items()}
+        batches += 1
+    return {"scores": total, "products": products, "batches": batches}
+
+
+def _rule_sums(choice: dict) -> tuple[dict[str, float] | None, dict[str, dict[str, float]] | None, int]:
+    """The sums the stream's family is chosen by (:func:`core.evidence.prequential_family`'s
+    ``scores``, ``products``, ``batches``): those of known tasks' batches, each scored by what
+    every family served the task before it, once there are two; else those of new tasks' first
+    batches, scored by every family's prior predictive (a stream whose every task is one batch)."""
+    sums = choice.get("known") or {}
+    if int(sums.get("batches", 0)) < 2:
+        sums = choice.get("new") or {}
+    return sums.get("scores"), sums.get("products"), int(sums.get("batches", 0))
