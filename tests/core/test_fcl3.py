@@ -530,25 +530,29 @@ def test_a_failed_update_leaves_the_tasks_as_they_were():
 
 def test_the_stream_family_is_the_one_whose_predictions_of_the_batches_scored_best():
     """The stream's family is :func:`core.evidence.prequential_family` of the summed
-    prequential scores and their products, one score per batch not deferred and family; once a
-    population is fitted it is the first reference, before it (and for the paper's rule)
+    prequential scores and their products, one score per batch not deferred and family: of the
+    known tasks' batches once there are two, before that of the new tasks' first batches. Once
+    a population is fitted it is the first reference, before it (and for the paper's rule)
     ``ridge``."""
     from core.evidence import prequential_family
     m = FCL3(kind="classification", random_state=0, standardize=False)  # no warm-up: one score per batch
     assert m._reference_families == ("ridge",)
-    scored = []
-    for tid, X, y, _ in clustered_stream(8, kind="classification", n=6, spread=0.05, n_clusters=1):
-        before = dict(m.stream_choice_["scores"]) if getattr(m, "stream_choice_", None) else {}
-        m.learn(tid, X, y)
-        after = m.stream_choice_["scores"]
-        scored.append({name: after[name] - before.get(name, 0.0) for name in after})
-    assert m.population_tasks_ and m._reference_families == ("population", "ridge")
-    assert len(scored) == 8 and all(set(s) == {f.name for f in m._families} for s in scored)
-    choice = m.stream_choice_
-    assert choice["batches"] == 8
-    for f in choice["scores"]:  # the sums of products of the per-batch scores
-        for g in choice["scores"]:
-            assert choice["products"][f][g] == pytest.approx(sum(s[f] * s[g] for s in scored), rel=1e-12)
-    expected = prequential_family(choice["scores"], m._families, ("population", "ridge"), choice["products"], 8)
-    assert choice["family"] == expected
+    tasks = list(clustered_stream(8, kind="classification", n=8, spread=0.05, n_clusters=1))
+    scored = {"new": [], "known": []}
+    for part, rows in (("new", slice(0, 4)), ("known", slice(4, 8))):
+        for tid, X, y, _ in tasks:
+            before = dict(m.stream_choice_[part]["scores"]) if getattr(m, "stream_choice_", None) else {}
+            m.learn(tid, X[rows], y[rows])
+            after = m.stream_choice_[part]["scores"]
+            scored[part].append({name: after[name] - before.get(name, 0.0) for name in after})
+            choice = m.stream_choice_
+            rule = choice["known"] if choice["known"]["batches"] >= 2 else choice["new"]
+            assert choice["family"] == prequential_family(rule["scores"], m._families, m._reference_families,
+                                                          rule["products"], rule["batches"])
+        assert m.population_tasks_ and m._reference_families == ("population", "ridge")
+        sums = m.stream_choice_[part]
+        assert sums["batches"] == 8 and all(set(s) == {f.name for f in m._families} for s in scored[part])
+        for f in sums["scores"]:  # the sums of products of the per-batch scores
+            for g in sums["scores"]:
+                assert sums["products"][f][g] == pytest.approx(sum(s[f] * s[g] for s in scored[part]), rel=1e-12)
     assert FCL3(kind="classification", task_models="paper")._reference_families == ("ridge",)
