@@ -54,16 +54,15 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import gammaln, logsumexp
+from scipy import integrate
+from scipy.special import logsumexp
+from scipy.stats import norm
 
 from .population import QUADRATURE_ROWS, Population, logistic_modes, small_task_posteriors
 
 #: Prior variance ``omega`` (relative to ``tr(G) / d``, and for squared loss to ``sigma^2``).
 GAUSSIAN_OMEGAS = 10.0 ** np.arange(-5.0, 8.01, 0.5)
 LOGISTIC_OMEGAS = 10.0 ** np.arange(-3.0, 3.01, 0.5)
-#: Standard errors by which a family's summed prequential log score must beat the reference's
-#: to replace it (:func:`prequential_family`): a one-sided test at about 2 %.
-PREQUENTIAL_Z = 2.0
 #: Weight ``a`` of the Dirichlet(1 + a) prior on the stream's distribution of ``omega``
 #: (:func:`omega_prior`): ``a = 1`` is Laplace's rule of succession, every grid point counted
 #: once a priori; ``0`` is plain maximum likelihood.
@@ -222,8 +221,8 @@ def _informed_directions(G: np.ndarray, R: np.ndarray, eig: tuple[np.ndarray, np
 def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centres: np.ndarray,
                   basis: np.ndarray | None, rho: float, factor: np.ndarray | None = None,
                   slopes: int | None = None, posterior_means: bool = True,
-                  unit: float | None = None, eig: tuple[np.ndarray, np.ndarray] | None = None,
-                  noise: tuple[float, float] | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+                  unit: float | None = None, eig: tuple[np.ndarray, np.ndarray] | None = None
+                  ) -> tuple[np.ndarray, np.ndarray | None]:
     """Log evidence and posterior mean of a squared-loss task for every centre and every
     ``omega`` of :data:`GAUSSIAN_OMEGAS`: arrays ``(k, n_omega)`` and ``(k, n_omega, d + 1)``.
 
@@ -235,12 +234,7 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
     ``unit``: the per-slope scale the ``omega`` grid is relative to (default the task's own,
     ``tr(G) / d`` of its centred ``X'X``; :func:`family_curves` passes another design's).
     ``eig``: the centred ``X'X``'s ``eigh``, when already computed (the same for every family
-    of a task). ``noise``: ``(s2, nu)``, the noise variance integrated out under the prior
-    ``sigma^2 ~ Scaled-Inv-chi^2(nu, s2)`` instead of profiled out: the log density of the
-    task's centred rows, a multivariate Student t of ``nu`` degrees of freedom and shape
-    ``s2 (I + Z K Z')`` (``m = n - 1`` centred coordinates ``Z``): ``log G((nu+m)/2) -
-    log G(nu/2) - m/2 log(nu s2) - 1/2 log det(I + K G) - (nu+m)/2 log(1 + Q / (nu s2))`` (less
-    the constant ``m/2 log pi``), a proper predictive density.
+    of a task).
     """
     d = gram.shape[0] - 1
     xbar = gram[-1, :-1] / n
@@ -266,12 +260,7 @@ def gaussian_fits(n: int, gram: np.ndarray, moment: np.ndarray, yy: float, centr
         c = RU.T @ qs
         quad = Ss - (c * c) @ shrink
         quad = np.maximum(quad, EXACT_FIT * max(abs(Ss), _TINY))  # an exact fit: Q is rounding
-        if noise is None:
-            E[i] = -0.5 * dof * np.log(quad / dof) - 0.5 * logdet
-        else:
-            s2, nu = noise
-            E[i] = (gammaln(0.5 * (nu + dof)) - gammaln(0.5 * nu) - 0.5 * dof * np.log(nu * s2) - 0.5 * logdet
-                    - 0.5 * (nu + dof) * np.log1p(quad / (nu * s2)))
+        E[i] = -0.5 * dof * np.log(quad / dof) - 0.5 * logdet
         if TH is None:
             continue
         slopes = m[:, None] + RU @ (c[:, None] * shrink)  # (d, n_omega)
@@ -382,8 +371,7 @@ def mixed_curve(E: np.ndarray, TH: np.ndarray | None, log_weights: np.ndarray | 
 
 def family_curves(kind: str, data, library: Library | None, families: tuple[Family, ...],
                   prior_population: Population | None = None, skip_zero_columns: bool = False,
-                  posterior_means: bool = True, design=None, noise: tuple[float, float] | None = None
-                  ) -> dict[str, Curve]:
+                  posterior_means: bool = True, design=None) -> dict[str, Curve]:
     """Every family's :class:`Curve` for one task. ``data`` is the task's sufficient statistics
     ``(n, gram, moment, yy)`` (squared loss) or its rows ``(X, y)`` (logistic loss). A family
     the library cannot define (no basis for ``rho > 0``, no representatives for a mixture)
@@ -405,8 +393,7 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
     of a task's earlier rows under the priors of all its rows, for the predictive density of
     its latest batch (:meth:`core.LifelongLearner._prequential_scores`). The scales read
     ``X`` alone, never ``y``, so a prior set by the whole task's design is a prior for each of
-    its batches. ``noise``: squared loss's noise variance's prior, integrated instead of
-    profiled out (:func:`gaussian_fits`)."""
+    its batches."""
     design = data if design is None else design
     intercept = None
     if prior_population is not None and kind != "regression":
@@ -434,7 +421,7 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
         if has_centres and not library.shared_slopes:
             centres = np.vstack([centres, library.centres])
         return gaussian_fits(n, gram, moment, yy, centres, None, 0.0, np.linalg.cholesky(pop.cov / pop.noise),
-                             posterior_means=posterior_means, eig=eig, noise=noise)
+                             posterior_means=posterior_means, eig=eig)
     for fam in families:
         if fam.own_scale:
             if kind == "regression":
@@ -443,7 +430,7 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
                 xbar = gram_d[-1, :-1] / n_d
                 factor = own_scale_factor(centred_gram(n_d, gram_d), n_d, xbar)
                 E, TH = gaussian_fits(n, gram, moment, yy, np.zeros((1, d)), None, 0.0, factor,
-                                      posterior_means=posterior_means, eig=eig, noise=noise)
+                                      posterior_means=posterior_means, eig=eig)
                 curves[fam.name] = mixed_curve(E, TH)
             else:
                 Xd = design[0][:, :-1]
@@ -488,7 +475,7 @@ def family_curves(kind: str, data, library: Library | None, families: tuple[Fami
         if kind == "regression":
             n, gram, moment, yy = data
             E, TH = gaussian_fits(n, gram, moment, yy, np.vstack([np.zeros((1, d)), centres]), basis, rho,
-                                  slopes=slopes, posterior_means=posterior_means, unit=unit, eig=eig, noise=noise)
+                                  slopes=slopes, posterior_means=posterior_means, unit=unit, eig=eig)
         else:
             E, TH = logistic_fits(data[0], data[1], centres, basis, rho, None, intercept, slopes, unit)
         for fam in fams:
@@ -690,10 +677,21 @@ def prequential_margins(scores: dict[str, float], products: dict[str, dict[str, 
     return out
 
 
+@functools.cache
+def selection_threshold(k: int) -> float:
+    """``E[max(Z_1, ..., Z_k)]`` of ``k`` independent standard normals (0.564 for 2, 1.029 for 4):
+    how far ahead, in standard errors, the best of ``k`` families that all predict as well as
+    the default is on average, from noise alone (:func:`prequential_family`)."""
+    if k < 1:
+        return 0.0
+    density = lambda x: x * k * norm.pdf(x) * norm.cdf(x) ** (k - 1)  # noqa: E731 - the max's mean
+    return float(integrate.quad(density, -np.inf, np.inf)[0])
+
+
 def prequential_family(scores: dict[str, float] | None, families: tuple[Family, ...],
                        references: tuple[str, ...] = (RIDGE.name,),
                        products: dict[str, dict[str, float]] | None = None, batches: int = 0,
-                       z: float = PREQUENTIAL_Z) -> str:
+                       z: float | None = None) -> str:
     """The family the stream's batches say predicts best, each batch predicted before it was
     learned (``scores``: family -> sum of :meth:`core.LifelongLearner._prequential_scores`;
     ``products``: the sums of their products, over ``batches`` batches).
@@ -704,11 +702,13 @@ def prequential_family(scores: dict[str, float] | None, families: tuple[Family, 
     new rows better, and no penalty for what a family fits is needed. ``references`` are the
     models a user compares against (the mixed model, the stream's population once fitted, and
     each task alone, ``ridge``): of those the one with the larger sum is the default (ties to
-    the first). Any other family replaces it only when its sum is ahead by at least ``z``
+    the first). Any other family replaces it only when its sum is ahead by more than ``z``
     standard errors of the paired difference (:func:`prequential_margins`), and then the one
-    furthest ahead: families whose sums differ by less than their noise predict alike as far
-    as the stream can tell. The default with no scores, or one batch, is the first
-    reference."""
+    furthest ahead. ``z`` (by default :func:`selection_threshold` of the ``k`` other families)
+    corrects the lead for its selection: the best of ``k`` noisy leads is ahead by about
+    ``E[max Z_i]`` standard errors when none of the ``k`` predicts better than the default, so
+    the largest lead less that bias must still be positive. The default with no scores, or
+    one batch, is the first reference."""
     names = [f.name for f in families]
     refs = [r for r in references if r in names] or [names[0]]
     if not scores or not products or batches < 2:
@@ -716,6 +716,8 @@ def prequential_family(scores: dict[str, float] | None, families: tuple[Family, 
     def total(f):
         return scores.get(f, scores.get(RIDGE.name, -np.inf))
     default = max(refs, key=lambda f: (total(f), -refs.index(f)))
+    if z is None:
+        z = selection_threshold(len([f for f in names if f not in refs]))
     margins = prequential_margins(scores, products, batches, families, default)
     winners = [f for f in names if f not in refs and margins[f][0] > max(z * margins[f][1], 0.0)]
     return max(winners, key=lambda f: margins[f][0]) if winners else default

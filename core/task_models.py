@@ -251,7 +251,7 @@ class EmpiricalBayesTaskModels:
             return
         tally = {kind: _added(dict((choice or {}).get(kind) or {}), scores if (kind == "known") == known else None)
                  for kind in ("known", "new")}
-        sums, products, batches = _rule_sums(tally)
+        sums, products, batches = _rule_sums(tally, self.kind)
         family = prequential_family(sums, self._families, self._reference_families, products, batches)
         tally = {"family": family, **tally}
         if choice and (defer or len(self.tasks_) > EVERY_UPDATE_TASKS):
@@ -535,12 +535,23 @@ def _added(sums: dict, scores: dict[str, float] | None) -> dict:
     return {"scores": total, "products": products, "batches": batches}
 
 
-def _rule_sums(choice: dict) -> tuple[dict[str, float] | None, dict[str, dict[str, float]] | None, int]:
+def _rule_sums(choice: dict, kind: str) -> tuple[dict[str, float] | None, dict[str, dict[str, float]] | None, int]:
     """The sums the stream's family is chosen by (:func:`core.evidence.prequential_family`'s
-    ``scores``, ``products``, ``batches``): those of known tasks' batches, each scored by what
-    every family served the task before it, once there are two; else those of new tasks' first
-    batches, scored by every family's prior predictive (a stream whose every task is one batch)."""
-    sums = choice.get("known") or {}
-    if int(sums.get("batches", 0)) < 2:
-        sums = choice.get("new") or {}
-    return sums.get("scores"), sums.get("products"), int(sums.get("batches", 0))
+    ``scores``, ``products``, ``batches``), of the ``known`` tasks' batches (each scored by what
+    every family served the task before it) and the ``new`` tasks' first batches (by every
+    family's prior predictive). A logistic score is a log probability of the labels, at most
+    0 a row: both kinds are summed. A squared-loss new task's score is its evidence with the
+    noise profiled out, not a density: on a batch of two or three rows fitted almost exactly it
+    grows without bound, and a few such batches would outweigh every known task's. It counts
+    only while the stream has fewer than two known tasks' batches (a stream whose every task is
+    one batch)."""
+    known, new = choice.get("known") or {}, choice.get("new") or {}
+    if kind == "regression":
+        sums = known if int(known.get("batches", 0)) >= 2 else new
+        return sums.get("scores"), sums.get("products"), int(sums.get("batches", 0))
+    a, b = known.get("scores") or {}, new.get("scores") or {}
+    names = set(a) | set(b)
+    scores = {f: a.get(f, 0.0) + b.get(f, 0.0) for f in names}
+    pa, pb = known.get("products") or {}, new.get("products") or {}
+    products = {f: {g: pa.get(f, {}).get(g, 0.0) + pb.get(f, {}).get(g, 0.0) for g in names} for f in names}
+    return scores, products, int(known.get("batches", 0)) + int(new.get("batches", 0))

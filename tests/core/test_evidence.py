@@ -542,22 +542,23 @@ def test_prequential_margins_are_the_paired_differences_and_their_standard_error
 
 
 def test_the_prequential_family_needs_a_margin_beyond_its_noise_over_the_reference():
+    """With a margin of ``z`` standard errors given (two here)."""
     fams = (ev.RIDGE, ev.POPULATION, ev.Family("mixture", centred_on_representatives=True))
     refs = ("population", "ridge")
     rng = np.random.default_rng(4)
     noise = rng.normal(size=(50, 3))
     # mixture ahead on the sum, by much less than its noise: the reference stays
     close = [{"ridge": -2 + a, "population": -1 + b, "mixture": -1 + 0.02 + c} for a, b, c in noise]
-    assert ev.prequential_family(*_tally(close)[:1], fams, refs, *_tally(close)[1:]) == "population"
+    assert ev.prequential_family(*_tally(close)[:1], fams, refs, *_tally(close)[1:], z=2.0) == "population"
     # ahead by many standard errors: mixture
     clear = [{"ridge": -2 + a, "population": -1 + b, "mixture": b} for a, b, c in noise]
-    assert ev.prequential_family(*_tally(clear)[:1], fams, refs, *_tally(clear)[1:]) == "mixture"
+    assert ev.prequential_family(*_tally(clear)[:1], fams, refs, *_tally(clear)[1:], z=2.0) == "mixture"
     # between the references no margin: the larger sum, however close
     refs_close = [{"ridge": -1 + 0.01 + b, "population": -1 + b, "mixture": -5 + c} for a, b, c in noise]
-    assert ev.prequential_family(*_tally(refs_close)[:1], fams, refs, *_tally(refs_close)[1:]) == "ridge"
+    assert ev.prequential_family(*_tally(refs_close)[:1], fams, refs, *_tally(refs_close)[1:], z=2.0) == "ridge"
     # the best of those that beat the default clearly
     both = [{"ridge": 1.0 + b + 0.1 * a, "population": b, "mixture": 0.5 + b} for a, b, c in noise]
-    assert ev.prequential_family(*_tally(both)[:1], fams, refs, *_tally(both)[1:]) == "ridge"
+    assert ev.prequential_family(*_tally(both)[:1], fams, refs, *_tally(both)[1:], z=2.0) == "ridge"
     # no scores yet, or one batch: the first reference the learner has; a missing family is ridge's
     assert ev.prequential_family(None, fams, refs) == "population"
     assert ev.prequential_family(*_tally(clear[:1])[:1], fams, refs, *_tally(clear[:1])[1:]) == "population"
@@ -604,3 +605,30 @@ def test_an_exact_fits_evidence_does_not_depend_on_how_its_rows_were_summed():
     E_whole, _ = ev.gaussian_fits(*whole, centres, None, 0.0, R)
     E_parts, _ = ev.gaussian_fits(*parts, centres, None, 0.0, R)
     np.testing.assert_allclose(E_parts, E_whole, rtol=0, atol=1e-5)
+
+
+def test_the_selection_threshold_is_the_mean_of_the_largest_of_k_standard_normals():
+    """Against a Monte Carlo draw, and the closed forms for one and two (``1 / sqrt(pi)``)."""
+    draws = np.random.default_rng(0).standard_normal((400_000, 6))
+    for k in range(1, 7):
+        assert ev.selection_threshold(k) == pytest.approx(draws[:, :k].max(axis=1).mean(), abs=5e-3), k
+    assert ev.selection_threshold(1) == pytest.approx(0.0, abs=1e-12)
+    assert ev.selection_threshold(2) == pytest.approx(1 / np.sqrt(np.pi), rel=1e-9)
+    assert ev.selection_threshold(0) == 0.0
+
+
+@pytest.mark.parametrize("lead", [0.9, 1.1])
+def test_a_family_replaces_the_default_only_when_its_lead_is_beyond_the_selection_bias(lead):
+    """With four families beside the two references the threshold is ``E[max]`` of four standard
+    normals, 1.029 standard errors: a lead of 0.9 of them keeps the default, 1.1 replaces it."""
+    fams = (ev.RIDGE, ev.POPULATION, *(ev.Family(f"m{i}", centred_on_representatives=True) for i in range(4)))
+    e = np.random.default_rng(2).standard_normal(100)
+    e = (e - e.mean()) / e.std()  # the paired differences' mean and spread exactly as set
+    base = np.random.default_rng(3).standard_normal(100)
+    batches = [{"ridge": b - 5.0, "population": b, "m0": b + lead / 10 + x, "m1": b - 3, "m2": b - 3, "m3": b - 4}
+               for b, x in zip(base, e)]
+    margins = ev.prequential_margins(*_tally(batches)[:2], 100, fams, "population")
+    assert margins["m0"][0] / margins["m0"][1] == pytest.approx(lead, rel=1e-9)
+    assert ev.selection_threshold(4) == pytest.approx(1.0294, abs=1e-4)
+    want = "m0" if lead > ev.selection_threshold(4) else "population"
+    assert ev.prequential_family(*_tally(batches)[:1], fams, ("population", "ridge"), *_tally(batches)[1:]) == want

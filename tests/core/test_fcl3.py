@@ -530,10 +530,9 @@ def test_a_failed_update_leaves_the_tasks_as_they_were():
 
 def test_the_stream_family_is_the_one_whose_predictions_of_the_batches_scored_best():
     """The stream's family is :func:`core.evidence.prequential_family` of the summed
-    prequential scores and their products, one score per batch not deferred and family: of the
-    known tasks' batches once there are two, before that of the new tasks' first batches. Once
-    a population is fitted it is the first reference, before it (and for the paper's rule)
-    ``ridge``."""
+    prequential scores and their products, one score per batch not deferred and family, kept
+    apart for new and known tasks' batches and (logistic loss) summed. Once a population is
+    fitted it is the first reference, before it (and for the paper's rule) ``ridge``."""
     from core.evidence import prequential_family
     m = FCL3(kind="classification", random_state=0, standardize=False)  # no warm-up: one score per batch
     assert m._reference_families == ("ridge",)
@@ -546,9 +545,11 @@ def test_the_stream_family_is_the_one_whose_predictions_of_the_batches_scored_be
             after = m.stream_choice_[part]["scores"]
             scored[part].append({name: after[name] - before.get(name, 0.0) for name in after})
             choice = m.stream_choice_
-            rule = choice["known"] if choice["known"]["batches"] >= 2 else choice["new"]
-            assert choice["family"] == prequential_family(rule["scores"], m._families, m._reference_families,
-                                                          rule["products"], rule["batches"])
+            every = scored["new"] + scored["known"]  # a logistic stream sums both kinds
+            sums = {f: sum(s[f] for s in every) for f in every[0]}
+            products = {f: {g: sum(s[f] * s[g] for s in every) for g in sums} for f in sums}
+            assert choice["family"] == prequential_family(sums, m._families, m._reference_families, products,
+                                                          len(every))
         assert m.population_tasks_ and m._reference_families == ("population", "ridge")
         sums = m.stream_choice_[part]
         assert sums["batches"] == 8 and all(set(s) == {f.name for f in m._families} for s in scored[part])
