@@ -37,16 +37,21 @@ noisy and often at the lower edge of the grid (the task declared equal to the pr
 centre); the stream pools the tasks' curves, as the family choice does.
 
 The family itself is chosen for the whole stream by how well each family predicted the
-stream's batches before they were learned (:func:`prequential_family`): every batch, when it
-arrives, is scored under every family by its predictive density given the task's earlier
-rows, against the library and population *as they were without that task* and with the
-stream's ``pi`` of that moment (:meth:`core.LifelongLearner._prequential_scores`), and the
-family with the largest sum is used. The sum is the stream's prequential log likelihood: a
-family that fits the rows it has learned more closely gains nothing unless it predicts the
-next rows better, so no penalty for what it fits is needed. Of the two models a user
-compares against, the mixed model (the population) and each task alone (``ridge``), the one
-the stream scored higher is used, unless another family is ahead of it by more than the noise
-of the difference (two standard errors of the paired per-batch scores).
+stream's batches before they were learned (:func:`prequential_family`). A known task's batch
+is scored by what each family served the task from its earlier rows, against the library and
+population as they were without that task and with the stream's ``pi`` of that moment: for
+squared loss the batch's squared error under that model in units of the task's noise (a
+Gaussian log score with one variance for every family), for logistic loss its log likelihood.
+A new task's first batch is scored by each family's prior predictive, its evidence
+(:meth:`core.LifelongLearner._prequential_scores`). A family that fits the rows it has learned
+more closely gains nothing unless it predicts the next rows better, so no penalty for what it
+fits is needed. For squared loss a new task's evidence, with the noise profiled out, is not a
+density and grows without bound on a batch of two or three rows fitted almost exactly: it
+decides only a stream that has no known task's batch yet. Of the two models a user compares
+against, the mixed model (the population) and each task alone (``ridge``), the one the stream
+scored higher is used, unless another family is ahead of it by more than the best of that many
+families would be from noise alone (:func:`selection_threshold` standard errors of the paired
+per-batch scores).
 """
 from __future__ import annotations
 
