@@ -184,11 +184,19 @@ class EmpiricalBayesTaskModels:
             return None
         priors = self._stream_priors()[1] if getattr(self, "stream_choice_", None) else {}
         uniform = np.full(self._n_omega, -np.log(self._n_omega))
+        priors = {k: np.asarray(v) for k, v in priors.items()} or {f.name: uniform for f in self._families}
+        try:
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                curves = family_curves(self.kind, self._evidence_data(previous), library, self._families, None,
+                                       self.grow_features)
+        except (np.linalg.LinAlgError, ArithmeticError):
+            return None
+        if RIDGE.name not in curves:
+            return None
         scores = {}
         for family in self._families:
-            theta = self._served_model(previous, family, lambda: library, population if fitted else None,
-                                       {k: np.asarray(v) for k, v in priors.items()} or
-                                       {f.name: uniform for f in self._families})
+            theta = self._served_model(previous, family, lambda: library, population if fitted else None, priors,
+                                       curves)
             if theta is None:
                 return None
             sse = float(batch.yy - 2.0 * theta @ batch.moment + theta @ batch.gram @ theta)
@@ -297,13 +305,14 @@ class EmpiricalBayesTaskModels:
         return self._keeps_population and bool(int(getattr(self, "population_tasks_", 0)))
 
     def _served_model(self, record: TaskRecord, family: Family, library_of, pop: Population | None,
-                      priors: dict[str, np.ndarray]) -> np.ndarray | None:
+                      priors: dict[str, np.ndarray], curves: dict[str, Curve] | None = None) -> np.ndarray | None:
         """The model family ``family`` serves a task of record ``record`` under the library
         ``library_of()`` (called only when the family reads one) and the fitted population
         ``pop`` (``None``: none yet), with the stream's priors over ``omega`` (``priors``): the
         mixed model's prediction for the population's family, else the posterior mean of the
         family's curve over ``omega``, its intercept pooled with the population's. ``None`` when
-        the arithmetic fails."""
+        the arithmetic fails. ``curves``: the task's curves of every family (means included),
+        when already computed against that library."""
         data = self._evidence_data(record)
         if family.centred_on_population and pop is not None:
             theta = self._mixed_model_prediction(record, pop)
@@ -314,10 +323,14 @@ class EmpiricalBayesTaskModels:
             library = None if family is RIDGE or family.own_scale else library_of()
             try:
                 intercept = None if self.kind == "regression" or pop is None else pop.predictive()
-                curve = family_curves(self.kind, data, library, (family,), intercept, self.grow_features).get(name)
+                if curves is None:
+                    curve = family_curves(self.kind, data, library, (family,), intercept, self.grow_features).get(name)
+                else:
+                    curve = curves.get(name)
                 if curve is None:  # the library cannot define the family for this task
                     name = RIDGE.name
-                    curve = family_curves(self.kind, data, None, (RIDGE,), intercept, self.grow_features)[name]
+                    curve = (family_curves(self.kind, data, None, (RIDGE,), intercept, self.grow_features)[name]
+                             if curves is None else curves[name])
                 fit = posterior_fit(curve, priors.get(name))
                 # a logistic fit has the population's intercept in its prior already; a task
                 # alone on its own scales keeps its own intercept, as the user's per-task fit does
