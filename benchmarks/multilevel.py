@@ -36,6 +36,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .common import machine, matplotlib_pyplot, progress_bar, write_json
+from .family_choice import family_report
 from .multilevel_baselines import BASELINE_VERSION, BASELINES, baselines, default_cache_dir, error_of
 from .multilevel_data import SPECS, Dataset, Split, load, make_split
 from .robustness import geometric_mean
@@ -74,11 +75,14 @@ def split_for(dataset: str | Dataset | Split, seed: int, quick: bool = False) ->
 
 
 def run_learner(dataset: str | Dataset | Split, seed: int, make_learner: Factory, first_row_only: bool = False,
-                quick: bool = False, on_batch: Callable[[], Any] | None = None) -> dict[str, Any]:
+                quick: bool = False, on_batch: Callable[[], Any] | None = None,
+                family_scan: bool = False) -> dict[str, Any]:
     """Stream one seed's training batches into ``make_learner(kind, seed)`` and score the test
     halves; ``first_row_only`` cuts the stream's very first batch to one row (the rest follows
     as another batch); ``on_batch()`` is called after each of the split's batches. A learner
-    that raises gets ``error=inf`` and the exception text."""
+    that raises gets ``error=inf`` and the exception text. ``family_choice``: how the stream's
+    family was chosen (:func:`benchmarks.family_choice.family_report`), with ``family_scan``
+    every family's error too."""
     split = split_for(dataset, seed, quick)
     try:
         model = make_learner(split.kind, split.seed)
@@ -91,17 +95,22 @@ def run_learner(dataset: str | Dataset | Split, seed: int, make_learner: Factory
             if on_batch is not None and not (cut and n == 1):  # the cut row and its rest are one batch
                 on_batch()
         learn_s = time.perf_counter() - t0
+
+        def tested(m) -> dict[str, Any]:
+            scores, y_tests = [], []
+            for t, task_id in enumerate(split.dataset.task_ids):
+                X, y = split.testing(t)
+                scores.append(m.predict(task_id, X) if split.kind == "regression" else m.decision_function(task_id, X))
+                y_tests.append(y)
+            return error_of(split.kind, y_tests, scores)
+
         t0 = time.perf_counter()
-        scores, y_tests = [], []
-        for t, task_id in enumerate(split.dataset.task_ids):
-            X, y = split.testing(t)
-            scores.append(model.predict(task_id, X) if split.kind == "regression"
-                          else model.decision_function(task_id, X))
-            y_tests.append(y)
+        errors = tested(model)
         predict_s = time.perf_counter() - t0
+        choice = family_report(model, (lambda m: tested(m)["error"]) if family_scan else None)
     except Exception as exc:  # noqa: BLE001 - a failing learner is a result, not a crash
         return {"error": float("inf"), "failure": f"{type(exc).__name__}: {exc}"}
-    return {**error_of(split.kind, y_tests, scores), "learn_s": learn_s, "predict_s": predict_s, "n_updates": n}
+    return {**errors, "learn_s": learn_s, "predict_s": predict_s, "n_updates": n, "family_choice": choice}
 
 
 def _ratio(a: float, b: float) -> float:
@@ -148,10 +157,11 @@ def bootstrap_ratios(kind: str, seeds: list[dict[str, Any]], replicates: int, se
 def run_suite(datasets=None, seeds=(0, 1, 2), make_learner: Factory | None = None, learner: str = "FCL3",
               params: dict[str, Any] | None = None, first_batch: bool = False, quick: bool = False,
               progress: bool = True, cache_dir: str | os.PathLike | None | bool = True,
-              bootstrap: int = 0) -> dict[str, Any]:
+              bootstrap: int = 0, family_scan: bool = False) -> dict[str, Any]:
     """Run the suite; returns the structure ``--json`` writes. ``make_learner`` overrides
     ``learner``/``params``; ``cache_dir=True`` is :func:`default_cache_dir`, ``None`` no cache;
-    ``bootstrap``: that many resamples for each ratio's interval (:func:`bootstrap_ratios`)."""
+    ``bootstrap``: that many resamples for each ratio's interval (:func:`bootstrap_ratios`);
+    ``family_scan``: every family's error beside the learner's (:func:`run_learner`)."""
     names = list(SPECS) if datasets is None else list(datasets)
     for n in names:
         if n not in SPECS:
@@ -185,7 +195,7 @@ def run_suite(datasets=None, seeds=(0, 1, 2), make_learner: Factory | None = Non
             split = make_split(ds, seed)
             base = baselines(split, cache if cache else None)
             bar.set_postfix_str(f"{name} seed {seed}")
-            run = run_learner(split, seed, make, on_batch=lambda: bar.update(1))
+            run = run_learner(split, seed, make, on_batch=lambda: bar.update(1), family_scan=family_scan)
             errs = {b: base[b]["error"] for b in BASELINES}
             best = min(errs.values())
             s_entry = {"learner": run, "baselines": base, "best_baseline": min(errs, key=errs.get),
@@ -244,6 +254,7 @@ def format_table(result: dict[str, Any]) -> str:
             f"{'pooled':>8} {'mixed':>8} {'/per-task':>9} {'/pooled':>8} {'/mixed':>8} {'/best':>7}")
     if fb:
         head += f" {'1st row':>8} {'1st/usual':>9}"
+    head += "  family (per seed)"
     lines = [head, "-" * len(head)]
     for name, e in result["datasets"].items():
         err, r = e["error"], e["ratio"]
@@ -252,6 +263,8 @@ def format_table(result: dict[str, Any]) -> str:
                 f"{_f(r['per_task']):>9} {_f(r['pooled']):>8} {_f(r['mixed']):>8} {_f(r['best']):>7}")
         if fb:
             line += f" {_f(e['first_batch']['first_row_only']):>8} {_f(e['first_batch']['ratio']):>9}"
+        line += "  " + ",".join((seed["learner"].get("family_choice") or {}).get("family", "-")
+                                for seed in e["seeds"].values())
         lines.append(line)
     m = result["median_ratio"]
     line = (f"{'median':<12} {'':<5} {'':>5} {'':>6} {'':>8} {'':>8} {'':>8} {'':>8} "
@@ -348,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache-dir", default=str(default_cache_dir()), help="where fitted baselines are cached")
     ap.add_argument("--no-cache", action="store_true", help="fit the baselines without reading or writing the cache")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.add_argument("--family-scan", action="store_true",
+                    help="also every prior family's error, the learned model forced to it (benchmarks.family_choice)")
     args = ap.parse_args(argv)
     try:
         params = json.loads(args.params)
@@ -372,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = range(1 if args.quick else args.seeds)
     result = run_suite(datasets, seeds=seeds, learner=args.learner, params=params, first_batch=args.first_batch,
                        quick=args.quick, progress=not args.quiet, cache_dir=None if args.no_cache else args.cache_dir,
-                       bootstrap=args.bootstrap)
+                       bootstrap=args.bootstrap, family_scan=args.family_scan)
     result["command"] = "python -m benchmarks.multilevel " + " ".join(sys.argv[1:] if argv is None else argv)
     print(format_table(result))
     fit_s = sum(e["baseline_fit_s"] for e in result["datasets"].values())

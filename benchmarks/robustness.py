@@ -71,6 +71,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .common import machine, matplotlib_pyplot, progress_bar, write_json
+from .family_choice import family_report
 
 #: The ridge grid of the regression baseline and the C grid of the classification baseline.
 ALPHAS = np.logspace(-6, 6, 25)
@@ -478,10 +479,13 @@ def default_models(names=None, params: dict[str, dict] | None = None) -> dict[st
     return {n: factory(n) for n in names}
 
 
-def run_model(factory: Factory, stream: Stream, first_row_only: bool = False) -> dict[str, Any]:
+def run_model(factory: Factory, stream: Stream, first_row_only: bool = False,
+              scan_against: list[float] | None = None) -> dict[str, Any]:
     """Learn ``stream``'s training batches in order with a fresh learner, then score every
     task's test half (``first_row_only``: :meth:`Stream.batches`). A learner that raises gets
-    ``errors=None`` and the exception text."""
+    ``errors=None`` and the exception text. ``family_choice``: how the stream's family was
+    chosen (:func:`benchmarks.family_choice.family_report`); given the baseline's per-task
+    errors ``scan_against``, with every family's ratio to them too."""
     try:
         model = factory(stream.kind, stream.seed)
         t0 = time.perf_counter()
@@ -489,18 +493,21 @@ def run_model(factory: Factory, stream: Stream, first_row_only: bool = False) ->
         for task_id, X, y in stream.batches(first_row_only):
             last = model.learn(task_id, X, y)
         learn_s = time.perf_counter() - t0
+
+        def tested(m) -> list[float]:
+            return [task_error(stream.kind, task.y_test, m.predict(task.task_id, task.X_test)
+                               if stream.kind == "regression" else m.decision_function(task.task_id, task.X_test))
+                    for task in stream.tasks]
+
         t0 = time.perf_counter()
-        errors = []
-        for task in stream.tasks:
-            score = (model.predict(task.task_id, task.X_test) if stream.kind == "regression"
-                     else model.decision_function(task.task_id, task.X_test))
-            errors.append(task_error(stream.kind, task.y_test, score))
+        errors = tested(model)
         predict_s = time.perf_counter() - t0
+        choice = family_report(model, None if scan_against is None else lambda m: ratio_of(tested(m), scan_against))
     except Exception as exc:  # noqa: BLE001 - a failing learner is a result, not a crash
         return {"errors": None, "failure": f"{type(exc).__name__}: {exc}"}
     reps = getattr(last, "n_representatives", None)
     return {"errors": errors, "learn_s": learn_s, "predict_s": predict_s,
-            "n_updates": len(stream.order), "n_representatives": reps}
+            "n_updates": len(stream.order), "n_representatives": reps, "family_choice": choice}
 
 
 def ratio_of(model_errors, baseline_errors) -> float:
@@ -594,7 +601,7 @@ def cached_baseline(cache: dict[str, Any] | None, stream: Stream, quick: bool) -
 
 def run_suite(families=None, seeds=(0, 1, 2), models: dict[str, Factory] | None = None, progress: bool = True,
               quick: bool = False, baselines: dict[str, Any] | None = None,
-              first_batch: bool = False) -> dict[str, Any]:
+              first_batch: bool = False, family_scan: bool = False) -> dict[str, Any]:
     """Run the suite and return its results (the structure ``--json`` writes).
 
     ``families``: names or :class:`Family` objects (default: all of :data:`FAMILIES`);
@@ -603,7 +610,8 @@ def run_suite(families=None, seeds=(0, 1, 2), models: dict[str, Factory] | None 
     whose baselines are reused where they match (:func:`cached_baseline`); ``first_batch``:
     every stream also learned with its first batch cut to one row (the rest of it following
     as another batch), and each model's mean test error so over its usual one reported per
-    family (``first_batch``, geometric mean over seeds) and at most (``summary``).
+    family (``first_batch``, geometric mean over seeds) and at most (``summary``);
+    ``family_scan``: every prior family's ratio beside each model's (:func:`run_model`).
     """
     fams = _resolve_families(families)
     models = default_models() if models is None else dict(models)
@@ -632,7 +640,7 @@ def run_suite(families=None, seeds=(0, 1, 2), models: dict[str, Factory] | None 
             base = cached_baseline(baselines, stream, quick) or run_baseline(stream)
             per_model = {}
             for name, factory in models.items():
-                r = run_model(factory, stream)
+                r = run_model(factory, stream, scan_against=base["errors"] if family_scan else None)
                 r["mean_error"] = float(np.nanmean(r["errors"])) if r["errors"] is not None else None
                 r["ratio"] = ratio_of(r["errors"], base["errors"])
                 if first_batch:
@@ -817,6 +825,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", dest="json_out", help="write every result to this path")
     ap.add_argument("--plot", help="write the ratio figure (PNG) to this path")
     ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    ap.add_argument("--family-scan", action="store_true",
+                    help="also every prior family's ratio, the learned model forced to it (benchmarks.family_choice)")
     ap.add_argument("--first-batch", action="store_true",
                     help="also learn every stream with its very first batch cut to one row and compare")
     ap.add_argument("--baselines", help="reuse the baselines of an earlier --json result where they match "
@@ -840,7 +850,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.baselines) as fh:
             cache = json.load(fh)
     result = run_suite(families, seeds=seeds, models=models, progress=not args.quiet, quick=args.quick,
-                       baselines=cache, first_batch=args.first_batch)
+                       baselines=cache, first_batch=args.first_batch, family_scan=args.family_scan)
     result["command"] = "python -m benchmarks.robustness " + " ".join(sys.argv[1:] if argv is None else argv)
     print(format_table(result))
     print(f"\nwall time {result['wall_s']:.1f} s (baselines {result['baseline_fit_s']:.1f} s)")

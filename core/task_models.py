@@ -15,7 +15,8 @@ from typing import ClassVar
 import numpy as np
 
 from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, POPULATION, RIDGE, Curve, Family, Library, family_curves,
-                       family_priors, log_sum_exp, posterior_fit, prequential_family)
+                       family_priors, log_sum_exp, posterior_fit, prequential_family, prequential_margins,
+                       selection_threshold)
 from .losses import sigmoid
 from .population import (LOGISTIC_SPREAD_SCALE, Population, choose_logistic_population,
                          fit_gaussian_population, logistic_mode, marginal_objective, noise_precisions, pooled_intercept,
@@ -273,6 +274,39 @@ class EmpiricalBayesTaskModels:
                                start=(choice or {}).get("priors"))
         self.stream_choice_ = {**tally, "priors": {k: [float(x) for x in v] for k, v in priors.items()},
                                "tasks": len(self.tasks_), "updates": 0}
+
+    def family_margins(self) -> dict:
+        """How the stream's family was chosen (:func:`core.evidence.prequential_family`): the
+        ``default`` (the larger sum of the ``references``), the ``threshold`` in standard errors a family
+        had to beat it by, the ``batches`` scored and, per family, its summed prequential score's
+        ``lead`` over the default and that lead's standard error ``se``."""
+        if self.task_models == "paper" or not getattr(self, "stream_choice_", None):
+            raise ValueError("no stream choice: the learner has no empirical-Bayes task models or has learned nothing")
+        scores, products, batches = _rule_sums(self.stream_choice_, self.kind)
+        names = [f.name for f in self._families]
+        refs = [r for r in self._reference_families if r in names] or names[:1]
+        scored = bool(scores and products and batches >= 2)
+        default = (max(refs, key=lambda f: (scores.get(f, scores.get(RIDGE.name, -np.inf)), -refs.index(f)))
+                   if scored else refs[0])
+        margins = prequential_margins(scores, products, batches, self._families, default) if scored else {}
+        k = len([f for f in self._families if f.name not in refs])
+        return {"family": self.stream_choice_["family"], "default": default, "references": refs,
+                "threshold": selection_threshold(k),
+                "batches": batches, "margins": {f: {"lead": lead, "se": se} for f, (lead, se) in margins.items()}}
+
+    def with_task_family(self, family: str):
+        """A copy (:meth:`copy`) that predicts every task with the prior family ``family``
+        instead of the stream's choice, everything learned the same: what each family would
+        serve, to compare them on held-out rows."""
+        names = [f.name for f in self._families]
+        if self.task_models == "paper" or family not in names:
+            raise ValueError(f"family must be one of {names} of a learner with empirical-Bayes task models, "
+                             f"got {family!r}")
+        clone = self.copy()
+        _, priors = self._stream_priors()
+        clone.stream_choice_ = {**(getattr(self, "stream_choice_", None) or {}), "family": family,
+                                "priors": {k: [float(x) for x in v] for k, v in priors.items()}}
+        return clone
 
     def task_family(self) -> str:
         """The prior family every task is predicted with (``"paper"`` when ``task_models`` is)."""

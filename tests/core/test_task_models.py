@@ -445,3 +445,30 @@ def test_a_known_logistic_batchs_score_is_the_log_likelihood_of_the_model_each_f
     assert abs(got["ridge"] - (ev.log_sum_exp(log_pi + bayes) - ev.log_sum_exp(log_pi + np.asarray(
         model._curves(model._evidence_data(previous), None, population,
                       design=model._evidence_data(model.tasks_[tid]))["ridge"])))) > 1e-3
+
+
+def test_a_copy_with_another_family_predicts_with_it_and_the_margins_explain_the_choice():
+    """``with_task_family`` serves the family asked for and leaves the learner as it was; with
+    the stream's own family it predicts what the learner does. ``family_margins`` gives the
+    default and every family's lead and standard error, from which the choice follows."""
+    model, tasks = _learnt_for_scores()
+    for tid, X, y, _, _ in tasks:
+        model.learn(tid, X[6:], y[6:])
+    tid, X = tasks[0][0], tasks[0][3]
+    before = model.predict(tid, X)
+    same = model.with_task_family(model.task_family())
+    assert np.array_equal(same.predict(tid, X), model.predict(tid, X))
+    other = next(f.name for f in model._families if f.name != model.task_family())
+    moved = model.with_task_family(other)
+    assert moved.task_family() == other and not np.allclose(moved.predict(tid, X), model.predict(tid, X))
+    assert np.array_equal(model.predict(tid, X), before)
+    with pytest.raises(ValueError, match="family must be one of"):
+        model.with_task_family("nope")
+    report = model.family_margins()
+    assert report["family"] == model.task_family()
+    leads = {f: m["lead"] / m["se"] if m["se"] > 0 else np.inf * np.sign(m["lead"])
+             for f, m in report["margins"].items() if f not in model._reference_families}
+    ahead = [f for f, t in leads.items() if t > report["threshold"] and report["margins"][f]["lead"] > 0]
+    want = max(ahead, key=lambda f: report["margins"][f]["lead"]) if ahead else report["default"]
+    assert report["family"] == want
+    assert report["margins"][report["default"]] == {"lead": 0.0, "se": 0.0}
