@@ -49,9 +49,8 @@ fits is needed. For squared loss a new task's evidence, with the noise profiled 
 density and grows without bound on a batch of two or three rows fitted almost exactly: it
 decides only a stream that has no known task's batch yet. Of the two models a user compares
 against, the mixed model (the population) and each task alone (``ridge``), the one the stream
-scored higher is used, unless another family is ahead of it by more than the best of that many
-families would be from noise alone (:func:`selection_threshold` standard errors of the paired
-per-batch scores).
+scored higher is used, unless another family is ahead of it by more than the noise of the
+difference (:data:`PREQUENTIAL_Z` standard errors of the paired per-batch scores).
 """
 from __future__ import annotations
 
@@ -59,15 +58,18 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import integrate
 from scipy.special import logsumexp
-from scipy.stats import norm
 
 from .population import QUADRATURE_ROWS, Population, logistic_modes, small_task_posteriors
 
 #: Prior variance ``omega`` (relative to ``tr(G) / d``, and for squared loss to ``sigma^2``).
 GAUSSIAN_OMEGAS = 10.0 ** np.arange(-5.0, 8.01, 0.5)
 LOGISTIC_OMEGAS = 10.0 ** np.arange(-3.0, 3.01, 0.5)
+#: Standard errors by which a family's summed prequential score must beat the default's to
+#: replace it (:func:`prequential_family`). On the multilevel suite any value from 0.6 to 6
+#: gives every data set the same family; on streams of one batch per task, where only new
+#: tasks' evidence is scored, it decides (``docs/lab/multilevel.md``).
+PREQUENTIAL_Z = 2.0
 #: Weight ``a`` of the Dirichlet(1 + a) prior on the stream's distribution of ``omega``
 #: (:func:`omega_prior`): ``a = 1`` is Laplace's rule of succession, every grid point counted
 #: once a priori; ``0`` is plain maximum likelihood.
@@ -682,21 +684,10 @@ def prequential_margins(scores: dict[str, float], products: dict[str, dict[str, 
     return out
 
 
-@functools.cache
-def selection_threshold(k: int) -> float:
-    """``E[max(Z_1, ..., Z_k)]`` of ``k`` independent standard normals (0.564 for 2, 1.029 for 4):
-    how far ahead, in standard errors, the best of ``k`` families that all predict as well as
-    the default is on average, from noise alone (:func:`prequential_family`)."""
-    if k < 1:
-        return 0.0
-    density = lambda x: x * k * norm.pdf(x) * norm.cdf(x) ** (k - 1)  # noqa: E731 - the max's mean
-    return float(integrate.quad(density, -np.inf, np.inf)[0])
-
-
 def prequential_family(scores: dict[str, float] | None, families: tuple[Family, ...],
                        references: tuple[str, ...] = (RIDGE.name,),
                        products: dict[str, dict[str, float]] | None = None, batches: int = 0,
-                       z: float | None = None) -> str:
+                       z: float = PREQUENTIAL_Z) -> str:
     """The family the stream's batches say predicts best, each batch predicted before it was
     learned (``scores``: family -> sum of :meth:`core.LifelongLearner._prequential_scores`;
     ``products``: the sums of their products, over ``batches`` batches).
@@ -709,11 +700,9 @@ def prequential_family(scores: dict[str, float] | None, families: tuple[Family, 
     each task alone, ``ridge``): of those the one with the larger sum is the default (ties to
     the first). Any other family replaces it only when its sum is ahead by more than ``z``
     standard errors of the paired difference (:func:`prequential_margins`), and then the one
-    furthest ahead. ``z`` (by default :func:`selection_threshold` of the ``k`` other families)
-    corrects the lead for its selection: the best of ``k`` noisy leads is ahead by about
-    ``E[max Z_i]`` standard errors when none of the ``k`` predicts better than the default, so
-    the largest lead less that bias must still be positive. The default with no scores, or
-    one batch, is the first reference."""
+    furthest ahead: families whose sums differ by less than their noise predict alike as far
+    as the stream can tell. The default with no scores, or one batch, is the first
+    reference."""
     names = [f.name for f in families]
     refs = [r for r in references if r in names] or [names[0]]
     if not scores or not products or batches < 2:
@@ -721,8 +710,6 @@ def prequential_family(scores: dict[str, float] | None, families: tuple[Family, 
     def total(f):
         return scores.get(f, scores.get(RIDGE.name, -np.inf))
     default = max(refs, key=lambda f: (total(f), -refs.index(f)))
-    if z is None:
-        z = selection_threshold(len([f for f in names if f not in refs]))
     margins = prequential_margins(scores, products, batches, families, default)
     winners = [f for f in names if f not in refs and margins[f][0] > max(z * margins[f][1], 0.0)]
     return max(winners, key=lambda f: margins[f][0]) if winners else default

@@ -14,9 +14,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, POPULATION, RIDGE, Curve, Family, Library, family_curves,
-                       family_priors, log_sum_exp, posterior_fit, prequential_family, prequential_margins,
-                       selection_threshold)
+from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, POPULATION, PREQUENTIAL_Z, RIDGE, Curve, Family, Library,
+                       family_curves, family_priors, log_sum_exp, posterior_fit, prequential_family,
+                       prequential_margins)
 from .losses import sigmoid
 from .population import (LOGISTIC_SPREAD_SCALE, Population, choose_logistic_population,
                          fit_gaussian_population, logistic_mode, marginal_objective, noise_precisions, pooled_intercept,
@@ -289,9 +289,8 @@ class EmpiricalBayesTaskModels:
         default = (max(refs, key=lambda f: (scores.get(f, scores.get(RIDGE.name, -np.inf)), -refs.index(f)))
                    if scored else refs[0])
         margins = prequential_margins(scores, products, batches, self._families, default) if scored else {}
-        k = len([f for f in self._families if f.name not in refs])
         return {"family": self.stream_choice_["family"], "default": default, "references": refs,
-                "threshold": selection_threshold(k),
+                "threshold": PREQUENTIAL_Z,
                 "batches": batches, "margins": {f: {"lead": lead, "se": se} for f, (lead, se) in margins.items()}}
 
     def with_task_family(self, family: str):

@@ -605,30 +605,3 @@ def test_an_exact_fits_evidence_does_not_depend_on_how_its_rows_were_summed():
     E_whole, _ = ev.gaussian_fits(*whole, centres, None, 0.0, R)
     E_parts, _ = ev.gaussian_fits(*parts, centres, None, 0.0, R)
     np.testing.assert_allclose(E_parts, E_whole, rtol=0, atol=1e-5)
-
-
-def test_the_selection_threshold_is_the_mean_of_the_largest_of_k_standard_normals():
-    """Against a Monte Carlo draw, and the closed forms for one and two (``1 / sqrt(pi)``)."""
-    draws = np.random.default_rng(0).standard_normal((400_000, 6))
-    for k in range(1, 7):
-        assert ev.selection_threshold(k) == pytest.approx(draws[:, :k].max(axis=1).mean(), abs=5e-3), k
-    assert ev.selection_threshold(1) == pytest.approx(0.0, abs=1e-12)
-    assert ev.selection_threshold(2) == pytest.approx(1 / np.sqrt(np.pi), rel=1e-9)
-    assert ev.selection_threshold(0) == 0.0
-
-
-@pytest.mark.parametrize("lead", [0.9, 1.1])
-def test_a_family_replaces_the_default_only_when_its_lead_is_beyond_the_selection_bias(lead):
-    """With four families beside the two references the threshold is ``E[max]`` of four standard
-    normals, 1.029 standard errors: a lead of 0.9 of them keeps the default, 1.1 replaces it."""
-    fams = (ev.RIDGE, ev.POPULATION, *(ev.Family(f"m{i}", centred_on_representatives=True) for i in range(4)))
-    e = np.random.default_rng(2).standard_normal(100)
-    e = (e - e.mean()) / e.std()  # the paired differences' mean and spread exactly as set
-    base = np.random.default_rng(3).standard_normal(100)
-    batches = [{"ridge": b - 5.0, "population": b, "m0": b + lead / 10 + x, "m1": b - 3, "m2": b - 3, "m3": b - 4}
-               for b, x in zip(base, e)]
-    margins = ev.prequential_margins(*_tally(batches)[:2], 100, fams, "population")
-    assert margins["m0"][0] / margins["m0"][1] == pytest.approx(lead, rel=1e-9)
-    assert ev.selection_threshold(4) == pytest.approx(1.0294, abs=1e-4)
-    want = "m0" if lead > ev.selection_threshold(4) else "population"
-    assert ev.prequential_family(*_tally(batches)[:1], fams, ("population", "ridge"), *_tally(batches)[1:]) == want
