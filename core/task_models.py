@@ -197,7 +197,7 @@ class EmpiricalBayesTaskModels:
         scores = {}
         for family in self._families:
             theta = self._served_model(previous, family, lambda: library, population if fitted else None, priors,
-                                       curves)
+                                       curves, noise if fitted else None)
             if theta is None:
                 return None
             sse = float(batch.yy - 2.0 * theta @ batch.moment + theta @ batch.gram @ theta)
@@ -338,17 +338,19 @@ class EmpiricalBayesTaskModels:
         return self._keeps_population and bool(int(getattr(self, "population_tasks_", 0)))
 
     def _served_model(self, record: TaskRecord, family: Family, library_of, pop: Population | None,
-                      priors: dict[str, np.ndarray], curves: dict[str, Curve] | None = None) -> np.ndarray | None:
+                      priors: dict[str, np.ndarray], curves: dict[str, Curve] | None = None,
+                      noise: float | None = None) -> np.ndarray | None:
         """The model family ``family`` serves a task of record ``record`` under the library
         ``library_of()`` (called only when the family reads one) and the fitted population
         ``pop`` (``None``: none yet), with the stream's priors over ``omega`` (``priors``): the
         mixed model's prediction for the population's family, else the posterior mean of the
         family's curve over ``omega``, its intercept pooled with the population's. ``None`` when
         the arithmetic fails. ``curves``: the task's curves of every family (means included),
-        when already computed against that library."""
+        when already computed against that library; ``noise``: a squared-loss task's noise
+        under ``pop`` (:meth:`_task_noise`), when already computed."""
         data = self._evidence_data(record)
         if family.centred_on_population and pop is not None:
-            theta = self._mixed_model_prediction(record, pop)
+            theta = self._mixed_model_prediction(record, pop, noise)
             if np.all(np.isfinite(theta)):
                 return theta
         name = family.name
@@ -368,7 +370,7 @@ class EmpiricalBayesTaskModels:
                 # a logistic fit has the population's intercept in its prior already; a task
                 # alone on its own scales keeps its own intercept, as the user's per-task fit does
                 pooled = pop is not None and intercept is None and not family.own_scale
-                theta = (self._with_pooled_intercept(record, fit.theta, family.centred_on_population, pop)
+                theta = (self._with_pooled_intercept(record, fit.theta, family.centred_on_population, pop, noise)
                          if pooled else fit.theta)
             except (np.linalg.LinAlgError, ArithmeticError):
                 return None
@@ -384,17 +386,17 @@ class EmpiricalBayesTaskModels:
             return None
         return (self._population() if population is None else population).predictive()
 
-    def _mixed_model_prediction(self, record: TaskRecord, pop: Population) -> np.ndarray:
+    def _mixed_model_prediction(self, record: TaskRecord, pop: Population, noise: float | None = None) -> np.ndarray:
         """The task's posterior mean (squared loss) or mode (logistic loss) of its slopes and
         intercept under the population ``pop``: the prediction of the fitted mixed model (its BLUP)."""
         if self.kind == "regression":
-            noise = self._task_noise(record, pop)
+            noise = self._task_noise(record, pop) if noise is None else noise
             return posterior_mean(record.data.gram / noise, record.data.moment / noise, pop)
         X, y = self._evidence_data(record)
         return logistic_mode(X, y, pop.mean, np.linalg.inv(pop.cov))[0]
 
     def _with_pooled_intercept(self, record: TaskRecord, theta: np.ndarray, conditional: bool,
-                               pop: Population) -> np.ndarray:
+                               pop: Population, noise: float | None = None) -> np.ndarray:
         """``theta`` with its intercept (the task's own, flat-prior estimate given the slopes)
         pooled with the population's (:func:`core.population.pooled_intercept`): its precision
         is ``n / sigma_t^2`` for squared loss and the Hessian's intercept entry for logistic
@@ -406,7 +408,7 @@ class EmpiricalBayesTaskModels:
         data = self._evidence_data(record)
         if self.kind == "regression":
             n, gram, moment, yy = data
-            precision = n / self._task_noise(record, pop)
+            precision = n / (self._task_noise(record, pop) if noise is None else noise)
         else:
             X, _ = data
             p = sigmoid(X @ theta)
