@@ -260,8 +260,8 @@ class EmpiricalBayesTaskModels:
         choice = getattr(self, "stream_choice_", None)
         if defer and not choice:
             return
-        tally = {kind: _added(dict((choice or {}).get(kind) or {}), scores if (kind == "known") == known else None)
-                 for kind in ("known", "new")}
+        parts = dict(zip(("known", "new"), _parts(choice or {})))
+        tally = {kind: _added(parts[kind], scores if (kind == "known") == known else None) for kind in ("known", "new")}
         sums, products, batches = _rule_sums(tally, self.kind)
         family = prequential_family(sums, self._families, self._reference_families, products, batches)
         tally = {"family": family, **tally}
@@ -595,7 +595,7 @@ def _rule_sums(choice: dict, kind: str) -> tuple[dict[str, float] | None, dict[s
     grows without bound, and a few such batches would outweigh every known task's. It counts
     only while the stream has fewer than two known tasks' batches (a stream whose every task is
     one batch)."""
-    known, new = choice.get("known") or {}, choice.get("new") or {}
+    known, new = _parts(choice)
     if kind == "regression":
         sums = known if int(known.get("batches", 0)) >= 2 else new
         return sums.get("scores"), sums.get("products"), int(sums.get("batches", 0))
@@ -605,3 +605,13 @@ def _rule_sums(choice: dict, kind: str) -> tuple[dict[str, float] | None, dict[s
     pa, pb = known.get("products") or {}, new.get("products") or {}
     products = {f: {g: pa.get(f, {}).get(g, 0.0) + pb.get(f, {}).get(g, 0.0) for g in names} for f in names}
     return scores, products, int(known.get("batches", 0)) + int(new.get("batches", 0))
+
+
+def _parts(choice: dict) -> tuple[dict, dict]:
+    """The sums of the known and the new tasks' batches of a stream choice; a choice stored
+    before they were kept apart has one set of sums (``scores``, ``products``, ``batches``),
+    read as the new tasks': a logistic stream sums both kinds anyway, and a squared-loss
+    stream reads them until it has two known tasks' batches of its own."""
+    if "known" in choice or "new" in choice or "scores" not in choice:
+        return dict(choice.get("known") or {}), dict(choice.get("new") or {})
+    return {}, {k: choice[k] for k in ("scores", "products", "batches") if k in choice}

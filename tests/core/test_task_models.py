@@ -472,3 +472,16 @@ def test_a_copy_with_another_family_predicts_with_it_and_the_margins_explain_the
     want = max(ahead, key=lambda f: report["margins"][f]["lead"]) if ahead else report["default"]
     assert report["family"] == want
     assert report["margins"][report["default"]] == {"lead": 0.0, "se": 0.0}
+
+
+def test_a_stream_choice_stored_with_one_set_of_sums_reads_them_as_the_new_tasks():
+    """A state from before the known and new tasks' sums were kept apart goes on from its sums:
+    they are the new tasks', the next batch adds to its kind."""
+    model, tasks = _learnt_for_scores()
+    new = model.stream_choice_["new"]
+    legacy = {k: v for k, v in model.stream_choice_.items() if k not in ("known", "new")}
+    model.stream_choice_ = {**legacy, **new}
+    assert model.family_margins()["batches"] == new["batches"]
+    tid, X, y = tasks[0][:3]
+    model.learn(tid, X[6:], y[6:])
+    assert model.stream_choice_["new"] == new and model.stream_choice_["known"]["batches"] == 1
