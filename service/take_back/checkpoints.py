@@ -27,13 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine, delete, insert, select
+from sqlalchemy.exc import IntegrityError
 
 import core
 from service.models import state_files
 from service.models.history import Rebuilt
 from service.store.commit import Commit, CommitParticipant
 from service.store.prepared import Prepared, PreparedTakeBack
-from service.store.tables import checkpoints_t, tasks_t
+from service.store.tables import checkpoints_t, models_t, take_backs_t, tasks_t
 
 #: Versions between two checkpoints of the newest level (a replay from one is at most this long
 #: for a batch of the last ``EVERY``): measured in docs/take_back.md.
@@ -127,6 +128,11 @@ def store(conn: Connection, name: str, version: int, data: bytes, every: int | N
     transaction, then delete what the schedule no longer keeps."""
     conn.execute(delete(checkpoints_t).where(checkpoints_t.c.model_name == name, checkpoints_t.c.version >= version))
     conn.execute(insert(checkpoints_t).values(model_name=name, version=version, state=data))
+    prune(conn, name, every)
+
+
+def prune(conn: Connection, name: str, every: int | None = None) -> None:
+    """Delete in ``conn``'s transaction the checkpoints of model ``name`` the schedule no longer keeps."""
     have = conn.execute(select(checkpoints_t.c.version).where(checkpoints_t.c.model_name == name)).scalars().all()
     gone = set(have) - kept(have, every)
     if gone:
@@ -161,20 +167,54 @@ class UpdateCheckpoints(CommitParticipant[Prepared]):
 
 
 class TakeBackCheckpoint(CommitParticipant[PreparedTakeBack]):
-    """A take-back's commit: the checkpoints holding the batch deleted, the rebuilt model stored
-    (its state file made with the replay, off the lock: ``p.state_file``; its tasks' counters
-    the replay's, as the commit leaves their rows but for each task's ``version``, the batch's
-    that last touched it)."""
+    """A take-back's commit: the checkpoints holding the batch deleted. The rebuilt model's own
+    checkpoint is written after the commit, off the lock (:func:`store_committed`)."""
 
     def __init__(self, name: str):
         self.name = name
 
     def in_commit(self, conn: Connection, commit: Commit[PreparedTakeBack]) -> None:
-        p = commit.prepared
         conn.execute(
             delete(checkpoints_t).where(
-                checkpoints_t.c.model_name == self.name, checkpoints_t.c.version >= p.batch_version
+                checkpoints_t.c.model_name == self.name, checkpoints_t.c.version >= commit.prepared.batch_version
             )
         )
-        assert p.state_file is not None and p.state_version == commit.version  # made for this version
-        store(conn, self.name, commit.version, p.state_file)
+
+
+class Gone(Exception):
+    """The model a checkpoint was made of is no longer what its name holds at that version."""
+
+
+def store_committed(engine: Engine, name: str, version: int, created_at: Any, data: bytes) -> bool:
+    """Store the checkpoint ``data`` (:func:`state_file`) of model ``name`` at ``version``, a
+    version already committed, in a transaction of its own (after the commit, off the update
+    lock); whether it was stored. A crash before it loses nothing but the checkpoint.
+
+    Stored only if it still is the model at ``version`` of that name: the model row is the one
+    created at ``created_at`` (not deleted, nor made again under the name since: another
+    lineage) and at ``version`` or past it, and no batch ``<= version`` was taken back since (a
+    checkpoint holding it would never be :func:`usable`; that check is made again when it is
+    read). The row is inserted first, then checked: on PostgreSQL the insert's foreign key locks
+    the model row against its deletion until the commit, on SQLite the insert takes the
+    database's write lock, so what the check reads cannot change before the commit. A checkpoint
+    stored at ``version`` already is left as it is, and none newer is deleted: only what the
+    schedule no longer keeps (:func:`kept`)."""
+    try:
+        with engine.begin() as conn:
+            conn.execute(insert(checkpoints_t).values(model_name=name, version=version, state=data))
+            row = conn.execute(select(models_t.c.version, models_t.c.created_at).where(models_t.c.name == name)).first()
+            if row is None or row.created_at != created_at or int(row.version) < version:
+                raise Gone
+            later = conn.execute(
+                select(take_backs_t.c.version).where(
+                    take_backs_t.c.model_name == name,
+                    take_backs_t.c.version > version,
+                    take_backs_t.c.batch_version <= version,
+                )
+            ).first()
+            if later is not None:
+                raise Gone
+            prune(conn, name)
+    except (Gone, IntegrityError):  # another lineage, deleted, or a checkpoint there already
+        return False
+    return True

@@ -5,10 +5,12 @@ what is refused are :mod:`service.take_back`'s.
 The replay runs off the update lock: from the newest usable checkpoint before the batch
 (:mod:`service.take_back.checkpoints`) to the version read, on a snapshot no writer changes,
 and the batches committed while it ran are learned on top, still off the lock
-(:func:`caught_up`). Then, under the lock, the batches committed since are learned on top
+(:func:`caught_up`), and what the commit writes is made there, once (the rebuilt state and
+the task rows it changes). Then, under the lock, the batches committed since are learned on top
 (:func:`service.take_back.rebuild.catch_up`: as many as an ordinary update's group, their
 scores added to the prequential sums made off the lock) and the result committed with the
-version compare-and-set. Writers of the model go on meanwhile; if
+version compare-and-set. The rebuilt model's checkpoint is stored after the lock's release, in
+a transaction of its own (:func:`checkpoint`). Writers of the model go on meanwhile; if
 anything but batches moved (another take-back, say), the replay is made again, and after
 :data:`ATTEMPTS` such tries under the lock, as a last resort.
 """
@@ -19,10 +21,13 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from service import metrics
 from service.store.prepared import PreparedTakeBack
+from service.take_back import checkpoints
 from service.take_back.checkpoints import TakeBackCheckpoint
-from service.take_back.rebuild import TakeBackLog, catch_up, take_back_hash
+from service.take_back.rebuild import TakeBackLog, catch_up, finished, take_back_hash
 from service.take_back.rebuild import prepare as take_back_prepare
 from service.writing import idempotent
 from service.writing.idempotency import Claim, Replayed
@@ -56,17 +61,18 @@ def take_back(model: HostedModel, batch_version: int, key: str | None = None) ->
 def caught_up(model: HostedModel, prepared: PreparedTakeBack) -> PreparedTakeBack:
     """``prepared`` brought, off the lock, to the version this process serves: the batches
     committed while it replayed learned on top (at most :data:`CATCH_UPS` rounds, while writers
-    go on), so that under the lock only those committed since are left. Unchanged when anything
-    but batches moved (the check under the lock prepares it again)."""
+    go on), so that under the lock only those committed since are left; then what its commit
+    writes made once, on the version it reached (:func:`finished`). Unchanged when anything but
+    batches moved (the check under the lock prepares it again)."""
     for _ in range(CATCH_UPS):
         snap = model.reader.snapshot()
-        if snap.version == prepared.base_version:
-            break
         caught = catch_up(model.reader, prepared, snap)
         if caught is None:
+            return prepared
+        done, prepared = caught is prepared, caught
+        if done:
             break
-        prepared = caught
-    return prepared
+    return finished(prepared, snap)
 
 
 def take_back_batch(model: HostedModel, batch_version: int, claim: Claim | None = None) -> tuple[PreparedTakeBack, int]:
@@ -94,11 +100,13 @@ def take_back_batch(model: HostedModel, batch_version: int, claim: Claim | None 
                     prepared = take_back_prepare(model.reader, snap, batch_version)
                 if prepared is None:
                     continue
-                version = model.writer.commit_take_back(prepared, parts)
+                version = model.writer.commit_take_back(finished(prepared, snap), parts)
                 break
     assert prepared is not None
     done = time.perf_counter()
     metrics.UPDATE_SECONDS.observe(done - h.acquired)
+    model.wake()
+    stored = checkpoint(model, prepared, version)
     log.info(
         "batch taken back",
         extra={
@@ -116,7 +124,26 @@ def take_back_batch(model: HostedModel, batch_version: int, claim: Claim | None 
             "duration_ms": round((done - h.acquired) * 1000, 2),  # the lock's hold
             "lock_wait_ms": round((h.acquired - h.t0) * 1000, 2),
             "attempts": attempt + 1,
+            "checkpoint_stored": stored,
+            "checkpoint_ms": round((time.perf_counter() - done) * 1000, 2),  # after the lock's release
         },
     )
-    model.wake()
     return prepared, version
+
+
+def checkpoint(model: HostedModel, p: PreparedTakeBack, version: int) -> bool:
+    """The rebuilt model's checkpoint at the take-back's ``version``, made and stored after its
+    commit, off the lock (:func:`service.take_back.checkpoints.store_committed`); whether it was
+    stored. A database error loses the checkpoint, never the take-back: it is logged, and a
+    later take-back replays from an older checkpoint."""
+    assert p.state is not None  # exported for the commit
+    data = checkpoints.state_file(p.state, version, p.summary, p.tasks)
+    try:
+        return checkpoints.store_committed(model.reader.bulk, model.name, version, p.info.get("created_at"), data)
+    except SQLAlchemyError as exc:
+        log.warning(
+            "checkpoint not stored: %s",
+            exc,
+            extra={"event": "checkpoint_not_stored", "model": model.name, "version": version},
+        )
+        return False
