@@ -4,15 +4,20 @@ A checkpoint is the model at one version as the engine exports it (the state fil
 :mod:`service.models.state_files`, no pickle), with each task's counters and the model's
 summary: restoring it and learning on is bit for bit never having stopped. One is written in
 the commit of the update whose version crosses a multiple of :data:`EVERY` (the last version of
-a group commit), by every take-back (the rebuilt model), by a fork (the version it starts at)
-and by an import (the imported state, so its later batches can be taken back).
+a group commit), by every take-back (the rebuilt model, after its commit and off the lock:
+:func:`store_committed`), by a fork (the version it starts at) and by an import (the imported
+state, so its later batches can be taken back).
 
-**Which are kept** (:func:`kept`): a checkpoint's bucket is ``version // EVERY``; for each level
-``j = 0, 1, ...`` the :data:`KEEP` newest checkpoints whose bucket is a multiple of ``2**j`` stay,
-and the rest are deleted by the commit that writes a new one. A model of ``n`` versions keeps at
-most ``KEEP * (log2(n / EVERY) + 2)`` states, and the newest checkpoint before a batch ``a``
-versions back is at most about ``max(EVERY, 2 a / KEEP)`` versions before it: the replay of a
-take-back grows with how far back the batch is, not with the stream's length.
+**Which are kept** (:func:`kept`): a checkpoint's bucket is ``version // EVERY``, and a bucket
+keeps at most one (its oldest). Every bucket of the ``DENSE * EVERY`` versions before the newest
+checkpoint keeps one, so a take-back of one of the newest 1,000 batches replays at most about
+``EVERY`` batches more than it goes back; further back, for each level ``j = 0, 1, ...`` the
+:data:`KEEP` newest buckets that are multiples of ``2**j`` keep one. The rest are deleted by the
+commit that writes a new one. A model of ``n`` versions keeps at most
+``DENSE + 2 + KEEP * (log2(n / EVERY) + 1)`` states (23 at 100,000 versions, one per bucket
+over the newest 1,000), and the newest checkpoint before a batch ``a`` versions back is at most
+about ``max(EVERY, 2 a / KEEP)`` versions before it: the replay of a take-back grows with how far
+back the batch is, not with the stream's length.
 
 **Which may be used** (:func:`newest_before`): the checkpoint at ``c`` is the model at ``c``; it
 rebuilds the model at a later version only if no batch ``<= c`` was taken back after ``c``. A
@@ -41,6 +46,9 @@ from service.store.tables import checkpoints_t, models_t, take_backs_t, tasks_t
 EVERY = 100
 #: Checkpoints kept per level of the logarithmic schedule.
 KEEP = 4
+#: Over the ``DENSE * EVERY`` versions before the newest checkpoint, each bucket of :data:`EVERY`
+#: versions keeps one: a take-back of one of the newest 1,000 batches replays at most ~``EVERY`` more.
+DENSE = 10
 
 
 def due(before: int, after: int, every: int | None = None) -> bool:
@@ -49,17 +57,29 @@ def due(before: int, after: int, every: int | None = None) -> bool:
     return after // every > before // every
 
 
-def kept(versions: Iterable[int], every: int | None = None, keep: int | None = None) -> set[int]:
-    """The checkpoint versions the schedule keeps of ``versions`` (the newest always)."""
-    every, keep = every or EVERY, keep or KEEP
-    vs = sorted(set(versions), reverse=True)
+def kept(
+    versions: Iterable[int], every: int | None = None, keep: int | None = None, dense: int | None = None
+) -> set[int]:
+    """The checkpoint versions the schedule keeps of ``versions``: the newest; one in each
+    bucket (``version // every``) of the ``dense * every`` versions before the newest; and for
+    each level ``j = 0, 1, ...`` one in each of the ``keep`` newest buckets that are multiples
+    of ``2**j``. The one kept of a bucket is its oldest (a multiple of ``every`` when the
+    update that crossed it wrote it and no take-back since deleted it), so a batch of those
+    versions has a checkpoint at most about ``every`` versions before it."""
+    every, keep, dense = every or EVERY, keep or KEEP, dense or DENSE
+    vs = sorted(set(versions))
     if not vs:
         return set()
-    out = {vs[0]}
+    first: dict[int, int] = {}  # bucket -> its oldest checkpoint
+    for v in vs:
+        first.setdefault(v // every, v)
+    buckets = sorted(first, reverse=True)
+    low = (vs[-1] - dense * every) // every  # the bucket of the version ``dense * every`` before the newest
+    out = {vs[-1]} | {first[b] for b in buckets if b >= low}
     step = 1
     while True:
-        out.update([v for v in vs if (v // every) % step == 0][:keep])
-        if step * every > vs[0]:
+        out.update(first[b] for b in [b for b in buckets if b % step == 0][:keep])
+        if step * every > vs[-1]:
             return out
         step *= 2
 
@@ -131,14 +151,17 @@ def store(conn: Connection, name: str, version: int, data: bytes, every: int | N
     prune(conn, name, every)
 
 
-def prune(conn: Connection, name: str, every: int | None = None) -> None:
-    """Delete in ``conn``'s transaction the checkpoints of model ``name`` the schedule no longer keeps."""
+def prune(conn: Connection, name: str, every: int | None = None) -> set[int]:
+    """Delete in ``conn``'s transaction the checkpoints of model ``name`` the schedule no longer
+    keeps; the versions it keeps."""
     have = conn.execute(select(checkpoints_t.c.version).where(checkpoints_t.c.model_name == name)).scalars().all()
-    gone = set(have) - kept(have, every)
+    keep = kept(have, every)
+    gone = set(have) - keep
     if gone:
         conn.execute(
             delete(checkpoints_t).where(checkpoints_t.c.model_name == name, checkpoints_t.c.version.in_(sorted(gone)))
         )
+    return keep
 
 
 def part(
@@ -188,7 +211,8 @@ class Gone(Exception):
 def store_committed(engine: Engine, name: str, version: int, created_at: Any, data: bytes) -> bool:
     """Store the checkpoint ``data`` (:func:`state_file`) of model ``name`` at ``version``, a
     version already committed, in a transaction of its own (after the commit, off the update
-    lock); whether it was stored. A crash before it loses nothing but the checkpoint.
+    lock); whether it was stored and the schedule keeps it (:func:`kept`). A crash before it
+    loses nothing but the checkpoint.
 
     Stored only if it still is the model at ``version`` of that name: the model row is the one
     created at ``created_at`` (not deleted, nor made again under the name since: another
@@ -214,7 +238,6 @@ def store_committed(engine: Engine, name: str, version: int, created_at: Any, da
             ).first()
             if later is not None:
                 raise Gone
-            prune(conn, name)
+            return version in prune(conn, name)
     except (Gone, IntegrityError):  # another lineage, deleted, or a checkpoint there already
         return False
-    return True
