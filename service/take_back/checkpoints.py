@@ -20,9 +20,10 @@ about ``max(EVERY, 2 a / KEEP)`` versions before it: the replay of a take-back g
 back the batch is, not with the stream's length.
 
 **Which may be used** (:func:`newest_before`): the checkpoint at ``c`` is the model at ``c``; it
-rebuilds the model at a later version only if no batch ``<= c`` was taken back after ``c``. A
-take-back of batch ``v`` deletes the checkpoints ``>= v`` (they hold it); the check is made
-again when one is read, so a checkpoint written late is never used wrongly.
+rebuilds the model at a later version only if no batch ``<= c`` was taken back after ``c``. The
+checkpoints that hold a batch taken back are deleted by the next checkpoint's write
+(:func:`prune`; a take-back's own, after its commit); the check is made again when one is read,
+so a checkpoint written late, or one left by a crash before that write, is never used wrongly.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import core
 from service.models import state_files
 from service.models.history import Rebuilt
 from service.store.commit import Commit, CommitParticipant
-from service.store.prepared import Prepared, PreparedTakeBack
+from service.store.prepared import Prepared
 from service.store.tables import checkpoints_t, models_t, take_backs_t, tasks_t
 
 #: Versions between two checkpoints of the newest level (a replay from one is at most this long
@@ -131,7 +132,7 @@ def write(
     conn: Connection, name: str, version: int, state: core.ModelState, summary: dict[str, Any], every: int | None = None
 ) -> None:
     """Store the model's ``state`` at ``version`` in ``conn``'s transaction (each task's counters
-    read from its row, as the commit left it), then delete what the schedule no longer keeps."""
+    read from its row, as the commit left it), then :func:`prune`."""
     counters = {
         r.task_id: {"version": int(r.version), "n_batches": int(r.n_batches), "last_update": r.last_update}
         for r in conn.execute(
@@ -145,17 +146,26 @@ def write(
 
 def store(conn: Connection, name: str, version: int, data: bytes, every: int | None = None) -> None:
     """Store the checkpoint ``data`` (:func:`state_file`) at ``version`` in ``conn``'s
-    transaction, then delete what the schedule no longer keeps."""
+    transaction, then :func:`prune`."""
     conn.execute(delete(checkpoints_t).where(checkpoints_t.c.model_name == name, checkpoints_t.c.version >= version))
     conn.execute(insert(checkpoints_t).values(model_name=name, version=version, state=data))
     prune(conn, name, every)
 
 
 def prune(conn: Connection, name: str, every: int | None = None) -> set[int]:
-    """Delete in ``conn``'s transaction the checkpoints of model ``name`` the schedule no longer
-    keeps; the versions it keeps."""
+    """Delete in ``conn``'s transaction the checkpoints of model ``name`` that are not
+    :func:`usable` (they hold a batch taken back since) and those the schedule no longer keeps
+    of the others (:func:`kept`); the versions kept."""
     have = conn.execute(select(checkpoints_t.c.version).where(checkpoints_t.c.model_name == name)).scalars().all()
-    keep = kept(have, every)
+    if not have:
+        return set()
+    tbs = conn.execute(
+        select(take_backs_t.c.version, take_backs_t.c.batch_version).where(
+            take_backs_t.c.model_name == name, take_backs_t.c.version > min(have)
+        )
+    ).mappings()
+    take_backs = [dict(t) for t in tbs]
+    keep = kept([v for v in have if usable(v, take_backs)], every)
     gone = set(have) - keep
     if gone:
         conn.execute(
@@ -189,21 +199,6 @@ class UpdateCheckpoints(CommitParticipant[Prepared]):
             write(conn, self.name, last.version, last.prepared.learner.get_state(), last.prepared.summary)
 
 
-class TakeBackCheckpoint(CommitParticipant[PreparedTakeBack]):
-    """A take-back's commit: the checkpoints holding the batch deleted. The rebuilt model's own
-    checkpoint is written after the commit, off the lock (:func:`store_committed`)."""
-
-    def __init__(self, name: str):
-        self.name = name
-
-    def in_commit(self, conn: Connection, commit: Commit[PreparedTakeBack]) -> None:
-        conn.execute(
-            delete(checkpoints_t).where(
-                checkpoints_t.c.model_name == self.name, checkpoints_t.c.version >= commit.prepared.batch_version
-            )
-        )
-
-
 class Gone(Exception):
     """The model a checkpoint was made of is no longer what its name holds at that version."""
 
@@ -211,33 +206,25 @@ class Gone(Exception):
 def store_committed(engine: Engine, name: str, version: int, created_at: Any, data: bytes) -> bool:
     """Store the checkpoint ``data`` (:func:`state_file`) of model ``name`` at ``version``, a
     version already committed, in a transaction of its own (after the commit, off the update
-    lock); whether it was stored and the schedule keeps it (:func:`kept`). A crash before it
-    loses nothing but the checkpoint.
+    lock), and :func:`prune`: the checkpoints holding a batch taken back go (a take-back's own
+    holding its batch: written after its commit too, so that its commit writes nothing of them).
+    Whether it was stored and kept. A crash before it loses nothing but the checkpoint (those it
+    would have deleted are never :func:`usable`, and the next prune deletes them).
 
     Stored only if it still is the model at ``version`` of that name: the model row is the one
     created at ``created_at`` (not deleted, nor made again under the name since: another
-    lineage) and at ``version`` or past it, and no batch ``<= version`` was taken back since (a
-    checkpoint holding it would never be :func:`usable`; that check is made again when it is
-    read). The row is inserted first, then checked: on PostgreSQL the insert's foreign key locks
-    the model row against its deletion until the commit, on SQLite the insert takes the
-    database's write lock, so what the check reads cannot change before the commit. A checkpoint
-    stored at ``version`` already is left as it is, and none newer is deleted: only what the
-    schedule no longer keeps (:func:`kept`)."""
+    lineage) and at ``version`` or past it; and kept only if no batch ``<= version`` was taken
+    back since (that check is made again when it is read). The row is inserted first, then
+    checked: on PostgreSQL the insert's foreign key locks the model row against its deletion
+    until the commit, on SQLite the insert takes the database's write lock, so what the check
+    reads cannot change before the commit. A checkpoint stored at ``version`` already is left as
+    it is, and none newer is deleted but by the schedule."""
     try:
         with engine.begin() as conn:
             conn.execute(insert(checkpoints_t).values(model_name=name, version=version, state=data))
             row = conn.execute(select(models_t.c.version, models_t.c.created_at).where(models_t.c.name == name)).first()
             if row is None or row.created_at != created_at or int(row.version) < version:
                 raise Gone
-            later = conn.execute(
-                select(take_backs_t.c.version).where(
-                    take_backs_t.c.model_name == name,
-                    take_backs_t.c.version > version,
-                    take_backs_t.c.batch_version <= version,
-                )
-            ).first()
-            if later is not None:
-                raise Gone
-            return version in prune(conn, name)
+            return version in prune(conn, name)  # and those holding a batch taken back go
     except (Gone, IntegrityError):  # another lineage, deleted, or a checkpoint there already
         return False

@@ -27,7 +27,6 @@ from sqlalchemy.exc import SQLAlchemyError
 from service import metrics
 from service.store.prepared import PreparedTakeBack
 from service.take_back import checkpoints
-from service.take_back.checkpoints import TakeBackCheckpoint
 from service.take_back.rebuild import TakeBackLog, catch_up, finished, take_back_hash
 from service.take_back.rebuild import prepare as take_back_prepare
 from service.writing import idempotent
@@ -87,7 +86,7 @@ def take_back_batch(model: HostedModel, batch_version: int, claim: Claim | None 
     new version. Observed like an update (outcome ``taken_back``) with one log line:
     ``duration_ms`` is the last hold of the lock, ``lock_holds`` how many times it was taken."""
     h = Held(time.perf_counter())
-    parts = [TakeBackLog(model.name), TakeBackCheckpoint(model.name)] + ([claim] if claim is not None else [])
+    parts = [TakeBackLog(model.name)] + ([claim] if claim is not None else [])
     prepared: PreparedTakeBack | None = None
     replays = holds = 0
     with observed(model, "taken_back", h.t0):

@@ -101,7 +101,8 @@ def test_a_checkpoint_is_stored_only_for_the_model_committed(backend_app, every)
 
 def test_a_take_back_whose_checkpoint_is_not_stored_is_committed(backend_app, every, monkeypatch):
     """The database refuses the checkpoint after the commit (a crash there is the same): the
-    take-back is answered and served; the next one replays from an older checkpoint, exactly."""
+    take-back is answered and served, and the checkpoint holding its batch, left, is never used;
+    the next one replays from an older checkpoint, exactly, and its write deletes it."""
     c = backend_app()
     name = create(c)
     batches = long_stream(35, 18)
@@ -112,15 +113,16 @@ def test_a_take_back_whose_checkpoint_is_not_stored_is_committed(backend_app, ev
         raise OperationalError("INSERT INTO checkpoints", {}, Exception("disk I/O error"))
 
     monkeypatch.setattr(checkpoints, "store_committed", refused)
-    r = c.delete(f"/models/{name}/batches/17")
+    r = c.delete(f"/models/{name}/batches/12")
     assert r.status_code == 200, r.text
     assert r.json()["version"] == 19
-    assert stored_checkpoints(c, name) == [5, 10, 15]
+    assert stored_checkpoints(c, name) == [5, 10, 15]  # 15 holds batch 12
     monkeypatch.undo()
     monkeypatch.setattr(checkpoints, "EVERY", 5)
     r = c.delete(f"/models/{name}/batches/18")
-    assert (r.status_code, r.json()["n_replayed"]) == (200, 1)  # 16 on the checkpoint of 15
-    assert_same_model(c, name, engine_run([b for v, b in enumerate(batches, 1) if v not in (17, 18)]))
+    assert (r.status_code, r.json()["n_replayed"]) == (200, 6)  # 11, 13..17 on the checkpoint of 10
+    assert stored_checkpoints(c, name) == [5, 10, 20]
+    assert_same_model(c, name, engine_run([b for v, b in enumerate(batches, 1) if v not in (12, 18)]))
 
 
 @pytest.mark.parametrize("n", [1_000, 5_000, 100_000])
