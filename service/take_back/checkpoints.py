@@ -9,15 +9,16 @@ a group commit), by every take-back (the rebuilt model, after its commit and off
 state, so its later batches can be taken back).
 
 **Which are kept** (:func:`kept`): a checkpoint's bucket is ``version // EVERY``, and a bucket
-keeps at most one (its oldest). Every bucket of the ``DENSE * EVERY`` versions before the newest
-checkpoint keeps one, so a take-back of one of the newest 1,000 batches replays at most about
-``EVERY`` batches more than it goes back; further back, for each level ``j = 0, 1, ...`` the
-:data:`KEEP` newest buckets that are multiples of ``2**j`` keep one. The rest are deleted by the
-commit that writes a new one. A model of ``n`` versions keeps at most
-``DENSE + 2 + KEEP * (log2(n / EVERY) + 1)`` states (23 at 100,000 versions, one per bucket
-over the newest 1,000), and the newest checkpoint before a batch ``a`` versions back is at most
-about ``max(EVERY, 2 a / KEEP)`` versions before it: the replay of a take-back grows with how far
-back the batch is, not with the stream's length.
+keeps at most one (its oldest; the newest checkpoint is always kept). Every bucket of the
+``DENSE * EVERY`` versions before the newest checkpoint keeps one, so a take-back of one of the
+newest 1,000 batches replays at most about ``EVERY`` batches more than it goes back; further
+back, for each level ``j = 0, 1, ...`` the :data:`KEEP` newest buckets that are multiples of
+``2**j`` keep one. The rest are deleted by the write of a new one (:func:`prune`). A model of
+``n`` versions keeps at most ``1 + (DENSE + 1) + KEEP * (log2(n / EVERY) + 2)`` states (23 at
+100,000 versions without take-backs, 11 of them over the newest 1,000), and the newest
+checkpoint before a batch ``a`` versions back is at most about ``max(EVERY, 2 a / KEEP)``
+versions before it: the replay of a take-back grows with how far back the batch is, not with
+the stream's length.
 
 **Which may be used** (:func:`newest_before`): the checkpoint at ``c`` is the model at ``c``; it
 rebuilds the model at a later version only if no batch ``<= c`` was taken back after ``c``. The
@@ -43,7 +44,7 @@ from service.store.prepared import Prepared
 from service.store.tables import checkpoints_t, models_t, take_backs_t, tasks_t
 
 #: Versions between two checkpoints of the newest level (a replay from one is at most this long
-#: for a batch of the last ``EVERY``): measured in docs/take_back.md.
+#: for a batch of the last ``EVERY``): measured in docs/lab/take_back.md.
 EVERY = 100
 #: Checkpoints kept per level of the logarithmic schedule.
 KEEP = 4
