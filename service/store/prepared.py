@@ -70,23 +70,23 @@ class PreparedTakeBack:
     task_removed: bool  # the batch was its task's only one: the task is gone
     n_replayed: int  # batches replayed to rebuild the model
     learner: core.LifelongLearner
-    state: core.ModelState  # the whole rebuilt model (every task: its checkpoint stores them all)
     summary: dict[str, Any]
     tasks: dict[str, dict[str, Any]]  # task id -> {"n_batches", "last_update"} after the replay
+    info: dict[str, Any]
+    #: The whole rebuilt model (every task: its checkpoint stores them all), exported once the
+    #: take-back is brought to the version it commits on (None before:
+    #: :func:`service.take_back.rebuild.finished`), not in every round of its catch-up
+    state: core.ModelState | None = None
     #: The tasks whose arrays (True) or meta alone (False) differ from those of the version it
     #: was computed against (its snapshot's learner, which is what its task rows store:
-    #: :func:`service.store.task_rows.changed_parts`): the commit rewrites those rows' arrays or meta
-    changed: dict[str, bool]
-    info: dict[str, Any]
+    #: :func:`service.store.task_rows.changed_parts`): the commit rewrites those rows' arrays or
+    #: meta. Made with :attr:`state` (None before)
+    changed: dict[str, bool] | None = None
     replay_seconds: float = 0.0
     checkpoint: int = 0  # the version of the checkpoint the replay started from (0: the start)
     #: the batches replayed (service.models.history.StoredBatch), for the unlearned columns of a catch-up
     others: list[Any] = field(default_factory=list)
     answer: dict[str, Any] | None = None  # the body of the 200 (fcl3.schemas.TakeBackOut), once committed
-    #: The rebuilt model's checkpoint (service.take_back.checkpoints.state_file), made with the
-    #: replay (off the lock, unless caught up under it) for the version ``state_version``
-    state_file: bytes | None = None
-    state_version: int = 0
     rows_written: int = 0  # task rows its commit wrote (inserted, rewritten or deleted), once committed
     #: The sums up to the version replayed, added off the lock; the commit adds the batches after it
     sums: TakeBackSums = field(default_factory=TakeBackSums)

@@ -165,6 +165,7 @@ def take_back_task_rows(conn: Connection, name: str, p: PreparedTakeBack, versio
     ``p.changed``: new tasks inserted, tasks gone deleted, and a stored task rewritten only if
     its arrays (``rewrites``), meta (``remeasures``) or counters (``moves``) change; every
     other row stays as it is."""
+    assert p.state is not None and p.changed is not None  # made before the commit
     stored = {r["task_id"]: r for r in conn.execute(_STORED, {"w_name": name}).mappings()}
     positions = task_positions(p.state, p.learner)
     rows = TaskRows(deletes=[tid for tid in stored if tid not in p.state.tasks])

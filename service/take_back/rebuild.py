@@ -186,8 +186,6 @@ def _prepared(
 ) -> PreparedTakeBack:
     learner = rebuilt.learner
     task_removed = batch.task_id not in getattr(learner, "tasks_", {})  # unfitted: the model's only batch
-    state = learner.get_state()
-    changed = changed_parts(snap.learner, state)  # against what the task rows store: snap's learner
     before = snap.info.get("summary") or {}
     # take_backs: how many the model has had; a reader whose cached model had fewer reads every task again
     summary = {**before, **rebuilt.summary, "take_backs": int(before.get("take_backs", 0)) + 1}
@@ -201,26 +199,34 @@ def _prepared(
         task_removed=task_removed,
         n_replayed=n_replayed,
         learner=learner,
-        state=state,
         summary=summary,
         tasks=rebuilt.tasks,
-        changed=changed,
         info=snap.info,
         replay_seconds=seconds,
         checkpoint=after,
         others=others,
-        state_file=checkpoints.state_file(state, snap.version + 1, summary, rebuilt.tasks),
-        state_version=snap.version + 1,
         sums=sums,
     )
 
 
+def finished(p: PreparedTakeBack, snap: Snapshot) -> PreparedTakeBack:
+    """``p``, brought to ``snap`` (``p.base_version``), with what its commit writes made once:
+    the rebuilt model's state and which of its tasks differ from what ``snap``'s task rows
+    store (:func:`~service.store.task_rows.changed_parts`). Made off the lock after the last
+    catch-up round, and again under it only if the catch-up there learned batches."""
+    assert snap.version == p.base_version
+    if p.state is None or p.changed is None:
+        p.state = p.learner.get_state()
+        p.changed = changed_parts(snap.learner, p.state)  # against what the task rows store: snap's learner
+    return p
+
+
 def catch_up(reader: ModelReader, p: PreparedTakeBack, snap: Snapshot) -> PreparedTakeBack | None:
-    """``p`` (prepared off the lock at ``p.base_version``) brought to ``snap``, the stored
-    version read under the lock: the batches committed since learned on top, in version order,
-    and their scores added to its sums (:func:`add_scored`). None when anything but batches
-    moved (a take-back, another model of the name, a batch not stored): the take-back is
-    prepared again."""
+    """``p`` (prepared off the lock at ``p.base_version``) brought to ``snap``, a stored version
+    read later: the batches committed since learned on top, in version order, and their scores
+    added to its sums (:func:`add_scored`); ``p`` itself when nothing moved. None when anything
+    but batches moved (a take-back, another model of the name, a batch not stored): the
+    take-back is prepared again. What its commit writes is made by :func:`finished`."""
     if snap.version == p.base_version and snap.info.get("created_at") == p.info.get("created_at"):
         return p
     if snap.version < p.base_version or snap.info.get("created_at") != p.info.get("created_at"):
@@ -273,9 +279,10 @@ class TakeBackLog(CommitParticipant[PreparedTakeBack]):
     ``update`` event with ``taken_back``), and the prequential figures without the batch taken
     back: the model's and its task's sums, in version order, over the scored batches still
     learned (the same additions as the commits made, so exactly the sums the stream without
-    that batch gave them), and its log row no longer counted in the recent window. The sums up
-    to the version replayed are added off the lock (:func:`add_scored`); the commit reads and
-    adds only the batches after it, those the catch-up learned. The scores of the other
+    that batch gave them), and its log row no longer counted in the recent window. The sums are
+    added by the replay and each catch-up, up to the version it reached (:func:`add_scored`:
+    off the lock, but for the batches the catch-up under the lock learns), so the commit reads
+    none of them. The scores of the other
     batches stay as they were: what was served. Held-out scores are left to the next updates."""
 
     def __init__(self, name: str):
@@ -293,7 +300,9 @@ class TakeBackLog(CommitParticipant[PreparedTakeBack]):
             "prequential": None,
             "taken_back": {"batch_version": p.batch_version, "n_samples": p.n_samples, "task_removed": p.task_removed},
         }
-        sums = add_scored(conn, self.name, kind, (p.batch_version, p.task_id), p.sums)  # after p.sums.version
+        sums = p.sums  # added up to the version it commits on, by the replay and its catch-ups
+        if sums.version < p.base_version:  # not reached: each catch-up adds the batches it learns
+            sums = add_scored(conn, self.name, kind, (p.batch_version, p.task_id), sums, p.base_version)
         overall, task, n_task = sums.overall, sums.task, sums.n_task
         store.unscore(conn, self.name, p.batch_version)
         store.write_task_sums(conn, self.name, p.task_id, to_json(task), n_task, commit.at)

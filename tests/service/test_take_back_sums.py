@@ -67,10 +67,12 @@ def bits(sums: dict[str, Any] | None) -> dict[str, Any] | None:
 
 class Writers:
     """Batches posted while a take-back runs: ``during`` after its replay (learned by the
-    catch-up off the lock), ``late`` after that catch-up, just before it takes the lock (learned
-    by the catch-up under it). Their versions are appended to ``versions``."""
+    catch-up off the lock), ``late`` after that catch-up, just before it takes the lock (found
+    under the lock: learned off it once it is let go, or under it after ``flows.RELOCKS``
+    tries); with ``one_per_lock``, one of ``late`` before each time it takes the lock. Their
+    versions are appended to ``versions``."""
 
-    def __init__(self, c, name: str, monkeypatch, during: list, late: list):
+    def __init__(self, c, name: str, monkeypatch, during: list, late: list, one_per_lock: bool = False):
         self.c, self.name, self.versions = c, name, []
         real_prepare, real_caught_up = flows.take_back_prepare, flows.caught_up
 
@@ -82,8 +84,8 @@ class Writers:
 
         def caught_up(m, prepared):
             prepared = real_caught_up(m, prepared)
-            self.post(late)
-            late.clear()
+            self.post(late[:1] if one_per_lock else late)
+            del late[: 1 if one_per_lock else len(late)]
             return prepared
 
         monkeypatch.setattr(flows, "take_back_prepare", prepare)
@@ -175,10 +177,14 @@ def test_the_sums_after_a_take_back_with_writers_equal_one_pass_from_scratch(bac
         assert_sums_from_scratch(c, name, task)
 
 
-def test_the_scored_batches_read_under_the_lock_are_those_committed_since_the_snapshot(backend_app, monkeypatch):
+def test_the_scored_batches_read_under_the_lock_are_those_committed_since_the_snapshot(
+    backend_app, monkeypatch, caplog
+):
     """40 batches; a take-back with 3 batches posted during its replay and 2 just before its
-    lock reads, under the lock, the 2 scored batches committed after its last snapshot, not the
-    stream's 37; a take-back with no writer reads none there. The sums stay exact."""
+    lock finds them under the lock, lets go of it and learns them off it: it reads no scored
+    batch under the lock. One with a batch posted before each time it takes the lock learns the
+    last under it, after ``RELOCKS`` tries: it reads that one scored batch there, not the
+    stream's. A take-back with no writer reads none there. The sums stay exact."""
     c = backend_app()
     name = create(c)
     for task, X, y in long_stream(31, 40):
@@ -189,8 +195,18 @@ def test_the_scored_batches_read_under_the_lock_are_those_committed_since_the_sn
         r = c.delete(f"/models/{name}/batches/12")
         assert r.status_code == 200, r.text
         assert writers.versions == [41, 42, 43, 44, 45] and r.json()["version"] == 46
-        assert sum(under.rows) == 2, under.rows  # 44 and 45: learned by the catch-up under the lock
+        assert sum(under.rows) == 0, under.rows  # 44 and 45: learned off the lock, once let go
+        line = [x for x in caplog.records if getattr(x, "event", None) == "take_back"][-1]
+        assert line.lock_holds == 2
         assert under.stray == []
+        assert_sums_from_scratch(c, name, r.json()["task_id"])
+        writers = Writers(c, name, monkeypatch, [], long_stream(34, flows.RELOCKS + 1), one_per_lock=True)
+        r = c.delete(f"/models/{name}/batches/20")
+        assert r.status_code == 200, r.text
+        assert writers.versions == [47, 48, 49, 50] and r.json()["version"] == 51
+        assert under.rows[-1:] == [1] and sum(under.rows) == 1, under.rows  # 50: learned under the lock
+        line = [x for x in caplog.records if getattr(x, "event", None) == "take_back"][-1]
+        assert line.lock_holds == flows.RELOCKS + 1
         assert_sums_from_scratch(c, name, r.json()["task_id"])
         under.rows.clear()
         r = c.delete(f"/models/{name}/batches/30")  # no writer: the sums are whole off the lock
