@@ -110,15 +110,26 @@ def z_table(multilevel: dict | None, robustness: dict | None, zs: list[float]) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.family_choice", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results", nargs="+", help="JSON of benchmarks.multilevel and/or benchmarks.robustness "
                     "run with --family-scan")
     ap.add_argument("--z", default="0,0.25,0.5,0.75,1,1.25,1.5,2", help="comma-separated thresholds")
+    ap.add_argument("--json", dest="json_out", help="write every threshold's ratios per data set here")
+    ap.add_argument("--quiet", action="store_true", help="print no table (only the file written)")
     args = ap.parse_args(argv)
     results = [json.load(open(p)) for p in args.results]
     multilevel = next((r for r in results if r.get("suite") == "multilevel"), None)
     robustness = next((r for r in results if "families" in r), None)
-    print(z_table(multilevel, robustness, [float(z) for z in args.z.split(",")]))
+    zs = [float(z) for z in args.z.split(",")]
+    if not args.quiet:
+        print(z_table(multilevel, robustness, zs))
+    if args.json_out:
+        out = {str(z): {"multilevel": multilevel_ratios(multilevel, z) if multilevel else None,
+                        "robustness": robustness_ratios(robustness, z) if robustness else None} for z in zs}
+        with open(args.json_out, "w") as fh:
+            json.dump(out, fh, indent=1)
+        print(f"wrote {args.json_out}")
     return 0
 
 
