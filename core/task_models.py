@@ -18,7 +18,7 @@ from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, POPULATION, PREQUENTIAL
                        family_curves, family_priors, log_sum_exp, posterior_fit, prequential_family,
                        prequential_margins)
 from .losses import sigmoid
-from .population import (LOGISTIC_SPREAD_SCALE, Population, choose_logistic_population,
+from .population import (LOGISTIC_SPREAD_SCALE, NOISE_PSEUDO_DOF, Population, choose_logistic_population,
                          fit_gaussian_population, logistic_mode, marginal_objective, noise_precisions, pooled_intercept,
                          population_structure, posterior_mean, refit_due, task_noises, without_task)
 from .state import SquaredLossMoments, TaskRecord
@@ -169,18 +169,22 @@ class EmpiricalBayesTaskModels:
         """Each family's score of a known squared-loss task's batch (its moments ``batch``) by
         the model the family serves from the task's earlier rows (:meth:`_served_model` of the
         record ``previous``, against ``library`` and ``population`` without the task and the
-        stream's priors over ``omega``): the log density of the batch's rows under
-        ``N(x' theta_f, s_t^2)``, ``-||y_B - X_B theta_f||^2 / (2 s_t^2)`` up to a constant
-        common to every family, with one noise variance ``s_t^2`` for every family (the task's
-        under the population, else its own fit's). The families are compared on the squared
-        error of what they serve, in units of the task's noise; ``None`` when the task's noise
-        cannot be estimated."""
+        stream's priors over ``omega``): the log density of the batch's residuals under that
+        model with the task's noise integrated over its posterior, the same for every family
+        (``sigma_t^2 ~ Scaled-Inv-chi^2(nu, s_t^2)``, ``nu = k + n_t`` and ``s_t^2`` the task's
+        noise under the population, :func:`core.population.noise_precisions`; before a
+        population, the task's own fit): a Student t, ``-(nu + n_B)/2 log(1 + ||y_B - X_B
+        theta_f||^2 / (nu s_t^2))`` up to a constant common to every family. The families are
+        compared on the squared error of what they serve, in units of the task's noise, and a
+        batch with an outlier counts by the logarithm of its error, not its square, so that one
+        bad row does not decide the stream. ``None`` when the task's noise cannot be estimated
+        or a score is not finite."""
         fitted = population is not None and self._population_fitted
         if fitted:
-            noise = self._task_noise(previous, population)
+            noise, nu = self._task_noise(previous, population), NOISE_PSEUDO_DOF + float(previous.data.n)
         else:
-            rss, dof = self._noise_terms(previous)
-            noise = rss / dof if dof > 0 else np.nan
+            rss, nu = self._noise_terms(previous)
+            noise = rss / nu if nu > 0 else np.nan
         if not (np.isfinite(noise) and noise > 0):
             return None
         priors = self._stream_priors()[1] if getattr(self, "stream_choice_", None) else {}
@@ -201,8 +205,8 @@ class EmpiricalBayesTaskModels:
             if theta is None:
                 return None
             sse = float(batch.yy - 2.0 * theta @ batch.moment + theta @ batch.gram @ theta)
-            scores[family.name] = -0.5 * sse / noise
-        return scores
+            scores[family.name] = -0.5 * (nu + batch.n) * np.log1p(max(sse, 0.0) / (nu * noise))
+        return scores if all(np.isfinite(v) for v in scores.values()) else None
 
     def _served_before(self, family: Family, name: str, before: dict[str, Curve], log_pi: np.ndarray,
                        previous: TaskRecord, population: Population | None) -> np.ndarray:

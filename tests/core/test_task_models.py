@@ -288,6 +288,9 @@ def _profiled_log_density(X, y, centre, K):
         np.log(2 * np.pi) + 1)
 
 
+from core.population import NOISE_PSEUDO_DOF  # noqa: E402
+
+
 def _learnt_for_scores(seed=8):
     tasks = _stream(12, 3, 12, envs=2, seed=seed)
     model = FCL3(standardize=False)
@@ -327,7 +330,8 @@ def test_a_new_tasks_batch_is_scored_by_its_prior_predictive_density():
 
 
 def test_a_known_regression_tasks_batch_is_scored_by_the_squared_error_of_what_each_family_serves():
-    """A known task's batch adds to each family's score ``-||y_B - X_B theta_f||^2 / (2 s_t^2)``:
+    """A known task's batch adds to each family's score the Student t log density of its
+    residuals ``y_B - X_B theta_f`` (``nu = k + n_P`` degrees of freedom, scale ``s_t^2``):
     ``theta_f`` the model the family serves from the task's earlier rows under the prior of
     before the batch (the population without the task, the stream's prior over ``omega``),
     ``s_t^2`` the task's noise under that population, the same for every family. Here
@@ -363,10 +367,19 @@ def test_a_known_regression_tasks_batch_is_scored_by_the_squared_error_of_what_e
     own = yP.mean() - XP.mean(axis=0) @ slopes
     mean, var = population.mean[-1], population.cov[-1, -1]
     served["ridge"] = np.append(slopes, (6 / noise * own + mean / var) / (6 / noise + 1 / var))
+    import scipy.stats
+
+    nu = NOISE_PSEUDO_DOF + 6  # the noise's posterior: the prior's degrees of freedom and the earlier rows
+    got, want = {}, {}
     for name, theta in served.items():
         residual = y[6:] - np.hstack([X[6:], np.ones((6, 1))]) @ theta
-        got = model.stream_choice_["known"]["scores"][name] - before.get(name, 0.0)
-        assert got == pytest.approx(-0.5 * residual @ residual / noise, rel=1e-7, abs=1e-8), name
+        got[name] = model.stream_choice_["known"]["scores"][name] - before.get(name, 0.0)
+        want[name] = scipy.stats.multivariate_t(np.zeros(6), noise * np.eye(6), df=nu).logpdf(residual)
+    # scipy's density less the constant common to every family
+    assert got["population"] - got["ridge"] == pytest.approx(want["population"] - want["ridge"], rel=1e-7, abs=1e-8)
+    const = want["ridge"] - got["ridge"]
+    assert const == pytest.approx(float(scipy.special.gammaln((nu + 6) / 2) - scipy.special.gammaln(nu / 2)
+                                        - 3 * np.log(nu * noise * np.pi)), rel=1e-9)
 
 
 def _penalised_logistic_mode(X, y, centre, precision):
