@@ -40,8 +40,9 @@ The family itself is chosen for the whole stream by how well each family predict
 stream's batches before they were learned (:func:`prequential_family`). A known task's batch
 is scored by what each family served the task from its earlier rows, against the library and
 population as they were without that task and with the stream's ``pi`` of that moment: for
-squared loss the batch's squared error under that model in units of the task's noise (a
-Gaussian log score with one variance for every family), for logistic loss its log likelihood.
+squared loss the Student t density of the batch's residuals under that model, the task's
+noise integrated over its posterior (the same for every family), for logistic loss its log
+likelihood.
 A new task's first batch is scored by each family's prior predictive, its evidence
 (:meth:`core.LifelongLearner._prequential_scores`). A family that fits the rows it has learned
 more closely gains nothing unless it predicts the next rows better, so no penalty for what it

@@ -120,7 +120,7 @@ class EmpiricalBayesTaskModels:
         evidence).
 
         A known squared-loss task's batch (``batch``: its moments) is scored instead by the
-        squared error of what each family served (:meth:`_served_scores`). A known logistic
+        residuals of what each family served (:meth:`_served_scores`). A known logistic
         task's batch (``batch``: its design rows and labels) is scored instead
         by the prediction the family serves: ``sum_i log p(y_i | x_i' theta_P)`` with ``theta_P``
         the family's model of the earlier rows (:meth:`_served_before`). For squared loss the

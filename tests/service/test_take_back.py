@@ -86,8 +86,9 @@ def test_the_poisoned_task_predicts_as_before_the_bad_batch_once_it_is_taken_bac
     bad = post(c, name, "t0", *poisoned(2))
     assert model(c, name)["prequential"]["overall"]["rmse"] > 1e3  # the bad row's own score (the only one)
     poisoned_preds = predict(c, name, "t0", Xq)
-    # the bad row makes the task predict (almost) a constant: its spread collapses
-    assert np.ptp(poisoned_preds) < 1e-3 * np.ptp(before)
+    # the bad row moves the task's predictions far from what they were (by 0.86 against a spread
+    # of 2.66 with the stream's family, the mixed model, here), which the take-back undoes
+    assert np.max(np.abs(poisoned_preds - before)) > 0.25 * np.ptp(before)
     r = c.delete(f"/models/{name}/batches/{bad}", headers={"Idempotency-Key": "take-back-1"})
     assert r.status_code == 200, r.text
     out = r.json()
