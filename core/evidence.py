@@ -685,6 +685,19 @@ def prequential_margins(scores: dict[str, float], products: dict[str, dict[str, 
     return out
 
 
+def prequential_default(scores: dict[str, float] | None, families: tuple[Family, ...],
+                        references: tuple[str, ...] = (RIDGE.name,),
+                        products: dict[str, dict[str, float]] | None = None, batches: int = 0) -> str:
+    """The default of :func:`prequential_family`: of the ``references`` the learner has, the
+    one with the larger sum (ties to the first; a family missing from ``scores`` scores as
+    ``ridge``), the first with no scores or fewer than two batches."""
+    names = [f.name for f in families]
+    refs = [r for r in references if r in names] or [names[0]]
+    if not scores or not products or batches < 2:
+        return refs[0]
+    return max(refs, key=lambda f: (scores.get(f, scores.get(RIDGE.name, -np.inf)), -refs.index(f)))
+
+
 def prequential_family(scores: dict[str, float] | None, families: tuple[Family, ...],
                        references: tuple[str, ...] = (RIDGE.name,),
                        products: dict[str, dict[str, float]] | None = None, batches: int = 0,
@@ -706,11 +719,9 @@ def prequential_family(scores: dict[str, float] | None, families: tuple[Family, 
     reference."""
     names = [f.name for f in families]
     refs = [r for r in references if r in names] or [names[0]]
+    default = prequential_default(scores, families, references, products, batches)
     if not scores or not products or batches < 2:
-        return refs[0]
-    def total(f):
-        return scores.get(f, scores.get(RIDGE.name, -np.inf))
-    default = max(refs, key=lambda f: (total(f), -refs.index(f)))
+        return default
     margins = prequential_margins(scores, products, batches, families, default)
     winners = [f for f in names if f not in refs and margins[f][0] > max(z * margins[f][1], 0.0)]
     return max(winners, key=lambda f: margins[f][0]) if winners else default

@@ -15,8 +15,8 @@ from typing import ClassVar
 import numpy as np
 
 from .evidence import (GAUSSIAN_OMEGAS, LOGISTIC_OMEGAS, POPULATION, PREQUENTIAL_Z, RIDGE, Curve, Family, Library,
-                       family_curves, family_priors, log_sum_exp, posterior_fit, prequential_family,
-                       prequential_margins)
+                       family_curves, family_priors, log_sum_exp, posterior_fit, prequential_default,
+                       prequential_family, prequential_margins)
 from .losses import sigmoid
 from .population import (LOGISTIC_SPREAD_SCALE, NOISE_PSEUDO_DOF, Population, choose_logistic_population,
                          fit_gaussian_population, logistic_mode, marginal_objective, noise_precisions, pooled_intercept,
@@ -289,9 +289,8 @@ class EmpiricalBayesTaskModels:
         scores, products, batches = _rule_sums(self.stream_choice_, self.kind)
         names = [f.name for f in self._families]
         refs = [r for r in self._reference_families if r in names] or names[:1]
+        default = prequential_default(scores, self._families, tuple(refs), products, batches)
         scored = bool(scores and products and batches >= 2)
-        default = (max(refs, key=lambda f: (scores.get(f, scores.get(RIDGE.name, -np.inf)), -refs.index(f)))
-                   if scored else refs[0])
         margins = prequential_margins(scores, products, batches, self._families, default) if scored else {}
         return {"family": self.stream_choice_["family"], "default": default, "references": refs,
                 "threshold": PREQUENTIAL_Z,
