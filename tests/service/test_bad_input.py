@@ -154,3 +154,18 @@ def test_task_listing_offsets_up_to_the_database_limit(backend_client):
         r = c.get("/tasks", params={"offset": offset})
         assert r.status_code == 422 and "offset" in r.text, r.text
     assert c.get("/tasks", params={"offset": 0}).json()["count"] == 1
+
+
+def test_evaluation_offsets_up_to_the_database_limit(backend_client):
+    """``GET /evaluation``'s two offsets are bounded like the listings': a huge one is a 422 that
+    names it, not a 500 from the database binding an integer wider than 64 bits; the largest
+    one it takes gives an empty page."""
+    c = backend_client
+    assert c.post("/tasks/a/data", json={"X": [[0.0, 1.0], [1.0, 0.0]], "y": [0.5, 1.5]}).status_code == 200
+    for name in ("offset", "matrix_offset"):
+        top = c.get("/evaluation", params={name: 2**63 - 1})
+        assert top.status_code == 200, top.text
+        for offset in (2**63, 10**30):
+            r = c.get("/evaluation", params={name: offset})
+            assert r.status_code == 422 and name in r.text, r.text
+    assert c.get("/evaluation", params={"offset": 2**63 - 1}).json()["prequential"] == []

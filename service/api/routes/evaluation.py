@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Query
 
 from fcl3.schemas import EvaluationOut, EvaluationRows, EvaluationRowsOut
-from service.api.deps import CSV_BODY, CsvCharset, ModelDep, SettingsDep, TaskIdPath, rows_of
+from service.api.deps import CSV_BODY, MAX_OFFSET, CsvCharset, ModelDep, SettingsDep, TaskIdPath, rows_of
 from service.api.json_body import JsonRoute
 from service.api.routes.data import ERRORS
 from service.evaluation import figures
@@ -49,9 +49,9 @@ def get_evaluation(
     limit: int = Query(
         100, ge=0, le=100000, description="Versions of the model-wide prequential series (the latest ones)."
     ),
-    offset: int = Query(0, ge=0, description="Latest versions of the prequential series skipped (its next page)."),
+    offset: int = Query(0, ge=0, le=MAX_OFFSET, description="Latest versions of the prequential series skipped (its next page)."),
     matrix_limit: int = Query(25, ge=0, le=10000, description="Rows of the accuracy matrix (in version order)."),
-    matrix_offset: int = Query(0, ge=0, description="Rows of the accuracy matrix skipped."),
+    matrix_offset: int = Query(0, ge=0, le=MAX_OFFSET, description="Rows of the accuracy matrix skipped."),
 ) -> EvaluationOut:
     """Each task's current score on its evaluation rows (beside its own single-task model's), the
     accuracy matrix, backward transfer, forgetting, forward transfer, and the model-wide
