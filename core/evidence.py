@@ -649,18 +649,20 @@ def family_priors(evidence: list[dict[str, list[float] | float | None]], familie
     the family was not defined for that task, which counts as ``ridge``'s curve). Returns
     ``{family: log pi}`` (empty for an empty stream: ``pi`` uniform); ``start`` (such a dict, the
     stream's previous priors) warm-starts each family's :func:`omega_prior`."""
-    rows: dict[str, list[np.ndarray]] = {f.name: [] for f in families}
+    names = [f.name for f in families]
+
+    def curve(value):  # a stored list of the grid's size as it is (one array of all, below), else converted
+        return value if isinstance(value, list) and len(value) == n_omega else _evidence_curve(value, n_omega)
+    rows = []
     for ev in evidence:
-        base = _evidence_curve(ev.get(RIDGE.name), n_omega)
+        base = curve(ev.get(RIDGE.name))
         if base is None:
             continue
-        for name in rows:
-            value = _evidence_curve(ev.get(name), n_omega)
-            rows[name].append(base if value is None else value)
-    if not rows[RIDGE.name]:
+        rows.append([base if value is None else value for value in (curve(ev.get(name)) for name in names)])
+    if not rows:
         return {}
-    names = list(rows)
-    log_pi, _ = omega_priors(np.array([rows[name] for name in names]),
+    # one conversion of every stored list (a task's curve per family), in the (families, tasks, grid) order
+    log_pi, _ = omega_priors(np.ascontiguousarray(np.array(rows, dtype=float).transpose(1, 0, 2)),
                              starts=[(start or {}).get(name) for name in names])
     return dict(zip(names, log_pi))
 
