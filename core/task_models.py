@@ -23,8 +23,9 @@ from .population import (LOGISTIC_SPREAD_SCALE, NOISE_PSEUDO_DOF, Population, ch
                          population_structure, posterior_mean, refit_due, task_noises, without_task)
 from .state import SquaredLossMoments, TaskRecord
 
-#: Streams of at most this many tasks choose their family at every update; longer ones on the
-#: geometric schedule of :func:`core.population.refit_due`.
+#: Streams of at most this many tasks estimate their priors over ``omega`` again at every new
+#: task's update; longer ones, and a known task's update at any length, on the geometric
+#: schedule of :func:`core.population.refit_due`.
 EVERY_UPDATE_TASKS = 64
 
 
@@ -256,11 +257,13 @@ class EmpiricalBayesTaskModels:
         """Add the batch's prequential ``scores`` (:meth:`_prequential_scores`) to the stream's
         sums and sums of products and choose the family (:func:`core.evidence.prequential_family`)
         at every update; estimate every family's prior over ``omega`` again from every task's
-        evidence when :func:`refit_due` says so (at every update while there are at most
-        :data:`EVERY_UPDATE_TASKS` tasks) and the update does not ``defer`` it: a geometric
-        schedule, so the priors, which read every task, cost a bounded amount per update on
-        average however many tasks there are. Each family's prior is warm-started from the
-        last one (:func:`core.evidence.omega_prior`'s ``start``)."""
+        evidence when :func:`refit_due` says so (at every new task's update while there are at
+        most :data:`EVERY_UPDATE_TASKS` tasks; a ``known`` task's on the schedule) and the update does not
+        ``defer`` it: a geometric schedule, so the priors, which read every task, cost a bounded
+        amount per update on average however many tasks there are. A known task's batch
+        changes two tasks' evidence among all (its own and the one measured again), a new
+        task adds one that a short stream's priors have not seen. Each family's prior is
+        warm-started from the last one (:func:`core.evidence.omega_prior`'s ``start``)."""
         choice = getattr(self, "stream_choice_", None)
         if defer and not choice:
             return
@@ -269,7 +272,7 @@ class EmpiricalBayesTaskModels:
         sums, products, batches = _rule_sums(tally, self.kind)
         family = prequential_family(sums, self._families, self._reference_families, products, batches)
         tally = {"family": family, **tally}
-        if choice and (defer or len(self.tasks_) > EVERY_UPDATE_TASKS):
+        if choice and (defer or known or len(self.tasks_) > EVERY_UPDATE_TASKS):
             since = int(choice.get("updates", 0)) + 1
             if defer or not refit_due(choice["tasks"], since, len(self.tasks_)):
                 self.stream_choice_ = {**choice, **tally, "updates": since}
