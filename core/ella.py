@@ -261,9 +261,10 @@ class ELLA(LifelongLearner):
     def _theta(self, task_id: str) -> np.ndarray:
         return self.L_ @ self.tasks_[task_id].arrays["code"]
 
-    def _library(self, task_id: str, exclude: TaskRecord | None) -> Library | None:
+    def _library(self, task_id: str, exclude: TaskRecord | None, basis: bool = True) -> Library | None:
         """The basis re-solved without ``exclude``'s terms (its slope rows): ELLA has no
-        representatives, only the span of ``L``."""
+        representatives, only the span of ``L`` (the basis is all its library, so ``basis`` is
+        ignored)."""
         if len(self.tasks_) == int(task_id in self.tasks_):  # no other task
             return None
         L = self.L_

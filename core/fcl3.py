@@ -596,7 +596,7 @@ class FCL3(LifelongLearner):
         record = self.tasks_[task_id]
         return self._full_model(record, self.D_ @ record.arrays["code"])
 
-    def _library(self, task_id: str, exclude: TaskRecord | None) -> Library | None:
+    def _library(self, task_id: str, exclude: TaskRecord | None, basis: bool = True) -> Library | None:
         """The decoder re-solved without ``exclude``'s terms in ``A, b`` (``D_{-t}``), one centre
         per environment and log weights proportional to the environments' sizes (each
         representative and the other tasks whose largest assignment it holds).
@@ -604,18 +604,26 @@ class FCL3(LifelongLearner):
         An environment's centre is the precision-weighted mean of its member tasks' slopes,
         ``(sum_t n_t Omega'_t)^-1 sum_t n_t Omega'_t w'_t`` without the task itself (the pooled
         fit of the environment: a population mean, not one member's noisy fit); an environment
-        with no other member falls back to ``D_{-t} s_k``."""
+        with no other member falls back to ``D_{-t} s_k``. With ``basis=False`` the library has
+        no basis and ``D_{-t}``, a solve of the library's whole system, is computed only for
+        such a fallback."""
         if len(self.tasks_) == int(task_id in self.tasks_):  # no other task
             return None
-        D = self.D_
-        if exclude is not None and "code" in exclude.arrays:
-            T = int(self.n_learned_) - 1
-            if T <= 0:
-                return None
-            terms, db, _, _ = self._stored_contribution_terms(exclude)
-            A, _ = plus_kron_terms(self.A_, [(S_j, om_j, -1.0) for S_j, om_j in terms])
-            D = self._solve_decoder(A, self.b_ - db, T, self.D_)
-        basis = D if self.task_intercept else D[:-1]
+        without = exclude is not None and "code" in exclude.arrays
+        if without and int(self.n_learned_) - 1 <= 0:
+            return None
+        decoder: list[np.ndarray] = []
+
+        def library_basis() -> np.ndarray:  # D_{-t}'s slope rows (all of them with a task intercept), solved once
+            if not decoder:
+                D = self.D_
+                if without:
+                    terms, db, _, _ = self._stored_contribution_terms(exclude)
+                    A, _ = plus_kron_terms(self.A_, [(S_j, om_j, -1.0) for S_j, om_j in terms])
+                    D = self._solve_decoder(A, self.b_ - db, int(self.n_learned_) - 1, self.D_)
+                decoder.append(D if self.task_intercept else D[:-1])
+            return decoder[0]
+        rows = self.D_.shape[0] if self.task_intercept else self.D_.shape[0] - 1
         reps = [r for r in self.representatives_ if r != task_id]
         stats = self._environment_stats()
         own = self.tasks_.get(task_id)
@@ -632,12 +640,13 @@ class FCL3(LifelongLearner):
                 centre = np.linalg.solve(weight + 1e-9 * np.trace(weight) / weight.shape[0] * np.eye(weight.shape[0]),
                                          weighted)
             else:
-                centre = basis @ self.S_[self.representatives_.index(r)]
+                centre = library_basis() @ self.S_[self.representatives_.index(r)]
             counts.append(count + 1.0)
-            centres.append(centre[:basis.shape[0]])
+            centres.append(centre[:rows])
         counts = np.array(counts)
-        centres = np.array(centres).reshape(-1, basis.shape[0])
-        return Library(basis, centres, np.log(counts / counts.sum()) if len(reps) else np.empty(0))
+        centres = np.array(centres).reshape(-1, rows)
+        return Library(library_basis() if basis else None, centres,
+                       np.log(counts / counts.sum()) if len(reps) else np.empty(0))
 
     def _pooling_terms(self, record: TaskRecord) -> tuple[np.ndarray, np.ndarray]:
         """A task's weight ``n Omega'`` and weighted slopes ``n Omega' w'`` in its environment's

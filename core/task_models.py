@@ -38,20 +38,22 @@ class EmpiricalBayesTaskModels:
     #: The prior families the learner offers its tasks (:mod:`core.evidence`); ``ridge`` first.
     _families: ClassVar[tuple[Family, ...]] = (RIDGE,)
 
-    def _library(self, task_id: str, exclude: TaskRecord | None) -> Library | None:
+    def _library(self, task_id: str, exclude: TaskRecord | None, basis: bool = True) -> Library | None:
         """The ingredients of task ``task_id``'s prior, from the learned state without the
         contribution of ``exclude`` (the task's stored record, or ``None`` for a task the
-        state does not hold yet). ``None``: the learner has no library (STL)."""
+        state does not hold yet). ``None``: the learner has no library (STL). ``basis=False``:
+        a caller that reads no family of ``rho > 0`` may get the library without its basis
+        (``None``), which a learner may then skip computing."""
         return None
 
     def _safe_library(self, task_id: str, exclude: TaskRecord | None,
-                      population: Population | None = None) -> Library | None:
-        """:meth:`_library` with ``population`` (the stream's, when ``None``), or ``None`` when
-        the arithmetic fails: removing a task's terms from statistics dominated by them can
-        leave a system that is not positive definite (values of extreme magnitude); the task
-        is then judged without a library."""
+                      population: Population | None = None, basis: bool = True) -> Library | None:
+        """:meth:`_library` (``basis``: its) with ``population`` (the stream's, when ``None``),
+        or ``None`` when the arithmetic fails: removing a task's terms from statistics dominated
+        by them can leave a system that is not positive definite (values of extreme magnitude);
+        the task is then judged without a library."""
         try:
-            library = self._library(task_id, exclude)
+            library = self._library(task_id, exclude, basis)
             if library is not None and self._keeps_population:
                 pop = self._population() if population is None else population
                 library = dataclasses.replace(library, population=pop.predictive().slopes(),
@@ -335,7 +337,8 @@ class EmpiricalBayesTaskModels:
             return self._theta(task_id)
         name, priors = self._stream_priors()
         family = next(f for f in self._families if f.name == name)
-        theta = self._served_model(record, family, lambda: self._safe_library(task_id, record),
+        # a family of rho = 0 reads the library's centres, not its basis (FCL3's decoder re-solved)
+        theta = self._served_model(record, family, lambda: self._safe_library(task_id, record, basis=family.rho > 0),
                                    self._population() if self._population_fitted else None, priors)
         return self._theta(task_id) if theta is None else theta
 

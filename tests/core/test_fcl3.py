@@ -490,6 +490,53 @@ def test_the_library_without_a_task_weighs_each_environment_by_its_other_members
             want = np.linalg.solve(W + 1e-9 * np.trace(W) / W.shape[0] * np.eye(W.shape[0]), Ww)
             np.testing.assert_allclose(centre, want[:centre.shape[0]], rtol=1e-6, atol=1e-9)
 
+@pytest.mark.parametrize("kind", ["regression", "classification"])
+def test_a_library_without_its_basis_skips_the_decoder_and_changes_nothing_else(kind, monkeypatch):
+    """``_library(..., basis=False)`` has the centres and weights of the full library exactly and
+    no basis; it re-solves the decoder without the task only for an environment that falls
+    back to ``D_{-t} s_k``. A prediction served by a family of ``rho = 0`` reads it: the same
+    numbers as a model that serves the same family from the full library, with fewer solves."""
+    m = FCL3(kind=kind, random_state=0, n_components=4)
+    tasks = []
+    rng = np.random.default_rng(0)
+    centres = 3.0 * rng.normal(size=(4, 4))  # environments of six tasks each, and one of one task
+    centres[3] = -4.0 * centres[0]
+    for t in range(19):
+        X = rng.normal(size=(30, 4))
+        f = X @ (centres[min(t // 6, 3)] + 0.1 * rng.normal(size=4)) + 0.3 * rng.normal(size=30)
+        tasks.append((f"t{t}", X, f if kind == "regression" else (f > 0).astype(float)))
+    for tid, X, y in tasks:
+        m.learn(tid, X[:20], y[:20])
+    for tid, X, y in tasks[:3]:
+        m.learn(tid, X[20:], y[20:])
+    solves = []
+    real = FCL3._solve_decoder
+    monkeypatch.setattr(FCL3, "_solve_decoder", lambda self, *a, **k: solves.append(1) or real(self, *a, **k))
+    fallbacks = 0
+    for tid, record in m.tasks_.items():
+        full = m._library(tid, record)
+        before = len(solves)
+        lean = m._library(tid, record, basis=False)
+        assert lean.basis is None and full.basis is not None
+        assert np.array_equal(lean.centres, full.centres) and np.array_equal(lean.log_weights, full.log_weights)
+        stats = m._environment_stats()
+        alone = any(stats[r][0] - (m._environment_key(tid, record, m.representatives_) == r) < 1
+                    for r in m.representatives_ if r != tid)
+        assert len(solves) - before == int(alone)  # D_{-t} only for an environment of no other member
+        fallbacks += alone
+    assert 0 < fallbacks < len(m.tasks_), "both cases: an environment that falls back to D_{-t}, and none"
+    served = m.with_task_family("mixture")
+    _, priors = served._stream_priors()
+    family = next(f for f in served._families if f.name == "mixture")
+    pop = served._population() if served._population_fitted else None
+    for tid, record in served.tasks_.items():
+        solves.clear()
+        theta = served._empirical_bayes_model(tid)
+        assert len(solves) <= 1
+        want = served._served_model(record, family, lambda: served._safe_library(tid, record), pop, priors)
+        assert np.array_equal(theta, want)
+
+
 def test_a_population_that_cannot_be_fitted_is_not_taken_as_fitted(monkeypatch):
     """EM failing on a singular system keeps the last fitted population; a stream without
     one stays without (its initial population, N(0, I), is never used as a prior)."""
