@@ -49,7 +49,9 @@ def get_evaluation(
     limit: int = Query(
         100, ge=0, le=100000, description="Versions of the model-wide prequential series (the latest ones)."
     ),
-    offset: int = Query(0, ge=0, le=MAX_OFFSET, description="Latest versions of the prequential series skipped (its next page)."),
+    offset: int = Query(
+        0, ge=0, le=MAX_OFFSET, description="Latest versions of the prequential series skipped (its next page)."
+    ),
     matrix_limit: int = Query(25, ge=0, le=10000, description="Rows of the accuracy matrix (in version order)."),
     matrix_offset: int = Query(0, ge=0, le=MAX_OFFSET, description="Rows of the accuracy matrix skipped."),
 ) -> EvaluationOut:
